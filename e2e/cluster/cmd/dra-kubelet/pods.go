@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
+)
+
+// CDIAnnotation holds, per container, the CDI device IDs the kubelet would pass to the runtime.
+const CDIAnnotation = "dra-fake.dev/cdi-devices"
+
+// Reasons as the kubelet records them.
+const (
+	reasonFailedPrepare   = "FailedPrepareDynamicResources"
+	reasonFailedUnprepare = "FailedUnprepareDynamicResources"
+	reasonFailedCDI       = "Failed"
+	reasonStarted         = "Started"
+)
+
+// podWorker plays the kubelet's pod lifecycle without containers: prepare → "start" → unprepare.
+type podWorker struct {
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	nodeName string
+	paths    nodePaths
+	dra      *dra.Manager
+
+	store cache.Store
+	queue workqueue.TypedRateLimitingInterface[types.UID]
+
+	mu      sync.Mutex
+	known   map[types.UID]*v1.Pod // last seen version, to unprepare pods that vanished
+	started map[types.UID]bool    // prepared and reported Running
+}
+
+func newPodWorker(client kubernetes.Interface, recorder record.EventRecorder, nodeName string, paths nodePaths) *podWorker {
+	return &podWorker{
+		client: client, recorder: recorder, nodeName: nodeName, paths: paths,
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](
+			500*time.Millisecond, 30*time.Second)),
+		known:   map[types.UID]*v1.Pod{},
+		started: map[types.UID]bool{},
+	}
+}
+
+// activePods is what the DRA manager's reconcile loop keeps prepared: pods not yet finished.
+func (w *podWorker) activePods() []*v1.Pod {
+	var active []*v1.Pod
+	for _, obj := range w.store.List() {
+		pod := obj.(*v1.Pod)
+		if !isFinished(pod) {
+			active = append(active, pod)
+		}
+	}
+	return active
+}
+
+func isFinished(pod *v1.Pod) bool {
+	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
+}
+
+func (w *podWorker) run(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", w.nodeName).String()
+		}))
+	informer := factory.Core().V1().Pods().Informer()
+	enqueue := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if pod, ok := obj.(*v1.Pod); ok {
+			w.mu.Lock()
+			w.known[pod.UID] = pod
+			w.mu.Unlock()
+			w.queue.Add(pod.UID)
+		}
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return err
+	}
+	w.store = informer.GetStore()
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return ctx.Err()
+	}
+	go func() { <-ctx.Done(); w.queue.ShutDown() }()
+	for {
+		uid, quit := w.queue.Get()
+		if quit {
+			return nil
+		}
+		if err := w.sync(ctx, uid); err != nil {
+			klog.FromContext(ctx).Info("pod sync failed, will retry", "podUID", uid, "err", err)
+			w.queue.AddRateLimited(uid)
+		} else {
+			w.queue.Forget(uid)
+		}
+		w.queue.Done(uid)
+	}
+}
+
+func (w *podWorker) current(uid types.UID) (*v1.Pod, bool) {
+	w.mu.Lock()
+	last := w.known[uid]
+	w.mu.Unlock()
+	if last == nil {
+		return nil, false
+	}
+	obj, exists, err := w.store.Get(last)
+	if err != nil || !exists {
+		return last, false
+	}
+	pod := obj.(*v1.Pod)
+	if pod.UID != uid { // same name, new pod
+		return last, false
+	}
+	return pod, true
+}
+
+func (w *podWorker) sync(ctx context.Context, uid types.UID) error {
+	pod, exists := w.current(uid)
+	if pod == nil {
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", uid)
+	ctx = klog.NewContext(ctx, logger)
+	if !exists || pod.DeletionTimestamp != nil || isFinished(pod) {
+		return w.stop(ctx, pod, exists && pod.DeletionTimestamp != nil)
+	}
+	w.mu.Lock()
+	started := w.started[uid]
+	w.mu.Unlock()
+	if started {
+		return nil
+	}
+	return w.start(ctx, pod)
+}
+
+func (w *podWorker) start(ctx context.Context, pod *v1.Pod) error {
+	if err := w.dra.PrepareResources(ctx, pod); err != nil {
+		w.recorder.Event(pod, v1.EventTypeWarning, reasonFailedPrepare, err.Error())
+		return err
+	}
+	record := podRecord{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), Containers: map[string]containerRecord{}}
+	ids := map[string][]string{}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		info, err := w.dra.GetResources(pod, c)
+		if err != nil {
+			w.recorder.Event(pod, v1.EventTypeWarning, reasonFailedPrepare, err.Error())
+			return err
+		}
+		var names []string
+		for _, d := range info.CDIDevices {
+			names = append(names, d.Name)
+		}
+		edits, err := resolveCDI(w.paths.cdi, names)
+		if err != nil {
+			msg := fmt.Sprintf("Error: failed to create containerd container: CDI device injection failed: %v", err)
+			w.recorder.Event(pod, v1.EventTypeWarning, reasonFailedCDI, msg)
+			return err
+		}
+		ids[c.Name] = names
+		record.Containers[c.Name] = edits
+	}
+	if err := writeJSON(w.recordPath(pod), record); err != nil {
+		return err
+	}
+	if err := w.annotate(ctx, pod, ids); err != nil {
+		return err
+	}
+	if err := w.setRunning(ctx, pod); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.started[pod.UID] = true
+	w.mu.Unlock()
+	for _, c := range pod.Spec.Containers {
+		w.recorder.Eventf(pod, v1.EventTypeNormal, reasonStarted, "Started container %s (simulated)", c.Name)
+	}
+	klog.FromContext(ctx).Info("pod started", "cdiDevices", ids)
+	return nil
+}
+
+func (w *podWorker) stop(ctx context.Context, pod *v1.Pod, deleteFromAPI bool) error {
+	if err := w.dra.UnprepareResources(ctx, pod); err != nil {
+		w.recorder.Event(pod, v1.EventTypeWarning, reasonFailedUnprepare, err.Error())
+		return err
+	}
+	if err := os.Remove(w.recordPath(pod)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if deleteFromAPI {
+		// The kubelet's status manager finishes a graceful deletion once containers are gone.
+		err := w.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	w.mu.Lock()
+	delete(w.started, pod.UID)
+	if !deleteFromAPI && !isFinished(pod) {
+		delete(w.known, pod.UID)
+	}
+	w.mu.Unlock()
+	klog.FromContext(ctx).Info("pod stopped, resources unprepared")
+	return nil
+}
+
+func (w *podWorker) recordPath(pod *v1.Pod) string {
+	return filepath.Join(w.paths.pods, fmt.Sprintf("%s_%s_%s.json", pod.Namespace, pod.Name, pod.UID))
+}
+
+func (w *podWorker) annotate(ctx context.Context, pod *v1.Pod, ids map[string][]string) error {
+	value, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{CDIAnnotation: string(value)}}})
+	if err != nil {
+		return err
+	}
+	_, err = w.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+func (w *podWorker) setRunning(ctx context.Context, pod *v1.Pod) error {
+	cur, err := w.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if cur.UID != pod.UID {
+		return fmt.Errorf("pod was replaced")
+	}
+	now := metav1.Now()
+	cur.Status.Phase = v1.PodRunning
+	cur.Status.HostIP = "127.0.0.1"
+	cur.Status.HostIPs = []v1.HostIP{{IP: "127.0.0.1"}}
+	cur.Status.PodIP = "127.0.0.1"
+	cur.Status.PodIPs = []v1.PodIP{{IP: "127.0.0.1"}}
+	if cur.Status.StartTime == nil {
+		cur.Status.StartTime = &now
+	}
+	cur.Status.Conditions = setConditions(cur.Status.Conditions, now,
+		v1.PodReadyToStartContainers, v1.PodInitialized, v1.ContainersReady, v1.PodReady, v1.PodScheduled)
+	cur.Status.ContainerStatuses = nil
+	for _, c := range cur.Spec.Containers {
+		cur.Status.ContainerStatuses = append(cur.Status.ContainerStatuses, v1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: true, Started: new(bool),
+			ContainerID: "dra-kubelet://" + string(pod.UID) + "/" + c.Name,
+			State:       v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}},
+		})
+		*cur.Status.ContainerStatuses[len(cur.Status.ContainerStatuses)-1].Started = true
+	}
+	_, err = w.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	return err
+}
+
+func setConditions(conds []v1.PodCondition, now metav1.Time, types ...v1.PodConditionType) []v1.PodCondition {
+	for _, t := range types {
+		found := false
+		for i := range conds {
+			if conds[i].Type == t {
+				found = true
+				if conds[i].Status != v1.ConditionTrue {
+					conds[i].Status, conds[i].LastTransitionTime, conds[i].Reason, conds[i].Message = v1.ConditionTrue, now, "", ""
+				}
+			}
+		}
+		if !found {
+			conds = append(conds, v1.PodCondition{Type: t, Status: v1.ConditionTrue, LastTransitionTime: now})
+		}
+	}
+	return conds
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o640); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
