@@ -19,6 +19,12 @@ targets=(
 )
 cd "$mod"
 mkdir -p bin
+# Inputs of the build: when unchanged since the last successful build, there is nothing to do.
+stamp=$( (cat go.mod go.sum K8S_VERSION; find cmd -type f -name '*.go' | sort | xargs cat; go version; echo "$ldflags") | sha256sum | cut -c1-16)
+if [ "${FORCE:-}" != 1 ] && [ "$(cat bin/.stamp 2>/dev/null)" = "$stamp" ] && [ -x bin/dra-kubelet ]; then
+  echo "cluster-build: binaries in e2e/cluster/bin are up to date ($version; FORCE=1 rebuilds)"; exit 0
+fi
+rm -f bin/.stamp
 start=$(date +%s)
 echo "cluster-build: Kubernetes $version with $(go version | cut -d' ' -f3), $(nproc) cores; caches: $(go env GOMODCACHE) $(go env GOCACHE)"
 go mod download
@@ -35,4 +41,5 @@ for t in "${targets[@]}"; do
   fi
   echo "ok  $(wc -l < "bin/.$name.log") packages compiled, $(( $(date +%s) - t0 ))s"
 done
+echo "$stamp" > bin/.stamp
 echo "cluster-build: done in $(( $(date +%s) - start ))s; binaries: $(du -sh bin | cut -f1); GOCACHE $(du -sh "$(go env GOCACHE)" 2>/dev/null | cut -f1), GOMODCACHE $(du -sh "$(go env GOMODCACHE)" 2>/dev/null | cut -f1)"

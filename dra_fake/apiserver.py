@@ -1,0 +1,94 @@
+"""What the driver needs to know about the API server: versions served, and generic access to
+resource.k8s.io objects in whichever version it offers (v1, else v1beta2, else v1beta1)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger(__name__)
+
+ResourceApiVersion = Literal["v1", "v1beta2", "v1beta1"]
+RESOURCE_GROUP = "resource.k8s.io"
+PREFERENCE: tuple[ResourceApiVersion, ...] = ("v1", "v1beta2", "v1beta1")
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    version: tuple[int, int]  # (major, minor) of the API server
+    resource_versions: tuple[ResourceApiVersion, ...]  # served resource.k8s.io versions, preferred first
+
+    @property
+    def resource_version(self) -> ResourceApiVersion:
+        if not self.resource_versions:
+            raise RuntimeError("the API server serves no resource.k8s.io version this driver knows "
+                               "(v1, v1beta2, v1beta1): is DynamicResourceAllocation enabled?")
+        return self.resource_versions[0]
+
+
+def _minor(raw: str) -> int:
+    digits = "".join(ch for ch in raw if ch.isdigit())
+    return int(digits or 0)
+
+
+def discover(api: client.ApiClient) -> ServerInfo:
+    info = client.VersionApi(api).get_code()
+    served: set[str] = set()
+    for group in client.ApisApi(api).get_api_versions().groups:
+        if group.name == RESOURCE_GROUP:
+            served = {v.version for v in group.versions}
+    versions = tuple(v for v in PREFERENCE if v in served)
+    return ServerInfo(version=(int(_minor(info.major)), _minor(info.minor)), resource_versions=versions)
+
+
+class ClaimNotFound(Exception):
+    pass
+
+
+class ResourceApi:
+    """Generic CRUD on resource.k8s.io objects in the server's preferred version."""
+
+    def __init__(self, api: client.ApiClient, info: ServerInfo) -> None:
+        self.api = api
+        self.custom = client.CustomObjectsApi(api)
+        self.info = info
+        self._lock = threading.Lock()
+
+    @property
+    def version(self) -> ResourceApiVersion:
+        return self.info.resource_version
+
+    def rediscover(self) -> None:
+        with self._lock:
+            self.info = discover(self.api)
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """GET a ResourceClaim, falling back v1 -> v1beta2 -> v1beta1 among the served versions.
+        A 404 for the whole group version (not served any more) triggers one rediscovery."""
+        for attempt in range(2):
+            try:
+                return cast(dict[str, Any], self.custom.get_namespaced_custom_object(
+                    RESOURCE_GROUP, self.version, namespace, "resourceclaims", name))
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                if _is_object_not_found(err) or attempt == 1:
+                    raise ClaimNotFound(f"ResourceClaim {namespace}/{name} not found") from err
+                self.rediscover()
+        raise AssertionError("unreachable")
+
+
+def _is_object_not_found(err: ApiException) -> bool:
+    """A 404 naming an object (vs. the server not knowing the resource type at all)."""
+    import json
+
+    try:
+        body = json.loads(err.body or "{}")
+    except ValueError:
+        return False
+    return bool(body.get("reason") == "NotFound" and body.get("details", {}).get("name"))

@@ -1,0 +1,94 @@
+"""`make demo`: a local cluster, the driver, the demo workloads in demo/, and what each pod got."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from e2e.kube import Kube
+from e2e.localcluster import DEFAULT_ROOT, LocalCluster
+
+REPO = Path(__file__).resolve().parents[1]
+NAMESPACE = "demo"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--config", type=Path)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+    cluster = LocalCluster(DEFAULT_ROOT, nodes=args.nodes, inventory_config=args.config)
+    started = not cluster.is_up()
+    t0 = time.monotonic()
+    if started:
+        print(f"==> starting a local cluster with {args.nodes} node(s) (real etcd, kube-apiserver, "
+              "kube-scheduler, kube-controller-manager, dra-kubelet harness, GPU plugin)")
+        cluster.up()
+    print(f"==> cluster ready in {time.monotonic() - t0:.0f}s")
+    try:
+        kube = Kube(cluster.kubeconfig)
+        kube.core.create_namespace({"metadata": {"name": NAMESPACE}})
+        kube._has_default_sa(NAMESPACE)  # noqa: SLF001
+        from e2e.kube import poll
+
+        poll("default service account", lambda: kube._has_default_sa(NAMESPACE), 30)  # noqa: SLF001
+        pods: list[str] = []
+        for path in sorted((REPO / "demo").glob("*.yaml")):
+            print(f"==> kubectl apply -f {path.relative_to(REPO)}")
+            for obj in kube.apply_yaml(path.read_text(), NAMESPACE):
+                if obj.get("kind") == "Pod":
+                    pods.append(obj["metadata"]["name"])
+        for name in pods:
+            kube.wait_running(NAMESPACE, name, timeout=120)
+        print(f"==> all {len(pods)} pods Running\n")
+        print(summary(kube, cluster, pods))
+    finally:
+        if args.keep or not started:
+            print(f"\ncluster left running: export KUBECONFIG={cluster.kubeconfig}; stop it with `make cluster-down`")
+        else:
+            print("\n==> tearing down (KEEP=1 keeps the cluster)")
+            cluster.down()
+    return 0
+
+
+def summary(kube: Kube, cluster: LocalCluster, pods: list[str]) -> str:
+    devices = {(s["spec"]["pool"]["name"], d["name"]): d for s in kube.slices() for d in s["spec"].get("devices", [])}
+    lines = []
+    for name in pods:
+        pod = kube.pod(NAMESPACE, name)
+        node = pod["spec"]["nodeName"]
+        lines.append(f"pod {NAMESPACE}/{name} -> node {node}")
+        for status in pod["status"].get("resourceClaimStatuses") or []:
+            claim = kube.claim(NAMESPACE, status["resourceClaimName"])
+            uid = claim["metadata"]["uid"]
+            for request, pool, device in kube.allocated_devices(claim):
+                attrs = devices.get((pool, device), {}).get("attributes", {})
+                model = attrs.get("productName", {}).get("string", "?")
+                uuid = attrs.get("uuid", {}).get("string", "(created at prepare)")
+                profile = attrs.get("profile", {}).get("string")
+                lines.append(f"  claim {claim['metadata']['name']} request {request}: {device}  {model}  {uuid}"
+                             + (f"  MIG {profile}" if profile else ""))
+            spec_file = cluster.node_dir(node) / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.yaml"
+            if spec_file.exists():
+                lines.append(f"  CDI spec {spec_file.relative_to(REPO)}")
+                spec = yaml.safe_load(spec_file.read_text())
+                env = spec.get("containerEdits", {}).get("env", [])
+                for d in spec["devices"]:
+                    env += d.get("containerEdits", {}).get("env", [])
+                lines.extend(f"    env {e}" for e in env)
+        for ctr, ids in kube.cdi_devices(pod).items():
+            lines.append(f"  container {ctr}: CDI devices {json.dumps(ids)}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

