@@ -1,0 +1,173 @@
+"""Pydantic models of a GPU profile: what NVML reports for one GPU model, plus its MIG tables.
+
+YAML keys are camelCase (NVML/DRA spelling: `memoryMiB`, `giProfileID`); unknown keys are errors.
+A value the reference data could not establish is written as `null` and is `None` here; code
+that needs it (MIG device capacities) refuses to use the profile instead of guessing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+# Architectures that need a GPU reset to toggle MIG mode: NVIDIA's driver offers dynamic MIG on
+# them only with MIG mode already on, and then without the full GPU (gpu-profiles.md §2.1).
+MIG_TOGGLE_NEEDS_RESET = frozenset({"Ampere"})
+
+_VERSION_2 = re.compile(r"^\d+\.\d+$")
+_VERSION_2_OR_3 = re.compile(r"^\d+\.\d+(\.\d+)?$")
+
+
+def camel_alias(name: str) -> str:
+    """snake_case field name -> camelCase key, keeping NVIDIA's `ID` and `MiB` spellings."""
+    camel = to_camel(name)
+    camel = re.sub(r"Mib(?=[A-Z]|$)", "MiB", camel)
+    return re.sub(r"Id(?=[A-Z]|$)", "ID", camel)
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, alias_generator=camel_alias, populate_by_name=False
+    )
+
+
+NonNegInt = Annotated[int, Field(ge=0)]
+PosInt = Annotated[int, Field(ge=1)]
+
+
+class Placement(StrictModel):
+    """A GPU-instance placement on the memory-slice axis (nvmlGpuInstancePlacement_t)."""
+
+    start: NonNegInt
+    size: PosInt
+
+
+class MigProfile(StrictModel):
+    """One GPU-instance profile as `nvidia-smi mig -lgip` / NVML report it."""
+
+    name: Annotated[str, Field(pattern=r"^\d+g\.\d+gb(\+me)?$")]  # e.g. "1g.10gb", "1g.10gb+me"
+    gi_profile_id: NonNegInt  # the ID column of -lgip (19, 20, 15, 14, 9, 5, 0)
+    memory_mib: NonNegInt | None  # memorySizeMB; None = not in the reference
+    multiprocessors: NonNegInt | None
+    copy_engines: NonNegInt | None
+    decoders: NonNegInt | None
+    encoders: NonNegInt | None
+    jpeg_engines: NonNegInt | None
+    ofa_engines: NonNegInt | None
+    max_count: PosInt
+    placements: Annotated[list[Placement], Field(min_length=1)]
+
+    def missing_values(self) -> list[str]:
+        """camelCase names of the capacity values the data leaves unknown (null)."""
+        names = ("memory_mib", "multiprocessors", "copy_engines", "decoders", "encoders")
+        names += ("jpeg_engines", "ofa_engines")
+        return [camel_alias(n) for n in names if getattr(self, n) is None]
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing_values()
+
+    def placement_at(self, start: int) -> Placement | None:
+        return next((p for p in self.placements if p.start == start), None)
+
+
+class PcieLink(StrictModel):
+    max_generation: PosInt
+    max_width: PosInt
+
+
+class PciSlot(StrictModel):
+    """Where GPU i of a node sits on the PCI bus (see docs/inventory.md for the derivation)."""
+
+    bus_id: Annotated[str, Field(pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$")]
+    pcie_root: Annotated[str, Field(pattern=r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")]
+
+
+class GpuProfile(StrictModel):
+    """A GPU model: NVML-reported identity and sizes, MIG tables and PCI layout."""
+
+    id: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+    product_name: Annotated[str, Field(min_length=1, max_length=64)]  # nvmlDeviceGetName
+    brand: Annotated[str, Field(min_length=1, max_length=64)]  # go-nvlib brand string, e.g. "Nvidia"
+    architecture: Annotated[str, Field(min_length=1, max_length=64)]  # e.g. "Hopper"
+    cuda_compute_capability: str  # "<major>.<minor>"
+    memory_mib: PosInt  # NVML memory total (fb_memory_usage/total)
+    multiprocessors: PosInt
+    copy_engines: NonNegInt | None  # CUDA asyncEngineCount; None = not in the reference
+    decoders: NonNegInt | None
+    encoders: NonNegInt | None
+    jpeg_engines: NonNegInt | None
+    ofa_engines: NonNegInt | None
+    pcie: PcieLink
+    pci_device_id: Annotated[str, Field(pattern=r"^0x[0-9A-F]{8}$")]  # e.g. 0x233010DE
+    driver_version: str  # NVML driver string, e.g. "580.105.08"
+    cuda_driver_version: str  # "<major>.<minor>", e.g. "13.0"
+    addressing_mode: Literal["HMM", "ATS", "None"] | None  # None: NVML reports nothing -> omitted
+    mig_memory_slices: PosInt | None = None  # required when migProfiles is not empty
+    mig_profiles: list[MigProfile] = Field(default_factory=list)
+    pci_topology: Annotated[list[PciSlot], Field(min_length=1)]
+
+    @field_validator("cuda_compute_capability", "cuda_driver_version")
+    @classmethod
+    def _major_minor(cls, value: str) -> str:
+        if not _VERSION_2.match(value):
+            raise ValueError(f"expected '<major>.<minor>' (quote it in YAML), got {value!r}")
+        return value
+
+    @field_validator("driver_version")
+    @classmethod
+    def _driver_version(cls, value: str) -> str:
+        if not _VERSION_2_OR_3.match(value):
+            raise ValueError(f"expected e.g. '580.105.08' (quote it in YAML), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _mig_tables_consistent(self) -> GpuProfile:
+        # Raised from a model validator, so the message carries the field path itself.
+        if self.mig_profiles and self.mig_memory_slices is None:
+            raise ValueError("migMemorySlices: required when migProfiles is set")
+        _require_unique("migProfiles", "name", [p.name for p in self.mig_profiles])
+        _require_unique("migProfiles", "giProfileID", [p.gi_profile_id for p in self.mig_profiles])
+        _require_unique("pciTopology", "busID", [s.bus_id for s in self.pci_topology])
+        slices = self.mig_memory_slices or 0
+        for i, profile in enumerate(self.mig_profiles):
+            starts = [p.start for p in profile.placements]
+            if len(set(starts)) != len(starts):
+                raise ValueError(f"migProfiles.{i}.placements: duplicate start in {starts}")
+            for j, placement in enumerate(profile.placements):
+                if placement.start + placement.size > slices:
+                    raise ValueError(
+                        f"migProfiles.{i}.placements.{j}: start {placement.start} + size {placement.size}"
+                        f" exceeds migMemorySlices {slices}"
+                    )
+        return self
+
+    @property
+    def mig_capable(self) -> bool:
+        return bool(self.mig_profiles)
+
+    @property
+    def max_mig_instances(self) -> int:
+        return max((p.max_count for p in self.mig_profiles), default=0)
+
+    @property
+    def mig_toggle_needs_reset(self) -> bool:
+        return self.architecture in MIG_TOGGLE_NEEDS_RESET
+
+    def mig_profile(self, name: str) -> MigProfile | None:
+        return next((p for p in self.mig_profiles if p.name == name), None)
+
+    def incomplete_mig_profiles(self) -> dict[str, list[str]]:
+        """MIG profile name -> the capacity values the data leaves unknown."""
+        return {p.name: p.missing_values() for p in self.mig_profiles if not p.complete}
+
+
+def _require_unique(field: str, key: str, values: list[str] | list[int]) -> None:
+    seen: set[str | int] = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"{field}: duplicate {key} {value!r}")
+        seen.add(value)
