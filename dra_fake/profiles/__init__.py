@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from dra_fake.profiles.models import GpuProfile, MigProfile, PciSlot, PcieLink, Placement
+from dra_fake.profiles.models import GpuProfile, MigProfile, PcieLink, PciSlot, Placement
 
 __all__ = [
     "BUILTIN_DIR",
@@ -77,7 +77,7 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
         current = merged.get(key)
         if isinstance(current, Mapping) and isinstance(value, Mapping):
             merged[key] = deep_merge(current, value)
-        elif _named_items(current) and _named_items(value):
+        elif isinstance(current, list) and _named_items(current) and _named_items(value):
             merged[key] = _merge_by_name(current, value)
         else:
             merged[key] = value
@@ -106,7 +106,9 @@ def validate_profile(data: Mapping[str, Any], source: str, prefix: str = "") -> 
         raise ProfileError(format_validation_error(source, error, prefix)) from None
 
 
-def apply_overrides(profile: GpuProfile, overrides: Mapping[str, Any], source: str, prefix: str = "") -> GpuProfile:
+def apply_overrides(
+    profile: GpuProfile, overrides: Mapping[str, Any], source: str, prefix: str = ""
+) -> GpuProfile:
     """`profile` with `overrides` (camelCase profile fields) merged in, validated again."""
     if not overrides:
         return profile
@@ -131,7 +133,9 @@ def load_profiles(extra_dirs: Sequence[Path] = ()) -> dict[str, GpuProfile]:
         extends = data.pop("extends", None)
         if profile_id in raw:
             if extends is not None:
-                raise ProfileError(f"{path}: extends: profile {profile_id!r} exists; this file is merged into it")
+                raise ProfileError(
+                    f"{path}: extends: profile {profile_id!r} exists; this file is merged into it"
+                )
             data = deep_merge(raw[profile_id], data)
         elif extends is not None:
             if extends not in raw:

@@ -17,6 +17,17 @@ from pydantic.alias_generators import to_camel
 # them only with MIG mode already on, and then without the full GPU (gpu-profiles.md §2.1).
 MIG_TOGGLE_NEEDS_RESET = frozenset({"Ampere"})
 
+# MigProfile fields that become MIG device capacities (all must be known to publish a device).
+MIG_CAPACITY_FIELDS = (
+    "memory_mib",
+    "multiprocessors",
+    "copy_engines",
+    "decoders",
+    "encoders",
+    "jpeg_engines",
+    "ofa_engines",
+)
+
 _VERSION_2 = re.compile(r"^\d+\.\d+$")
 _VERSION_2_OR_3 = re.compile(r"^\d+\.\d+(\.\d+)?$")
 
@@ -62,9 +73,7 @@ class MigProfile(StrictModel):
 
     def missing_values(self) -> list[str]:
         """camelCase names of the capacity values the data leaves unknown (null)."""
-        names = ("memory_mib", "multiprocessors", "copy_engines", "decoders", "encoders")
-        names += ("jpeg_engines", "ofa_engines")
-        return [camel_alias(n) for n in names if getattr(self, n) is None]
+        return [camel_alias(n) for n in MIG_CAPACITY_FIELDS if getattr(self, n) is None]
 
     @property
     def complete(self) -> bool:
