@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
 import yaml
 
 from dra_fake.deviceclasses import DEFAULT_DRIVER
