@@ -1,0 +1,69 @@
+"""Crash-safe file replacement: temp file in the same directory, fsync, rename, fsync the directory.
+
+A reader (the container runtime's CDI cache, another plugin instance) sees either the old file or
+the new one, never a partial write; after return the new content survives a power cut.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+TEMP_SUFFIX = ".tmp"
+
+
+def temp_name_prefix(final: Path) -> str:
+    """Temp files start with '.' and end with '.tmp': CDI loaders (only *.json/*.yaml) ignore them."""
+    return f".{final.name}."
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, mode: int) -> None:
+    """Replace `path` with `data` atomically and durably; the file gets exactly `mode`."""
+    directory = path.parent
+    tmp = directory / f"{temp_name_prefix(path)}{secrets.token_hex(6)}{TEMP_SUFFIX}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.fchmod(fd, mode)  # independent of the umask
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(directory)
+
+
+def remove_durably(path: Path) -> bool:
+    """Remove `path` (missing is fine) and fsync its directory. Returns whether a file was removed."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    fsync_dir(path.parent)
+    return True
+
+
+def stale_temp_files(final: Path) -> list[Path]:
+    """Temp files an interrupted atomic_write(final) may have left behind."""
+    prefix = temp_name_prefix(final)
+    return sorted(
+        p for p in final.parent.glob(f"{prefix}*{TEMP_SUFFIX}") if p.name.startswith(prefix) and p.is_file()
+    )

@@ -1,0 +1,289 @@
+"""The plugin's checkpoint: which claims are prepared, what to return to the kubelet, and what to
+undo. One file, `<plugin data dir>/checkpoint.json`:
+
+    {"version": 1, "checksum": "sha256:<hex>", "data": {"nodeBootID": ..., "claims": {<uid>: ClaimEntry}}}
+
+The checksum is the sha256 of the canonical JSON (sorted keys, no spaces) of `data` exactly as
+stored, so a newer binary's extra fields neither break the checksum nor the decoding (unknown
+fields are ignored). Loading never raises: a corrupt file is reported, moved aside and replaced
+by an empty checkpoint (the caller rebuilds what it can, see prepare.DeviceState).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dra_fake.atomic import atomic_write, fsync_dir, stale_temp_files
+
+_log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+CHECKPOINT_FILE_NAME = "checkpoint.json"
+CHECKPOINT_FILE_MODE = 0o600
+DEFAULT_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+PREPARE_STARTED: Final = "PrepareStarted"
+PREPARE_COMPLETED: Final = "PrepareCompleted"
+ClaimState = Literal["PrepareStarted", "PrepareCompleted"]
+
+LoadStatus = Literal["ok", "missing", "boot-id-changed", "corrupt"]
+# Corruption reasons (the `reason` label of dra_fake_checkpoint_errors_total).
+REASON_UNREADABLE = "unreadable"
+REASON_JSON = "json"
+REASON_FORMAT = "format"
+REASON_VERSION = "version"
+REASON_CHECKSUM = "checksum"
+REASON_SCHEMA = "schema"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class CheckpointedDevice(_Model):
+    """One prepared device as returned to the kubelet (+ whether it was admin access)."""
+
+    requests: list[str]
+    poolName: str
+    deviceName: str
+    cdiDeviceIDs: list[str]
+    shareID: str | None = None
+    adminAccess: bool = False
+
+
+class MigDeviceRecord(_Model):
+    """A dynamic MIG device created for the claim (destroyed on unprepare / rollback)."""
+
+    device: str
+    uuid: str
+    parentUUID: str
+    gpuIndex: int
+    profile: str
+    giProfileID: int
+    placementStart: int
+    placementSize: int
+
+
+class TimeSliceRecord(_Model):
+    """A time-slice interval applied to a full GPU (reset to Default on undo)."""
+
+    uuid: str
+    interval: str
+
+
+class MpsDaemonRecord(_Model):
+    """A (simulated) MPS control daemon started for a group of the claim's devices."""
+
+    controlDaemonID: str
+    uuids: list[str]
+
+
+class UndoData(_Model):
+    migDevices: list[MigDeviceRecord] = Field(default_factory=list)
+    timeSlicing: list[TimeSliceRecord] = Field(default_factory=list)
+    mpsDaemons: list[MpsDaemonRecord] = Field(default_factory=list)
+
+
+class ClaimEntry(_Model):
+    state: ClaimState
+    name: str = ""
+    namespace: str = ""
+    preparedDevices: list[CheckpointedDevice] = Field(default_factory=list)
+    undo: UndoData = Field(default_factory=UndoData)
+    cdiSpec: dict[str, Any] | None = None  # the spec written for the claim (to restore a lost file)
+    recovered: bool = False  # rebuilt from a CDI spec file after the checkpoint was lost
+
+
+class CheckpointData(_Model):
+    nodeBootID: str = ""
+    claims: dict[str, ClaimEntry] = Field(default_factory=dict)
+
+
+@dataclass
+class LoadResult:
+    data: CheckpointData
+    status: LoadStatus
+    reason: str | None = None  # corruption reason
+    quarantined: Path | None = None  # where a corrupt file was moved
+
+
+def canonical_json(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def checksum(data: object) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(data)).hexdigest()
+
+
+def encode(data: CheckpointData) -> bytes:
+    payload = data.model_dump(mode="json", exclude_none=True)
+    document = {"version": FORMAT_VERSION, "checksum": checksum(payload), "data": payload}
+    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+
+
+class CorruptCheckpointError(ValueError):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def decode(raw: bytes) -> CheckpointData:
+    """Parse a checkpoint file; CorruptCheckpointError(reason) if it cannot be trusted."""
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptCheckpointError(REASON_JSON, str(exc)) from None
+    if not isinstance(document, dict) or not {"version", "checksum", "data"} <= document.keys():
+        raise CorruptCheckpointError(REASON_FORMAT, "expected an object with version, checksum and data")
+    if document["version"] != FORMAT_VERSION:
+        raise CorruptCheckpointError(
+            REASON_VERSION, f"unknown format version {document['version']!r}, expected {FORMAT_VERSION}"
+        )
+    expected = checksum(document["data"])
+    if document["checksum"] != expected:
+        raise CorruptCheckpointError(
+            REASON_CHECKSUM, f"checksum mismatch: stored {document['checksum']!r}, computed {expected!r}"
+        )
+    try:
+        return CheckpointData.model_validate(document["data"])
+    except ValidationError as exc:
+        raise CorruptCheckpointError(REASON_SCHEMA, str(exc).replace("\n", " ")) from None
+
+
+def report_to_metrics(reason: str) -> None:
+    """Default corruption hook: count in dra_fake.metrics if that module is present.
+
+    Looks for a `record_checkpoint_error(reason)` function, else for the Counter named
+    `dra_fake_checkpoint_errors_total` among the module's attributes. Never raises.
+    """
+    try:
+        metrics = importlib.import_module("dra_fake.metrics")
+        hook = getattr(metrics, "record_checkpoint_error", None)
+        if callable(hook):
+            hook(reason)
+            return
+        for value in vars(metrics).values():
+            if getattr(value, "_name", None) in (
+                "dra_fake_checkpoint_errors",
+                "dra_fake_checkpoint_errors_total",
+            ):
+                value.labels(reason=reason).inc()
+                return
+    except Exception as exc:  # metrics must never break checkpoint recovery
+        _log.debug("checkpoint error not counted reason=%s error=%s", reason, exc)
+
+
+def read_boot_id(path: Path) -> str:
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except OSError as exc:
+        _log.warning("boot ID unreadable path=%s error=%s", path, exc)
+        return ""
+
+
+class CheckpointStore:
+    """Reads and writes the checkpoint file. Callers hold the prepare/unprepare lock."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        boot_id_path: Path = DEFAULT_BOOT_ID_PATH,
+        on_corrupt: Callable[[str], None] = report_to_metrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(data_dir) / CHECKPOINT_FILE_NAME
+        self.boot_id_path = Path(boot_id_path)
+        self._on_corrupt = on_corrupt
+        self._clock = clock
+
+    def boot_id(self) -> str:
+        return read_boot_id(self.boot_id_path)
+
+    def load(self) -> LoadResult:
+        """The current checkpoint. Never raises for a bad file: see the module docstring."""
+        current_boot = self.boot_id()
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return LoadResult(CheckpointData(nodeBootID=current_boot), "missing")
+        except OSError as exc:
+            return self._corrupt(CorruptCheckpointError(REASON_UNREADABLE, str(exc)), current_boot)
+        try:
+            data = decode(raw)
+        except CorruptCheckpointError as exc:
+            return self._corrupt(exc, current_boot)
+        if data.nodeBootID and current_boot and data.nodeBootID != current_boot:
+            _log.warning(
+                "checkpoint from an earlier boot discarded path=%s storedBootID=%s bootID=%s claims=%d",
+                self.path,
+                data.nodeBootID,
+                current_boot,
+                len(data.claims),
+            )
+            return LoadResult(CheckpointData(nodeBootID=current_boot), "boot-id-changed")
+        if not data.nodeBootID:
+            data.nodeBootID = current_boot  # no boot ID recorded: assume valid, stamp it
+        return LoadResult(data, "ok")
+
+    def peek(self) -> CheckpointData | None:
+        """Read without locking, repairing or reporting (for metrics); None if absent or bad."""
+        try:
+            return decode(self.path.read_bytes())
+        except (OSError, CorruptCheckpointError):
+            return None
+
+    def save(self, data: CheckpointData) -> None:
+        current_boot = self.boot_id()
+        if current_boot:
+            data.nodeBootID = current_boot
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.path, encode(data), CHECKPOINT_FILE_MODE)
+
+    def remove_temp_files(self) -> list[Path]:
+        leftovers = stale_temp_files(self.path) if self.path.parent.is_dir() else []
+        for p in leftovers:
+            p.unlink(missing_ok=True)
+            _log.info("stale checkpoint temp file removed path=%s", p)
+        return leftovers
+
+    def _corrupt(self, exc: CorruptCheckpointError, current_boot: str) -> LoadResult:
+        quarantined = self._quarantine()
+        _log.error(
+            "checkpoint corrupt, starting from an empty one path=%s reason=%s detail=%s movedTo=%s",
+            self.path,
+            exc.reason,
+            exc.detail,
+            quarantined,
+        )
+        try:
+            self._on_corrupt(exc.reason)
+        except Exception as hook_exc:
+            _log.warning("checkpoint corruption hook failed error=%s", hook_exc)
+        return LoadResult(CheckpointData(nodeBootID=current_boot), "corrupt", exc.reason, quarantined)
+
+    def _quarantine(self) -> Path | None:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._clock()))
+        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}Z")
+        n = 1
+        while target.exists():
+            target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}Z.{n}")
+            n += 1
+        try:
+            os.replace(self.path, target)
+            fsync_dir(self.path.parent)
+        except OSError as exc:
+            _log.error("corrupt checkpoint could not be moved aside path=%s error=%s", self.path, exc)
+            return None
+        return target

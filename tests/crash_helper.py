@@ -1,0 +1,151 @@
+"""Shared fixtures for the prepare tests, and a subprocess entry point.
+
+    python tests/crash_helper.py <root> prepare <claim.json>   # with DRA_FAKE_CRASH_AT=... to die
+    python tests/crash_helper.py <root> unprepare <claim-uid>
+    python tests/crash_helper.py <root> startup
+    python tests/crash_helper.py <root> hold-lock              # prints "locked", waits for a stdin line
+
+<root> holds `cdi/`, `plugin/` and a fake `boot_id` file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dra_fake.configs import FeatureGates
+from dra_fake.devices import AllocatableDevice, MigPlacement, gpu_uuid, mig_uuid
+from dra_fake.locking import PrepareUnprepareLock
+from dra_fake.prepare import DeviceState
+
+DRIVER = "gpu.nvidia.com"
+NODE = "node-a"
+BOOT_ID = "11111111-2222-3333-4444-555555555555"
+GIB = 1024**3
+
+
+def _gpu(index: int) -> AllocatableDevice:
+    return AllocatableDevice(
+        name=f"gpu-{index}",
+        kind="gpu",
+        minor=index,
+        index=index,
+        gpu_uuid=gpu_uuid(NODE, index),
+        uuid=gpu_uuid(NODE, index),
+        pci_bus_id=f"0000:{index + 0x10:02x}:00.0",
+        product_name="NVIDIA H100 80GB HBM3",
+        profile_name="h100-sxm5-80gb",
+        memory_bytes=80 * GIB,
+    )
+
+
+def _mig(index: int, placement: MigPlacement, dynamic: bool) -> AllocatableDevice:
+    short = placement.profile.replace(".", "")
+    return AllocatableDevice(
+        name=f"gpu-{index}-mig-{short}-{placement.gi_profile_id}-{placement.start}",
+        kind="mig",
+        minor=index,
+        index=index,
+        gpu_uuid=gpu_uuid(NODE, index),
+        uuid=None if dynamic else mig_uuid(NODE, index, placement),
+        pci_bus_id=f"0000:{index + 0x10:02x}:00.0",
+        product_name="NVIDIA H100 80GB HBM3",
+        profile_name="h100-sxm5-80gb",
+        memory_bytes=10 * GIB * placement.size,
+        mig=placement,
+        dynamic=dynamic,
+    )
+
+
+P1_0 = MigPlacement("1g.10gb", 19, 0, 1)
+P1_1 = MigPlacement("1g.10gb", 19, 1, 1)
+P2_0 = MigPlacement("2g.20gb", 14, 0, 2)
+
+
+def make_devices() -> dict[str, AllocatableDevice]:
+    """gpu-0, gpu-1: full GPUs; gpu-2: static MIG (1g at 0); gpu-3: full GPU + dynamic MIG."""
+    devices = [
+        _gpu(0),
+        _gpu(1),
+        _mig(2, P1_0, dynamic=False),
+        _gpu(3),
+        _mig(3, P1_0, dynamic=True),
+        _mig(3, P1_1, dynamic=True),
+        _mig(3, P2_0, dynamic=True),
+    ]
+    return {d.name: d for d in devices}
+
+
+def result(request: str, device: str, **extra: Any) -> dict[str, Any]:
+    return {"request": request, "driver": DRIVER, "pool": NODE, "device": device, **extra}
+
+
+def opaque(params: dict[str, Any], requests: list[str] | None = None, source: str = "FromClaim") -> dict[str, Any]:
+    entry: dict[str, Any] = {"source": source, "opaque": {"driver": DRIVER, "parameters": params}}
+    if requests is not None:
+        entry["requests"] = requests
+    return entry
+
+
+def make_claim(
+    uid: str,
+    results: list[dict[str, Any]],
+    config: list[dict[str, Any]] | None = None,
+    name: str = "claim",
+    namespace: str = "default",
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"uid": uid, "name": name, "namespace": namespace},
+        "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
+    }
+
+
+def make_state(root: Path, gates: FeatureGates | None = None, **kwargs: Any) -> DeviceState:
+    boot = root / "boot_id"
+    if not boot.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        boot.write_text(BOOT_ID + "\n")
+    return DeviceState(
+        driver_name=DRIVER,
+        pool_name=NODE,
+        devices=make_devices(),
+        cdi_root=root / "cdi",
+        plugin_data_dir=root / "plugin",
+        feature_gates=gates or FeatureGates.of("TimeSlicingSettings", "MPSSupport"),
+        node_name=NODE,
+        boot_id_path=boot,
+        **kwargs,
+    )
+
+
+def main(argv: list[str]) -> int:
+    root, op = Path(argv[0]), argv[1]
+    if op == "hold-lock":
+        with PrepareUnprepareLock(root / "plugin"):
+            print("locked", flush=True)
+            sys.stdin.readline()
+        print("released", flush=True)
+        return 0
+    state = make_state(root)
+    if op == "prepare":
+        claim = json.loads(Path(argv[2]).read_text())
+        devices = state.prepare(claim)
+        print(json.dumps([d.device_name for d in devices]))
+    elif op == "unprepare":
+        state.unprepare(argv[2])
+    elif op == "startup":
+        print(state.startup())
+    else:
+        raise SystemExit(f"unknown op {op}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
