@@ -123,7 +123,8 @@ class LocalCluster:
             self._start_apiserver()
             self._write_kubeconfig()
             self._start_controllers()
-            self._install_cluster_objects()
+            if self.with_plugins:
+                self._install_cluster_objects()
             for i in range(1, self.node_count + 1):
                 self.add_node(node_name(i))
         except BaseException:

@@ -19,11 +19,11 @@ type podRecord struct {
 
 // containerRecord is what a CDI-enabled runtime would do to the container.
 type containerRecord struct {
-	CDIDevices  []string   `json:"cdiDevices"`
-	Env         []string   `json:"env,omitempty"`
+	CDIDevices  []string    `json:"cdiDevices"`
+	Env         []string    `json:"env,omitempty"`
 	Mounts      []oci.Mount `json:"mounts,omitempty"`
-	DeviceNodes []string   `json:"deviceNodes,omitempty"`
-	Hooks       int        `json:"hooks,omitempty"`
+	DeviceNodes []string    `json:"deviceNodes,omitempty"`
+	Hooks       int         `json:"hooks,omitempty"`
 }
 
 // resolveCDI injects the devices into an empty OCI spec with the official CDI library,

@@ -17,9 +17,9 @@ import (
 // simulatedNode registers a Ready Node and keeps its heartbeat fresh, as the kubelet's node
 // status manager does (simplified: one Ready condition, no real resource accounting).
 type simulatedNode struct {
-	client                    kubernetes.Interface
-	name, cpu, memory, pods   string
-	labels                    map[string]string
+	client                  kubernetes.Interface
+	name, cpu, memory, pods string
+	labels                  map[string]string
 }
 
 func (n *simulatedNode) get(ctx context.Context) (*v1.Node, error) {

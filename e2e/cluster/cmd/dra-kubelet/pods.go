@@ -170,7 +170,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod) error {
 			w.recorder.Event(pod, v1.EventTypeWarning, reasonFailedPrepare, err.Error())
 			return err
 		}
-		var names []string
+		names := []string{}
 		for _, d := range info.CDIDevices {
 			names = append(names, d.Name)
 		}
