@@ -226,8 +226,21 @@ def validate_spec(spec: Mapping[str, Any]) -> None:
         )
 
 
+_SPEC_KEY_ORDER = ("cdiVersion", "kind", "annotations", "devices", "containerEdits")
+_DEVICE_KEY_ORDER = ("name", "annotations", "containerEdits")
+
+
+def _ordered(obj: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
+    keys = [k for k in order if k in obj] + sorted(k for k in obj if k not in order)
+    return {k: obj[k] for k in keys}
+
+
 def render_spec(spec: Mapping[str, Any]) -> bytes:
-    return yaml.safe_dump(dict(spec), sort_keys=False, default_flow_style=False, explicit_start=True).encode()
+    """YAML in the field order of the CDI spec, whatever order the dict has (byte-stable)."""
+    doc = _ordered(spec, _SPEC_KEY_ORDER)
+    if isinstance(doc.get("devices"), list):
+        doc["devices"] = [_ordered(d, _DEVICE_KEY_ORDER) for d in doc["devices"]]
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, explicit_start=True).encode()
 
 
 # --- Files -----------------------------------------------------------------------------------

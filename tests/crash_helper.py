@@ -85,7 +85,9 @@ def result(request: str, device: str, **extra: Any) -> dict[str, Any]:
     return {"request": request, "driver": DRIVER, "pool": NODE, "device": device, **extra}
 
 
-def opaque(params: dict[str, Any], requests: list[str] | None = None, source: str = "FromClaim") -> dict[str, Any]:
+def opaque(
+    params: dict[str, Any], requests: list[str] | None = None, source: str = "FromClaim"
+) -> dict[str, Any]:
     entry: dict[str, Any] = {"source": source, "opaque": {"driver": DRIVER, "parameters": params}}
     if requests is not None:
         entry["requests"] = requests
