@@ -159,6 +159,7 @@ def build_inventory(
         raise InventoryError(f"{source}: node name must not be empty")
     gpus: list[PhysicalGpu] = []
     used_bus_ids: set[str] = set()
+    per_profile: Counter[str] = Counter()  # GPUs of each profile so far: picks the topology slot
     for group_index, group in enumerate(config.gpus):
         where = f"gpus.{group_index}"
         profile = _group_profile(config, group, profiles, source, where)
@@ -166,7 +167,8 @@ def build_inventory(
         static = tuple(_static_placements(group, profile, source, where))
         for _ in range(group.count):
             index = len(gpus)
-            bus_id, root = _pci_location(profile, index, used_bus_ids)
+            bus_id, root = _pci_location(profile, per_profile[profile.id], used_bus_ids)
+            per_profile[profile.id] += 1
             used_bus_ids.add(bus_id)
             gpus.append(
                 PhysicalGpu(
@@ -277,13 +279,14 @@ def _static_placements(
     return placements
 
 
-def _pci_location(profile: GpuProfile, index: int, used: set[str]) -> tuple[str, str]:
-    """GPU `index` takes slot index mod n of the profile's topology; each further round of n GPUs,
-    and any clash with a GPU of another profile, moves to the next PCI domain."""
+def _pci_location(profile: GpuProfile, ordinal: int, used: set[str]) -> tuple[str, str]:
+    """The node's `ordinal`-th GPU of this profile takes slot ordinal mod n of the profile's
+    topology; each further round of n GPUs, and any clash with a GPU of another profile, moves
+    to the next PCI domain (bus ID and PCIe root alike)."""
     slots = profile.pci_topology
-    slot = slots[index % len(slots)]
+    slot = slots[ordinal % len(slots)]
     slot_domain = int(slot.bus_id[:4], 16)
-    domain = slot_domain + index // len(slots)
+    domain = slot_domain + ordinal // len(slots)
     while f"{domain:04x}{slot.bus_id[4:]}" in used:
         domain += 1
     root_domain = int(slot.pcie_root[3:7], 16) + domain - slot_domain

@@ -48,7 +48,9 @@ def render_slices(
         f"# ResourceSlices of node {node_name}: driver {driver_name}, resource.k8s.io/{api_version},"
         f" Kubernetes {server_version[0]}.{server_version[1]}, {len(inventory.devices)} devices\n"
     )
-    return header + yaml.safe_dump_all(documents, sort_keys=False, explicit_start=True, width=120)
+    return header + yaml.safe_dump_all(
+        documents, sort_keys=False, explicit_start=True, default_flow_style=None, width=120
+    )
 
 
 def profiles_table(profiles: Mapping[str, GpuProfile]) -> str:
