@@ -14,10 +14,13 @@ can take turns. Order (docs/prepare.md argues why a SIGKILL between any two step
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,6 +205,7 @@ class DeviceState:
         self.gates: GateLookup = feature_gates or FeatureGates()
         self.data_dir = Path(plugin_data_dir)
         self.lock_timeout = lock_timeout
+        self._mutex = threading.Lock()  # threads of this process queue here, not on the flock
         self.cdi = cdi.CdiSpecStore(Path(cdi_root), driver_name)
         self.store = CheckpointStore(
             self.data_dir, boot_id_path or DEFAULT_BOOT_ID_PATH, on_corrupt=on_checkpoint_error
@@ -292,10 +296,20 @@ class DeviceState:
                     self._rollback(data, uid)
                     rolled_back.append(uid)
             restored = []
-            for uid, entry in data.claims.items():
-                if entry.state == PREPARE_COMPLETED and entry.cdiSpec and not self.cdi.exists(uid):
-                    self.cdi.write(uid, entry.cdiSpec)
-                    restored.append(uid)
+            for uid, entry in list(data.claims.items()):
+                if entry.state == PREPARE_COMPLETED and not self.cdi.exists(uid):
+                    try:
+                        assert entry.cdiSpec is not None, "no CDI spec recorded"
+                        self.cdi.write(uid, entry.cdiSpec)
+                        restored.append(uid)
+                    except (AssertionError, cdi.CdiSpecError, OSError) as exc:
+                        _log.error(
+                            "CDI spec of a prepared claim cannot be restored, rolling back claim=%s error=%s",
+                            uid,
+                            exc,
+                        )
+                        self._rollback(data, uid)
+                        rolled_back.append(uid)
             orphans = [uid for uid in self.cdi.claim_uids() if uid not in data.claims]
             for uid in orphans:
                 self.cdi.remove(uid)
@@ -340,8 +354,25 @@ class DeviceState:
 
     # --- steps --------------------------------------------------------------------------------
 
-    def _locked(self) -> PrepareUnprepareLock:
-        return _ClaimLock(self.data_dir, self.lock_timeout)
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """This process's mutex, then the node-wide flock; a timeout is a (retryable) ClaimError."""
+        start = time.monotonic()
+        if not self._mutex.acquire(timeout=self.lock_timeout):
+            raise ClaimError(f"timed out after {self.lock_timeout:g}s waiting for the in-process lock")
+        try:
+            remaining = max(self.lock_timeout - (time.monotonic() - start), 0.0)
+            flock = PrepareUnprepareLock(self.data_dir, timeout=remaining)
+            try:
+                flock.acquire()
+            except LockTimeoutError as exc:
+                raise ClaimError(str(exc)) from exc
+            try:
+                yield
+            finally:
+                flock.release()
+        finally:
+            self._mutex.release()
 
     def _load(self) -> tuple[CheckpointData, str]:
         result = self.store.load()
@@ -605,14 +636,7 @@ class DeviceState:
     def _ensure_spec(self, claim_uid: str, entry: ClaimEntry) -> None:
         if entry.cdiSpec and not self.cdi.exists(claim_uid):
             _log.warning("CDI spec of a prepared claim was missing, rewritten claim=%s", claim_uid)
-            self.cdi.write(claim_uid, entry.cdiSpec)
-
-
-class _ClaimLock(PrepareUnprepareLock):
-    """The prepare/unprepare lock, turning a timeout into a (retryable) ClaimError."""
-
-    def acquire(self) -> None:
-        try:
-            super().acquire()
-        except LockTimeoutError as exc:
-            raise ClaimError(str(exc)) from exc
+            try:
+                self.cdi.write(claim_uid, entry.cdiSpec)
+            except (cdi.CdiSpecError, OSError) as exc:
+                raise ClaimError(f"error restoring the CDI spec of claim {claim_uid}: {exc}") from exc

@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -439,6 +440,29 @@ def test_lock_excludes_another_process(tmp_path: Path) -> None:
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+def test_concurrent_threads_are_serialized(state: DeviceState) -> None:
+    claims = [
+        make_claim(f"e{i}000000-0000-0000-0000-000000000000", [result("g", f"gpu-{i}")]) for i in (0, 1)
+    ]
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def run(claim: dict[str, Any]) -> None:
+        start.wait()
+        try:
+            state.prepare(claim)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in claims]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert sorted(state.prepared_claims().values()) == ["PrepareCompleted", "PrepareCompleted"]
 
 
 def test_lock_excludes_within_a_process(tmp_path: Path) -> None:
