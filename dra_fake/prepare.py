@@ -345,6 +345,13 @@ class DeviceState:
             counts[state] += 1
         return counts
 
+    def prepared_device_count(self) -> int:
+        """Devices of PrepareCompleted claims (for the dra_fake_prepared_devices gauge)."""
+        data = self.store.peek()
+        if data is None:
+            return 0
+        return sum(len(e.preparedDevices) for e in data.claims.values() if e.state == PREPARE_COMPLETED)
+
     def dynamic_mig_devices(self) -> list[MigDeviceRecord]:
         """The dynamic MIG devices currently "created" on this node."""
         data = self.store.peek()

@@ -95,6 +95,7 @@ def test_prepare_returns_devices_and_writes_spec(state: DeviceState) -> None:
     assert f"NVIDIA_VISIBLE_DEVICES={','.join(str(u) for u in uuids)}" in env
     assert state.prepared_claims() == {UID1: "PrepareCompleted"}
     assert state.claim_counts() == {"PrepareStarted": 0, "PrepareCompleted": 1}
+    assert state.prepared_device_count() == 2
 
 
 def test_second_prepare_is_identical_without_side_effects(state: DeviceState) -> None:
