@@ -305,3 +305,16 @@ def test_profile_dirs_reach_the_inventory(tmp_path: Path) -> None:
     config = tmp_path / "inv.yaml"
     config.write_text("gpus: [{profile: t4}]\n", encoding="utf-8")
     assert load_inventory(config, "n", [profiles]).gpus[0].profile.product_name == "NVIDIA T4 custom"
+
+
+def test_an_override_file_completes_b200_for_dynamic_mig(tmp_path: Path) -> None:
+    # Values below are placeholders for the test, not hardware data (the reference lacks them).
+    missing = {"memoryMiB": 1, "multiprocessors": 1, "decoders": 1, "jpegEngines": 1}
+    rows = [dict(missing, name=name) for name in ("3g.90gb", "4g.90gb", "7g.180gb")]
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "b200.yaml").write_text(yaml.safe_dump({"id": "b200", "migProfiles": rows}), encoding="utf-8")
+    config = tmp_path / "inv.yaml"
+    config.write_text("gpus: [{profile: b200, mig: dynamic}]\n", encoding="utf-8")
+    inventory = load_inventory(config, "n", [profiles])
+    assert len(inventory.devices) == 26 and "gpu-0-mig-7g180gb-0-0" in inventory.devices
