@@ -163,8 +163,8 @@ class Publisher:
             self._check_stored(name, spec, stored["spec"])
         if not plan.empty:
             log.info("ResourceSlices published", extra={
-                "generation": plan.generation, "slices": len(desired), "created": len(plan.creates),
-                "updated": len(plan.updates), "deleted": len(plan.deletes), "apiVersion": version})
+                "generation": plan.generation, "slices": len(desired), "createdSlices": len(plan.creates),
+                "updatedSlices": len(plan.updates), "deletedSlices": len(plan.deletes), "apiVersion": version})
         metrics.PUBLISHED_DEVICES.set(sum(len(d.devices) for d in desired))
         return plan
 

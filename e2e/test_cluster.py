@@ -112,7 +112,7 @@ spec:
     devices:
       requests:
       - name: gpus
-        exactly: {deviceClassName: gpu.nvidia.com, allocationMode: ExactCount, count: 64}
+        exactly: {deviceClassName: gpu.nvidia.com, allocationMode: ExactCount, count: 9}  # nodes have 8
 """, ns)
     kube.create(pod_with_claim_template("greedy", "too-many"), ns)
 
@@ -150,8 +150,8 @@ def test_plugin_restart_republishes_and_answers_prepared_claims_idempotently(
     first = prepare(socket, claim)
 
     harness.stop_plugin(node, kill=True)  # crash, not a graceful stop
-    kube.custom.delete_collection_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
-                                                        field_selector=f"spec.nodeName={node}")
+    for s in kube.slices(node=node):  # as the kubelet would 30 s after the plugin vanished
+        kube.custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"])
     harness.start_plugin(node)  # waits until slices are back
     assert kube.slices(node=node)
     assert prepare(socket, claim) == first
