@@ -53,7 +53,8 @@ class State:
     ports: dict[str, int] = field(default_factory=dict)
     processes: dict[str, dict[str, object]] = field(default_factory=dict)
     nodes: list[str] = field(default_factory=list)
-    inventory_config: str | None = None
+    inventory_config: str | None = None  # every node's GPU plugin, unless node_configs names the node
+    node_configs: dict[str, str] = field(default_factory=dict)
     admin_token: str = ""
 
     @classmethod
@@ -72,13 +73,15 @@ class State:
 
 class LocalCluster:
     def __init__(self, root: Path = DEFAULT_ROOT, *, nodes: int = 1, inventory_config: Path | None = None,
-                 with_plugins: bool = True) -> None:
+                 node_configs: dict[str, Path] | None = None, with_plugins: bool = True) -> None:
         self.root = root.resolve()
         self.node_count = nodes
         self.with_plugins = with_plugins
         self.state = State.load(self.root) or State(root=str(self.root))
         if inventory_config is not None:
             self.state.inventory_config = str(inventory_config.resolve())
+        for node, path in (node_configs or {}).items():
+            self.state.node_configs[node] = str(path.resolve())
 
     # ---- paths -------------------------------------------------------------------------
     @property
@@ -117,7 +120,8 @@ class LocalCluster:
         if missing:
             raise RuntimeError(f"missing binaries {missing} in {BIN_DIR}: run `make cluster-build` first")
         self.root.mkdir(parents=True, exist_ok=True)
-        self.state = State(root=str(self.root), inventory_config=self.state.inventory_config)
+        self.state = State(root=str(self.root), inventory_config=self.state.inventory_config,
+                           node_configs=self.state.node_configs)
         try:
             self._start_etcd()
             self._start_apiserver()
@@ -271,8 +275,9 @@ class LocalCluster:
             f"--kubelet-plugins-directory-path={nd / 'plugins'}", f"--cdi-root={nd / 'cdi'}",
             f"--healthcheck-port={free_port()}", f"--metrics-port={free_port()}",
         ]
-        if self.state.inventory_config:
-            args.append(f"--config={self.state.inventory_config}")
+        config = self.state.node_configs.get(node) or self.state.inventory_config
+        if config:
+            args.append(f"--config={config}")
         return args
 
     def start_plugin(self, node: str, wait: bool = True) -> Process:
