@@ -26,8 +26,10 @@ class ServerInfo:
     @property
     def resource_version(self) -> ResourceApiVersion:
         if not self.resource_versions:
-            raise RuntimeError("the API server serves no resource.k8s.io version this driver knows "
-                               "(v1, v1beta2, v1beta1): is DynamicResourceAllocation enabled?")
+            raise RuntimeError(
+                "the API server serves no resource.k8s.io version this driver knows "
+                "(v1, v1beta2, v1beta1): is DynamicResourceAllocation enabled?"
+            )
         return self.resource_versions[0]
 
 
@@ -72,8 +74,12 @@ class ResourceApi:
         A 404 for the whole group version (not served any more) triggers one rediscovery."""
         for attempt in range(2):
             try:
-                return cast(dict[str, Any], self.custom.get_namespaced_custom_object(
-                    RESOURCE_GROUP, self.version, namespace, "resourceclaims", name))
+                return cast(
+                    dict[str, Any],
+                    self.custom.get_namespaced_custom_object(
+                        RESOURCE_GROUP, self.version, namespace, "resourceclaims", name
+                    ),
+                )
             except ApiException as err:
                 if err.status != 404:
                     raise

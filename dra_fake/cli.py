@@ -23,56 +23,140 @@ class _EnvDefault(argparse.Action):
         if env in os.environ:
             default = os.environ[env]
             required = False
-        kwargs["help"] = f"{kwargs.get('help', '')} [env {env}]" + (f" (default {default})" if default not in
-                                                                       (None, "") else "")
+        kwargs["help"] = f"{kwargs.get('help', '')} [env {env}]" + (
+            f" (default {default})" if default not in (None, "") else ""
+        )
         super().__init__(default=default, required=required, **kwargs)
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         setattr(namespace, self.dest, values)
 
 
 def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) -> None:
-    p.add_argument("--node-name", action=_EnvDefault, env="NODE_NAME", required=True,
-                   help="name of the node this plugin runs on")
-    p.add_argument("--driver-name", action=_EnvDefault, env="DRIVER_NAME", default=driver_default,
-                   help="DRA driver name published in ResourceSlices and registered with the kubelet")
-    p.add_argument("--cdi-root", action=_EnvDefault, env="CDI_ROOT", default="/var/run/cdi",
-                   help="directory for generated CDI specs")
-    p.add_argument("--kubelet-registrar-directory-path", action=_EnvDefault, env="KUBELET_REGISTRAR_DIRECTORY_PATH",
-                   default="/var/lib/kubelet/plugins_registry", help="the kubelet's plugin registration directory")
-    p.add_argument("--kubelet-plugins-directory-path", action=_EnvDefault, env="KUBELET_PLUGINS_DIRECTORY_PATH",
-                   default="/var/lib/kubelet/plugins",
-                   help="the kubelet's plugins directory; the plugin's socket, checkpoint and lock live in <dir>/<driver>")
-    p.add_argument("--pod-uid", action=_EnvDefault, env="POD_UID", default="",
-                   help="UID of the plugin's pod (downward API); enables rolling-update socket names")
-    p.add_argument("--healthcheck-port", action=_EnvDefault, env="HEALTHCHECK_PORT", type=int, default=-1,
-                   help="port of the gRPC health service on 127.0.0.1 (negative: disabled)")
-    p.add_argument("--metrics-port", action=_EnvDefault, env="METRICS_PORT", type=int, default=-1,
-                   help="port of the Prometheus metrics endpoint (negative: disabled)")
-    p.add_argument("--kubeconfig", action=_EnvDefault, env="KUBECONFIG", default="",
-                   help="kubeconfig file; in-cluster configuration when empty")
-    p.add_argument("--log-level", action=_EnvDefault, env="LOG_LEVEL", default="info",
-                   choices=["debug", "info", "warning", "error"], help="log level")
-    p.add_argument("--log-format", action=_EnvDefault, env="LOG_FORMAT", default="text", choices=["text", "json"],
-                   help="log format")
+    p.add_argument(
+        "--node-name",
+        action=_EnvDefault,
+        env="NODE_NAME",
+        required=True,
+        help="name of the node this plugin runs on",
+    )
+    p.add_argument(
+        "--driver-name",
+        action=_EnvDefault,
+        env="DRIVER_NAME",
+        default=driver_default,
+        help="DRA driver name published in ResourceSlices and registered with the kubelet",
+    )
+    p.add_argument(
+        "--cdi-root",
+        action=_EnvDefault,
+        env="CDI_ROOT",
+        default="/var/run/cdi",
+        help="directory for generated CDI specs",
+    )
+    p.add_argument(
+        "--kubelet-registrar-directory-path",
+        action=_EnvDefault,
+        env="KUBELET_REGISTRAR_DIRECTORY_PATH",
+        default="/var/lib/kubelet/plugins_registry",
+        help="the kubelet's plugin registration directory",
+    )
+    p.add_argument(
+        "--kubelet-plugins-directory-path",
+        action=_EnvDefault,
+        env="KUBELET_PLUGINS_DIRECTORY_PATH",
+        default="/var/lib/kubelet/plugins",
+        help="the kubelet's plugins directory; the plugin's socket, checkpoint and lock live in <dir>/<driver>",
+    )
+    p.add_argument(
+        "--pod-uid",
+        action=_EnvDefault,
+        env="POD_UID",
+        default="",
+        help="UID of the plugin's pod (downward API); enables rolling-update socket names",
+    )
+    p.add_argument(
+        "--healthcheck-port",
+        action=_EnvDefault,
+        env="HEALTHCHECK_PORT",
+        type=int,
+        default=-1,
+        help="port of the gRPC health service on 127.0.0.1 (negative: disabled)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        action=_EnvDefault,
+        env="METRICS_PORT",
+        type=int,
+        default=-1,
+        help="port of the Prometheus metrics endpoint (negative: disabled)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        action=_EnvDefault,
+        env="KUBECONFIG",
+        default="",
+        help="kubeconfig file; in-cluster configuration when empty",
+    )
+    p.add_argument(
+        "--log-level",
+        action=_EnvDefault,
+        env="LOG_LEVEL",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level",
+    )
+    p.add_argument(
+        "--log-format",
+        action=_EnvDefault,
+        env="LOG_FORMAT",
+        default="text",
+        choices=["text", "json"],
+        help="log format",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dra-fake", description="A DRA driver that simulates NVIDIA GPUs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    gpu = sub.add_parser("gpu-kubelet-plugin", help="the GPU kubelet plugin (driver gpu.nvidia.com)",
-                         description="Publish simulated GPUs as ResourceSlices and prepare claims for the kubelet.")
+    gpu = sub.add_parser(
+        "gpu-kubelet-plugin",
+        help="the GPU kubelet plugin (driver gpu.nvidia.com)",
+        description="Publish simulated GPUs as ResourceSlices and prepare claims for the kubelet.",
+    )
     _add_common_plugin_flags(gpu, DEFAULT_DRIVER)
-    gpu.add_argument("--config", action=_EnvDefault, env="DRA_FAKE_CONFIG", default="",
-                     help="node inventory file (YAML); default: 8 x h100-sxm5-80gb")
-    gpu.add_argument("--profiles-dir", action=_EnvDefault, env="DRA_FAKE_PROFILES_DIR", default="",
-                     help="extra directory of GPU profile files (added to / overriding the built-in ones)")
-    gpu.add_argument("--feature-gates", action=_EnvDefault, env="FEATURE_GATES", default="",
-                     help="NVIDIA driver feature gates, e.g. TimeSlicingSettings=true,MPSSupport=true")
+    gpu.add_argument(
+        "--config",
+        action=_EnvDefault,
+        env="DRA_FAKE_CONFIG",
+        default="",
+        help="node inventory file (YAML); default: 8 x h100-sxm5-80gb",
+    )
+    gpu.add_argument(
+        "--profiles-dir",
+        action=_EnvDefault,
+        env="DRA_FAKE_PROFILES_DIR",
+        default="",
+        help="extra directory of GPU profile files (added to / overriding the built-in ones)",
+    )
+    gpu.add_argument(
+        "--feature-gates",
+        action=_EnvDefault,
+        env="FEATURE_GATES",
+        default="",
+        help="NVIDIA driver feature gates, e.g. TimeSlicingSettings=true,MPSSupport=true",
+    )
 
-    render = sub.add_parser("render-slices", help="print the ResourceSlices a node would publish (no cluster needed)")
+    render = sub.add_parser(
+        "render-slices", help="print the ResourceSlices a node would publish (no cluster needed)"
+    )
     render.add_argument("--config", type=Path, help="node inventory file (default: 8 x h100-sxm5-80gb)")
     render.add_argument("--node-name", default="node-1")
     render.add_argument("--driver-name", default=DEFAULT_DRIVER)
@@ -102,9 +186,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "render-slices":
         from .render import render_slices
 
-        sys.stdout.write(render_slices(args.config, args.node_name, args.api_version,
-                                       parse_server_version(args.server_version), driver_name=args.driver_name,
-                                       profile_dirs=args.profiles_dir))
+        sys.stdout.write(
+            render_slices(
+                args.config,
+                args.node_name,
+                args.api_version,
+                parse_server_version(args.server_version),
+                driver_name=args.driver_name,
+                profile_dirs=args.profiles_dir,
+            )
+        )
         return 0
     if args.command == "profiles":
         from .profiles import load_profiles

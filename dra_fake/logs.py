@@ -18,8 +18,11 @@ def _fields(record: logging.LogRecord) -> dict[str, object]:
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage(),
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
         }
         entry.update(_fields(record))
         if record.exc_info:
@@ -30,8 +33,10 @@ class JsonFormatter(logging.Formatter):
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         base = f"{self.formatTime(record, '%H:%M:%S')} {record.levelname[0]} {record.name}: {record.getMessage()}"
-        extra = " ".join(f"{k}={v!r}" if isinstance(v, str) and " " in v else f"{k}={v}"
-                         for k, v in _fields(record).items())
+        extra = " ".join(
+            f"{k}={v!r}" if isinstance(v, str) and " " in v else f"{k}={v}"
+            for k, v in _fields(record).items()
+        )
         text = f"{base} {extra}" if extra else base
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)

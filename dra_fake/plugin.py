@@ -50,8 +50,10 @@ class ClaimPreparer:
             claim = self.resources.get_claim(ref.namespace, ref.name)
             uid = claim.get("metadata", {}).get("uid")
             if uid != ref.uid:
-                raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: UID is {uid}, the kubelet asked for "
-                                 f"{ref.uid} (the claim was deleted and re-created)")
+                raise ClaimError(
+                    f"ResourceClaim {ref.namespace}/{ref.name}: UID is {uid}, the kubelet asked for "
+                    f"{ref.uid} (the claim was deleted and re-created)"
+                )
             if not claim.get("status", {}).get("allocation"):
                 raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: claim not yet allocated")
             devices = self.state.prepare(claim)
@@ -60,7 +62,9 @@ class ClaimPreparer:
             return PrepareResult(error=str(err))
         except ApiException as err:
             log.warning("prepare failed: API server", extra={**fields, "status": err.status})
-            return PrepareResult(error=f"get ResourceClaim {ref.namespace}/{ref.name}: {err.status} {err.reason}")
+            return PrepareResult(
+                error=f"get ResourceClaim {ref.namespace}/{ref.name}: {err.status} {err.reason}"
+            )
         log.info("claim prepared", extra={**fields, "devices": [d.device_name for d in devices]})
         return PrepareResult(devices=devices)
 
@@ -70,7 +74,9 @@ class ClaimPreparer:
             try:
                 self.state.unprepare(ref.uid)
                 results[ref.uid] = ""
-                log.info("claim unprepared", extra={"claim": f"{ref.namespace}/{ref.name}", "claimUID": ref.uid})
+                log.info(
+                    "claim unprepared", extra={"claim": f"{ref.namespace}/{ref.name}", "claimUID": ref.uid}
+                )
             except ClaimError as err:
                 results[ref.uid] = str(err)
         self._update_gauges()
@@ -86,7 +92,9 @@ def parse_feature_gates(raw: str) -> FeatureGates:
     for item in filter(None, (s.strip() for s in raw.split(","))):
         name, _, value = item.partition("=")
         if name not in KNOWN_GATES:
-            raise StartupError(f"--feature-gates: unknown feature gate {name!r} (known: {', '.join(KNOWN_GATES)})")
+            raise StartupError(
+                f"--feature-gates: unknown feature gate {name!r} (known: {', '.join(KNOWN_GATES)})"
+            )
         if value.lower() not in ("true", "false"):
             raise StartupError(f"--feature-gates: {name}={value!r}: the value must be true or false")
         if value.lower() == "true":
@@ -111,7 +119,7 @@ def with_backoff(what: str, fn: Callable[[], T], stop: threading.Event, limit: f
     while True:
         try:
             return fn()
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if stop.is_set():
                 raise
             log.warning("%s failed, retrying", what, extra={"error": str(err), "retryIn": delay})
@@ -135,8 +143,9 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
 
 
 class GpuPlugin:
-    def __init__(self, args: argparse.Namespace, inventory: Inventory, gates: FeatureGates,
-                 api: client.ApiClient) -> None:
+    def __init__(
+        self, args: argparse.Namespace, inventory: Inventory, gates: FeatureGates, api: client.ApiClient
+    ) -> None:
         self.args = args
         self.inventory = inventory
         self.gates = gates
@@ -152,16 +161,31 @@ class GpuPlugin:
         started = time.monotonic()
         info: ServerInfo = with_backoff("API discovery", lambda: discover(self.api), self.stop_event)
         node_uid: str = with_backoff(
-            f"get Node {self.node}", lambda: client.CoreV1Api(self.api).read_node(self.node).metadata.uid,
-            self.stop_event)
+            f"get Node {self.node}",
+            lambda: client.CoreV1Api(self.api).read_node(self.node).metadata.uid,
+            self.stop_event,
+        )
         resources = ResourceApi(self.api, info)
-        log.info("API server", extra={"version": "%d.%d" % info.version, "resourceApi": resources.version,
-                                      "devices": len(self.inventory.devices)})
+        log.info(
+            "API server",
+            extra={
+                "version": "%d.%d" % info.version,
+                "resourceApi": resources.version,
+                "devices": len(self.inventory.devices),
+            },
+        )
 
         data_dir = Path(self.args.kubelet_plugins_directory_path) / self.driver
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
-        state = DeviceState(self.driver, self.node, self.inventory.devices, Path(self.args.cdi_root), data_dir,
-                            feature_gates=self.gates, node_name=self.node)
+        state = DeviceState(
+            self.driver,
+            self.node,
+            self.inventory.devices,
+            Path(self.args.cdi_root),
+            data_dir,
+            feature_gates=self.gates,
+            node_name=self.node,
+        )
         report = state.startup()
         log.info("checkpoint recovered", extra={"report": str(report)})
 
@@ -172,9 +196,14 @@ class GpuPlugin:
         publisher.start()
 
         handler = ClaimPreparer(resources, state)
-        handler._update_gauges()  # noqa: SLF001 - initial values from the checkpoint
-        kubelet = KubeletPlugin(self.driver, handler, self.args.kubelet_registrar_directory_path,
-                                self.args.kubelet_plugins_directory_path, self.args.pod_uid or None)
+        handler._update_gauges()
+        kubelet = KubeletPlugin(
+            self.driver,
+            handler,
+            self.args.kubelet_registrar_directory_path,
+            self.args.kubelet_plugins_directory_path,
+            self.args.pod_uid or None,
+        )
         kubelet.start()
         components: list[Any] = [_PublisherStopper(publisher), kubelet]
         if self.args.healthcheck_port >= 0:

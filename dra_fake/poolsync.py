@@ -65,7 +65,12 @@ def plan_pool(
     missing = [n for n in wanted if n not in by_name]
     changed = [n for n in wanted if n in by_name and not same(by_name[n], build_spec(wanted[n], current))]
 
-    if current > 0 and not missing and not [d for d in deletes if d.generation == current] and len(changed) <= 1:
+    if (
+        current > 0
+        and not missing
+        and not [d for d in deletes if d.generation == current]
+        and len(changed) <= 1
+    ):
         plan = PoolPlan(generation=current, deletes=deletes)
         plan.updates = [(by_name[n], build_spec(wanted[n], current)) for n in changed]
         return plan

@@ -55,8 +55,15 @@ def dropped_features(sent: Spec, stored: Spec) -> list[str]:
 
 
 class Publisher:
-    def __init__(self, api: ResourceApi, driver: str, node_name: str, node_uid: str,
-                 desired: Callable[[], list[DesiredSlice]], resync_seconds: float = 300.0) -> None:
+    def __init__(
+        self,
+        api: ResourceApi,
+        driver: str,
+        node_name: str,
+        node_uid: str,
+        desired: Callable[[], list[DesiredSlice]],
+        resync_seconds: float = 300.0,
+    ) -> None:
         self.api = api
         self.driver = driver
         self.node_name = node_name
@@ -97,8 +104,11 @@ class Publisher:
                 self.sync()
                 self.synced.set()
                 backoff = 0.5
-            except Exception as err:  # noqa: BLE001 - every failure is retried with backoff
-                log.warning("publishing ResourceSlices failed, retrying", extra={"error": str(err), "retryIn": backoff})
+            except Exception as err:
+                log.warning(
+                    "publishing ResourceSlices failed, retrying",
+                    extra={"error": str(err), "retryIn": backoff},
+                )
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
                 self._trigger.set()
@@ -108,14 +118,20 @@ class Publisher:
         while not self._stop.is_set():
             w = watch.Watch()
             try:
-                for event in w.stream(self.api.custom.list_cluster_custom_object, RESOURCE_GROUP, self.api.version,
-                                      "resourceslices", field_selector=self._selector(), timeout_seconds=60):
+                for event in w.stream(
+                    self.api.custom.list_cluster_custom_object,
+                    RESOURCE_GROUP,
+                    self.api.version,
+                    "resourceslices",
+                    field_selector=self._selector(),
+                    timeout_seconds=60,
+                ):
                     if self._stop.is_set():
                         break
                     if event["type"] in ("DELETED", "MODIFIED", "ADDED"):
                         self._trigger.set()
                 backoff = 0.5
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:
                 log.debug("slice watch ended", extra={"error": str(err)})
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
@@ -128,33 +144,59 @@ class Publisher:
 
     # ---- one reconciliation ------------------------------------------------------------
     def existing(self) -> list[ExistingSlice]:
-        objs = self.api.custom.list_cluster_custom_object(RESOURCE_GROUP, self.api.version, "resourceslices",
-                                                          field_selector=self._selector())
-        return [ExistingSlice(o["metadata"]["name"], o["metadata"]["uid"], o["metadata"]["resourceVersion"],
-                              o["spec"]) for o in objs["items"]]
+        objs = self.api.custom.list_cluster_custom_object(
+            RESOURCE_GROUP, self.api.version, "resourceslices", field_selector=self._selector()
+        )
+        return [
+            ExistingSlice(
+                o["metadata"]["name"], o["metadata"]["uid"], o["metadata"]["resourceVersion"], o["spec"]
+            )
+            for o in objs["items"]
+        ]
 
     def sync(self) -> PoolPlan:
         desired = self.desired()
         version = self.api.version
 
         def build(index: int, generation: int) -> Spec:
-            return slice_spec(desired[index], api_version=version, driver=self.driver, pool_name=self.node_name,
-                              node_name=self.node_name, generation=generation, slice_count=len(desired))
+            return slice_spec(
+                desired[index],
+                api_version=version,
+                driver=self.driver,
+                pool_name=self.node_name,
+                node_name=self.node_name,
+                generation=generation,
+                slice_count=len(desired),
+            )
 
         plan = plan_pool(self.existing(), len(desired), build, self.driver, self.node_name, same=self._same)
         for e in plan.deletes:
             self._delete(e)
         for e, spec in plan.updates:
-            obj = slice_manifest(spec, api_version=version, name=e.name, owner_node_name=self.node_name,
-                                 owner_node_uid=self.node_uid)
+            obj = slice_manifest(
+                spec,
+                api_version=version,
+                name=e.name,
+                owner_node_name=self.node_name,
+                owner_node_uid=self.node_uid,
+            )
             obj["metadata"]["resourceVersion"] = e.resource_version
-            stored = self.api.custom.replace_cluster_custom_object(RESOURCE_GROUP, version, "resourceslices", e.name, obj)
+            stored = self.api.custom.replace_cluster_custom_object(
+                RESOURCE_GROUP, version, "resourceslices", e.name, obj
+            )
             self._check_stored(e.name, spec, stored["spec"])
         for name, spec in plan.creates:
-            obj = slice_manifest(spec, api_version=version, name=name, owner_node_name=self.node_name,
-                                 owner_node_uid=self.node_uid)
+            obj = slice_manifest(
+                spec,
+                api_version=version,
+                name=name,
+                owner_node_name=self.node_name,
+                owner_node_uid=self.node_uid,
+            )
             try:
-                stored = self.api.custom.create_cluster_custom_object(RESOURCE_GROUP, version, "resourceslices", obj)
+                stored = self.api.custom.create_cluster_custom_object(
+                    RESOURCE_GROUP, version, "resourceslices", obj
+                )
             except ApiException as err:
                 if err.status == 409:  # created meanwhile (by an earlier instance): next sync updates it
                     self._trigger.set()
@@ -162,17 +204,29 @@ class Publisher:
                 raise
             self._check_stored(name, spec, stored["spec"])
         if not plan.empty:
-            log.info("ResourceSlices published", extra={
-                "generation": plan.generation, "slices": len(desired), "createdSlices": len(plan.creates),
-                "updatedSlices": len(plan.updates), "deletedSlices": len(plan.deletes), "apiVersion": version})
+            log.info(
+                "ResourceSlices published",
+                extra={
+                    "generation": plan.generation,
+                    "slices": len(desired),
+                    "createdSlices": len(plan.creates),
+                    "updatedSlices": len(plan.updates),
+                    "deletedSlices": len(plan.deletes),
+                    "apiVersion": version,
+                },
+            )
         metrics.PUBLISHED_DEVICES.set(sum(len(d.devices) for d in desired))
         return plan
 
     def _delete(self, e: ExistingSlice) -> None:
         try:
             self.api.custom.delete_cluster_custom_object(
-                RESOURCE_GROUP, self.api.version, "resourceslices", e.name,
-                body={"preconditions": {"uid": e.uid, "resourceVersion": e.resource_version}})
+                RESOURCE_GROUP,
+                self.api.version,
+                "resourceslices",
+                e.name,
+                body={"preconditions": {"uid": e.uid, "resourceVersion": e.resource_version}},
+            )
         except ApiException as err:
             if err.status not in (404, 409):
                 raise
@@ -192,8 +246,12 @@ class Publisher:
         for feature in dropped_features(sent, stored):
             if feature not in self._warned:
                 self._warned.add(feature)
-                log.warning("the API server dropped ResourceSlice fields: feature gate %s is probably disabled "
-                            "there; publishing what it accepts", feature, extra={"slice": name, "feature": feature})
+                log.warning(
+                    "the API server dropped ResourceSlice fields: feature gate %s is probably disabled "
+                    "there; publishing what it accepts",
+                    feature,
+                    extra={"slice": name, "feature": feature},
+                )
 
 
 def _canon(spec: Spec) -> str:

@@ -30,17 +30,19 @@ def main() -> int:
     started = not cluster.is_up()
     t0 = time.monotonic()
     if started:
-        print(f"==> starting a local cluster with {args.nodes} node(s) (real etcd, kube-apiserver, "
-              "kube-scheduler, kube-controller-manager, dra-kubelet harness, GPU plugin)")
+        print(
+            f"==> starting a local cluster with {args.nodes} node(s) (real etcd, kube-apiserver, "
+            "kube-scheduler, kube-controller-manager, dra-kubelet harness, GPU plugin)"
+        )
         cluster.up()
     print(f"==> cluster ready in {time.monotonic() - t0:.0f}s")
     try:
         kube = Kube(cluster.kubeconfig)
         kube.core.create_namespace({"metadata": {"name": NAMESPACE}})
-        kube._has_default_sa(NAMESPACE)  # noqa: SLF001
+        kube._has_default_sa(NAMESPACE)
         from e2e.kube import poll
 
-        poll("default service account", lambda: kube._has_default_sa(NAMESPACE), 30)  # noqa: SLF001
+        poll("default service account", lambda: kube._has_default_sa(NAMESPACE), 30)
         pods: list[str] = []
         for path in sorted((REPO / "demo").glob("*.yaml")):
             print(f"==> kubectl apply -f {path.relative_to(REPO)}")
@@ -53,7 +55,9 @@ def main() -> int:
         print(summary(kube, cluster, pods))
     finally:
         if args.keep or not started:
-            print(f"\ncluster left running: export KUBECONFIG={cluster.kubeconfig}; stop it with `make cluster-down`")
+            print(
+                f"\ncluster left running: export KUBECONFIG={cluster.kubeconfig}; stop it with `make cluster-down`"
+            )
         else:
             print("\n==> tearing down (KEEP=1 keeps the cluster)")
             cluster.down()
@@ -61,7 +65,9 @@ def main() -> int:
 
 
 def summary(kube: Kube, cluster: LocalCluster, pods: list[str]) -> str:
-    devices = {(s["spec"]["pool"]["name"], d["name"]): d for s in kube.slices() for d in s["spec"].get("devices", [])}
+    devices = {
+        (s["spec"]["pool"]["name"], d["name"]): d for s in kube.slices() for d in s["spec"].get("devices", [])
+    }
     lines = []
     for name in pods:
         pod = kube.pod(NAMESPACE, name)
@@ -75,8 +81,10 @@ def summary(kube: Kube, cluster: LocalCluster, pods: list[str]) -> str:
                 model = attrs.get("productName", {}).get("string", "?")
                 uuid = attrs.get("uuid", {}).get("string", "(created at prepare)")
                 profile = attrs.get("profile", {}).get("string")
-                lines.append(f"  claim {claim['metadata']['name']} request {request}: {device}  {model}  {uuid}"
-                             + (f"  MIG {profile}" if profile else ""))
+                lines.append(
+                    f"  claim {claim['metadata']['name']} request {request}: {device}  {model}  {uuid}"
+                    + (f"  MIG {profile}" if profile else "")
+                )
             spec_file = cluster.node_dir(node) / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.yaml"
             if spec_file.exists():
                 lines.append(f"  CDI spec {spec_file.relative_to(REPO)}")

@@ -15,11 +15,19 @@ def prepare(socket: Path, claim: dict[str, Any]) -> dict[str, Any]:
     meta = claim["metadata"]
     with grpc.insecure_channel(f"unix://{socket}") as channel:
         stub = api_pb2_grpc.DRAPluginStub(channel)
-        resp = stub.NodePrepareResources(api_pb2.NodePrepareResourcesRequest(claims=[
-            api_pb2.Claim(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])]), timeout=30)
+        resp = stub.NodePrepareResources(
+            api_pb2.NodePrepareResourcesRequest(
+                claims=[api_pb2.Claim(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])]
+            ),
+            timeout=30,
+        )
     result = resp.claims[meta["uid"]]
     if result.error:
         raise AssertionError(f"prepare failed: {result.error}")
     [device] = result.devices
-    return {"request_names": list(device.request_names), "pool_name": device.pool_name,
-            "device_name": device.device_name, "cdi_device_ids": list(device.cdi_device_ids)}
+    return {
+        "request_names": list(device.request_names),
+        "pool_name": device.pool_name,
+        "device_name": device.device_name,
+        "cdi_device_ids": list(device.cdi_device_ids),
+    }

@@ -71,8 +71,11 @@ class Kube:
         if kind == "Pod":
             return self.api.sanitize_for_serialization(self.core.create_namespaced_pod(ns, obj))  # type: ignore[no-any-return]
         group, version = obj["apiVersion"].split("/")
-        plural = {"ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates",
-                  "DeviceClass": "deviceclasses"}[kind]
+        plural = {
+            "ResourceClaim": "resourceclaims",
+            "ResourceClaimTemplate": "resourceclaimtemplates",
+            "DeviceClass": "deviceclasses",
+        }[kind]
         if kind == "DeviceClass":
             return self.custom.create_cluster_custom_object(group, version, plural, obj)  # type: ignore[no-any-return]
         return self.custom.create_namespaced_custom_object(group, version, ns, plural, obj)  # type: ignore[no-any-return]
@@ -99,11 +102,15 @@ class Kube:
     def claims(self, ns: str) -> list[dict[str, Any]]:
         return list(self.custom.list_namespaced_custom_object(*RESOURCE, ns, "resourceclaims")["items"])
 
-    def slices(self, driver: str = "gpu.nvidia.com", node: str | None = None,
-               version: str = "v1") -> list[dict[str, Any]]:
+    def slices(
+        self, driver: str = "gpu.nvidia.com", node: str | None = None, version: str = "v1"
+    ) -> list[dict[str, Any]]:
         selector = f"spec.driver={driver}" + (f",spec.nodeName={node}" if node else "")
-        return list(self.custom.list_cluster_custom_object("resource.k8s.io", version, "resourceslices",
-                                                           field_selector=selector)["items"])
+        return list(
+            self.custom.list_cluster_custom_object(
+                "resource.k8s.io", version, "resourceslices", field_selector=selector
+            )["items"]
+        )
 
     def events(self, ns: str, name: str) -> list[dict[str, Any]]:
         evs = self.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
@@ -138,11 +145,19 @@ class Kube:
 
 def pod_with_claim_template(name: str, template: str, requests: int = 1) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
         "spec": {
             "restartPolicy": "Never",
             "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
-            "containers": [{"name": "ctr", "image": "ubuntu:24.04", "command": ["nvidia-smi", "-L"],
-                            "resources": {"claims": [{"name": "gpu"}]}}],
+            "containers": [
+                {
+                    "name": "ctr",
+                    "image": "ubuntu:24.04",
+                    "command": ["nvidia-smi", "-L"],
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
         },
     }

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e.kube import Kube, poll, pod_with_claim_template
+from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.localcluster import LocalCluster
 
 GPU_TEMPLATE = """
@@ -51,8 +51,9 @@ def test_slices_published_for_each_node(kube: Kube, nodes: list[str]) -> None:
         assert (owner["kind"], owner["name"], owner.get("controller")) == ("Node", node, True)
 
 
-def test_claim_from_template_is_allocated_prepared_and_resolved(kube: Kube, ns: str,
-                                                                  local_cluster: LocalCluster | None) -> None:
+def test_claim_from_template_is_allocated_prepared_and_resolved(
+    kube: Kube, ns: str, local_cluster: LocalCluster | None
+) -> None:
     kube.apply_yaml(GPU_TEMPLATE, ns)
     kube.create(pod_with_claim_template("p1", "single-gpu"), ns)
     pod = kube.wait_running(ns, "p1")
@@ -94,7 +95,11 @@ def test_pod_deletion_unprepares_and_removes_the_cdi_spec(kube: Kube, ns: str, h
     kube.create(pod_with_claim_template("p", "single-gpu"), ns)
     pod = kube.wait_running(ns, "p")
     claim = kube.claim(ns, pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
-    spec_file = harness.node_dir(pod["spec"]["nodeName"]) / "cdi" / f"k8s.gpu.nvidia.com-claim_{claim['metadata']['uid']}.yaml"
+    spec_file = (
+        harness.node_dir(pod["spec"]["nodeName"])
+        / "cdi"
+        / f"k8s.gpu.nvidia.com-claim_{claim['metadata']['uid']}.yaml"
+    )
     assert spec_file.exists()
     kube.delete_pod(ns, "p")
     poll("CDI spec removed after unprepare", lambda: not spec_file.exists(), 60)
@@ -103,7 +108,8 @@ def test_pod_deletion_unprepares_and_removes_the_cdi_spec(kube: Kube, ns: str, h
 
 
 def test_unsatisfiable_claim_stays_pending_with_the_schedulers_reason(kube: Kube, ns: str) -> None:
-    kube.apply_yaml("""
+    kube.apply_yaml(
+        """
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
 metadata: {name: too-many}
@@ -113,12 +119,18 @@ spec:
       requests:
       - name: gpus
         exactly: {deviceClassName: gpu.nvidia.com, allocationMode: ExactCount, count: 9}  # nodes have 8
-""", ns)
+""",
+        ns,
+    )
     kube.create(pod_with_claim_template("greedy", "too-many"), ns)
 
     def unschedulable() -> str | None:
         for cond in kube.pod(ns, "greedy").get("status", {}).get("conditions") or []:
-            if cond["type"] == "PodScheduled" and cond["status"] == "False" and cond.get("reason") == "Unschedulable":
+            if (
+                cond["type"] == "PodScheduled"
+                and cond["status"] == "False"
+                and cond.get("reason") == "Unschedulable"
+            ):
                 return str(cond.get("message"))
         return None
 
@@ -127,18 +139,26 @@ spec:
     assert kube.pod(ns, "greedy")["status"]["phase"] == "Pending"
 
 
-def test_harness_restart_wipes_slices_and_the_driver_recreates_them(kube: Kube, harness: LocalCluster) -> None:
+def test_harness_restart_wipes_slices_and_the_driver_recreates_them(
+    kube: Kube, harness: LocalCluster
+) -> None:
     node = harness.state.nodes[0]
     before = {s["metadata"]["uid"] for s in kube.slices(node=node)}
     assert before
     harness.stop_harness(node)
     harness.start_harness(node)  # the kubelet's DRA manager deletes the node's slices at start
-    poll("slices re-created with new UIDs",
-         lambda: (lambda now: now and not (now & before))({s["metadata"]["uid"] for s in kube.slices(node=node)}), 60)
+    poll(
+        "slices re-created with new UIDs",
+        lambda: (lambda now: now and not (now & before))(
+            {s["metadata"]["uid"] for s in kube.slices(node=node)}
+        ),
+        60,
+    )
 
 
 def test_plugin_restart_republishes_and_answers_prepared_claims_idempotently(
-        kube: Kube, ns: str, harness: LocalCluster) -> None:
+    kube: Kube, ns: str, harness: LocalCluster
+) -> None:
     from e2e.draclient import prepare
 
     kube.apply_yaml(GPU_TEMPLATE, ns)
@@ -151,7 +171,9 @@ def test_plugin_restart_republishes_and_answers_prepared_claims_idempotently(
 
     harness.stop_plugin(node, kill=True)  # crash, not a graceful stop
     for s in kube.slices(node=node):  # as the kubelet would 30 s after the plugin vanished
-        kube.custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"])
+        kube.custom.delete_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"]
+        )
     harness.start_plugin(node)  # waits until slices are back
     assert kube.slices(node=node)
     assert prepare(socket, claim) == first

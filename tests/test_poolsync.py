@@ -10,8 +10,12 @@ DRIVER, POOL = "gpu.nvidia.com", "node-1"
 
 
 def spec(devices: list[str], generation: int, count: int) -> dict[str, Any]:
-    return {"driver": DRIVER, "pool": {"name": POOL, "generation": generation, "resourceSliceCount": count},
-            "nodeName": POOL, "devices": [{"name": d} for d in devices]}
+    return {
+        "driver": DRIVER,
+        "pool": {"name": POOL, "generation": generation, "resourceSliceCount": count},
+        "nodeName": POOL,
+        "devices": [{"name": d} for d in devices],
+    }
 
 
 def builder(desired: list[list[str]]) -> Any:
@@ -19,8 +23,9 @@ def builder(desired: list[list[str]]) -> Any:
 
 
 def existing(index: int, devices: list[str], generation: int, count: int) -> ExistingSlice:
-    return ExistingSlice(slice_name(index, DRIVER, POOL), f"uid-{index}-{generation}", "1",
-                         spec(devices, generation, count))
+    return ExistingSlice(
+        slice_name(index, DRIVER, POOL), f"uid-{index}-{generation}", "1", spec(devices, generation, count)
+    )
 
 
 def test_first_publish_creates_every_slice_at_generation_1() -> None:
@@ -40,7 +45,9 @@ def test_one_changed_slice_is_updated_in_place_at_the_same_generation() -> None:
     current = [existing(0, ["gpu-0"], 3, 2), existing(1, ["gpu-1"], 3, 2)]
     plan = plan_pool(current, 2, builder([["gpu-0"], ["gpu-1", "gpu-2"]]), DRIVER, POOL)
     assert plan.generation == 3
-    assert [(e.name, s["devices"]) for e, s in plan.updates] == [(current[1].name, [{"name": "gpu-1"}, {"name": "gpu-2"}])]
+    assert [(e.name, s["devices"]) for e, s in plan.updates] == [
+        (current[1].name, [{"name": "gpu-1"}, {"name": "gpu-2"}])
+    ]
     assert not plan.creates and not plan.deletes
 
 

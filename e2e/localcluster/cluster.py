@@ -32,12 +32,20 @@ DEFAULT_ROOT = REPO / ".local-cluster"
 FEATURE_GATES = "DRAConsumableCapacity=true,DRADeviceBindingConditions=true,DRAPartitionableDevices=true"
 # Older resource.k8s.io versions, so the driver's fallbacks (v1beta2, v1beta1) can be exercised.
 RUNTIME_CONFIG = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
-CONTROLLERS = ",".join([
-    "resourceclaim-controller", "garbage-collector-controller", "namespace-controller",
-    "daemonset-controller", "deployment-controller", "replicaset-controller",
-    "serviceaccount-controller", "serviceaccount-token-controller",
-    "root-ca-certificate-publisher-controller", "pod-garbage-collector-controller",
-])
+CONTROLLERS = ",".join(
+    [
+        "resourceclaim-controller",
+        "garbage-collector-controller",
+        "namespace-controller",
+        "daemonset-controller",
+        "deployment-controller",
+        "replicaset-controller",
+        "serviceaccount-controller",
+        "serviceaccount-token-controller",
+        "root-ca-certificate-publisher-controller",
+        "pod-garbage-collector-controller",
+    ]
+)
 STARTUP_TIMEOUT = float(os.environ.get("LOCAL_CLUSTER_STARTUP_TIMEOUT", "120"))
 
 
@@ -72,8 +80,15 @@ class State:
 
 
 class LocalCluster:
-    def __init__(self, root: Path = DEFAULT_ROOT, *, nodes: int = 1, inventory_config: Path | None = None,
-                 node_configs: dict[str, Path] | None = None, with_plugins: bool = True) -> None:
+    def __init__(
+        self,
+        root: Path = DEFAULT_ROOT,
+        *,
+        nodes: int = 1,
+        inventory_config: Path | None = None,
+        node_configs: dict[str, Path] | None = None,
+        with_plugins: bool = True,
+    ) -> None:
         self.root = root.resolve()
         self.node_count = nodes
         self.with_plugins = with_plugins
@@ -115,13 +130,19 @@ class LocalCluster:
     def up(self) -> None:
         if self.is_up():
             raise RuntimeError(f"a local cluster is already running under {self.root} (make cluster-down)")
-        missing = [b for b in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "dra-kubelet")
-                   if not (BIN_DIR / b).exists()]
+        missing = [
+            b
+            for b in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "dra-kubelet")
+            if not (BIN_DIR / b).exists()
+        ]
         if missing:
             raise RuntimeError(f"missing binaries {missing} in {BIN_DIR}: run `make cluster-build` first")
         self.root.mkdir(parents=True, exist_ok=True)
-        self.state = State(root=str(self.root), inventory_config=self.state.inventory_config,
-                           node_configs=self.state.node_configs)
+        self.state = State(
+            root=str(self.root),
+            inventory_config=self.state.inventory_config,
+            node_configs=self.state.node_configs,
+        )
         try:
             self._start_etcd()
             self._start_apiserver()
@@ -156,14 +177,30 @@ class LocalCluster:
         client, peer = free_port(), free_port()
         self.state.ports.update(etcd=client, etcd_peer=peer)
         data = self.root / "etcd"
-        proc = self._track(spawn("etcd", [
-            str(BIN_DIR / "etcd"), "--name=local", f"--data-dir={data}",
-            f"--listen-client-urls=http://127.0.0.1:{client}", f"--advertise-client-urls=http://127.0.0.1:{client}",
-            f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-cluster=local=http://127.0.0.1:{peer}", "--unsafe-no-fsync", "--log-level=warn",
-        ], self.logs))
-        wait_for("etcd health", lambda: _http_ok(f"http://127.0.0.1:{client}/health"), STARTUP_TIMEOUT,
-                 alive=proc.check_alive)
+        proc = self._track(
+            spawn(
+                "etcd",
+                [
+                    str(BIN_DIR / "etcd"),
+                    "--name=local",
+                    f"--data-dir={data}",
+                    f"--listen-client-urls=http://127.0.0.1:{client}",
+                    f"--advertise-client-urls=http://127.0.0.1:{client}",
+                    f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                    f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                    f"--initial-cluster=local=http://127.0.0.1:{peer}",
+                    "--unsafe-no-fsync",
+                    "--log-level=warn",
+                ],
+                self.logs,
+            )
+        )
+        wait_for(
+            "etcd health",
+            lambda: _http_ok(f"http://127.0.0.1:{client}/health"),
+            STARTUP_TIMEOUT,
+            alive=proc.check_alive,
+        )
 
     def _start_apiserver(self) -> None:
         port = free_port()
@@ -174,20 +211,39 @@ class LocalCluster:
         tokens = self.pki / "tokens.csv"
         tokens.write_text(f'{self.state.admin_token},admin,admin-uid,"system:masters"\n')
         tokens.chmod(0o600)
-        proc = self._track(spawn("kube-apiserver", [
-            str(BIN_DIR / "kube-apiserver"),
-            f"--etcd-servers=http://127.0.0.1:{self.state.ports['etcd']}",
-            f"--secure-port={port}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-            f"--cert-dir={self.pki / 'serving'}",
-            f"--token-auth-file={tokens}", "--authorization-mode=Node,RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
-            "--service-cluster-ip-range=10.96.0.0/16", "--endpoint-reconciler-type=none",
-            "--allow-privileged=true", f"--feature-gates={FEATURE_GATES}", f"--runtime-config={RUNTIME_CONFIG}",
-            "--enable-priority-and-fairness=false", "--v=1",
-        ], self.logs))
-        wait_for("kube-apiserver /readyz", lambda: self._api_ok("/readyz"), STARTUP_TIMEOUT, every=0.5,
-                 alive=proc.check_alive)
+        proc = self._track(
+            spawn(
+                "kube-apiserver",
+                [
+                    str(BIN_DIR / "kube-apiserver"),
+                    f"--etcd-servers=http://127.0.0.1:{self.state.ports['etcd']}",
+                    f"--secure-port={port}",
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    f"--cert-dir={self.pki / 'serving'}",
+                    f"--token-auth-file={tokens}",
+                    "--authorization-mode=Node,RBAC",
+                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                    f"--service-account-key-file={sa_key}",
+                    f"--service-account-signing-key-file={sa_key}",
+                    "--service-cluster-ip-range=10.96.0.0/16",
+                    "--endpoint-reconciler-type=none",
+                    "--allow-privileged=true",
+                    f"--feature-gates={FEATURE_GATES}",
+                    f"--runtime-config={RUNTIME_CONFIG}",
+                    "--enable-priority-and-fairness=false",
+                    "--v=1",
+                ],
+                self.logs,
+            )
+        )
+        wait_for(
+            "kube-apiserver /readyz",
+            lambda: self._api_ok("/readyz"),
+            STARTUP_TIMEOUT,
+            every=0.5,
+            alive=proc.check_alive,
+        )
 
     @property
     def api_url(self) -> str:
@@ -199,7 +255,9 @@ class LocalCluster:
 
     def _api_ok(self, path: str) -> bool:
         ctx = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file.exists() else None
-        req = urllib.request.Request(self.api_url + path, headers={"Authorization": f"Bearer {self.state.admin_token}"})
+        req = urllib.request.Request(
+            self.api_url + path, headers={"Authorization": f"Bearer {self.state.admin_token}"}
+        )
         with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
             return bool(resp.status == 200)
 
@@ -207,9 +265,15 @@ class LocalCluster:
         import yaml
 
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "local",
-            "clusters": [{"name": "local", "cluster": {"server": self.api_url,
-                                                       "certificate-authority": str(self.ca_file)}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "local",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {"server": self.api_url, "certificate-authority": str(self.ca_file)},
+                }
+            ],
             "users": [{"name": "admin", "user": {"token": self.state.admin_token}}],
             "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
         }
@@ -220,23 +284,53 @@ class LocalCluster:
         kc = str(self.kubeconfig)
         sched_port, kcm_port = free_port(), free_port()
         self.state.ports.update(scheduler=sched_port, controller_manager=kcm_port)
-        sched = self._track(spawn("kube-scheduler", [
-            str(BIN_DIR / "kube-scheduler"), f"--kubeconfig={kc}", "--leader-elect=false",
-            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-            f"--secure-port={sched_port}", "--bind-address=127.0.0.1", f"--feature-gates={FEATURE_GATES}", "--v=2",
-        ], self.logs))
-        kcm = self._track(spawn("kube-controller-manager", [
-            str(BIN_DIR / "kube-controller-manager"), f"--kubeconfig={kc}", "--leader-elect=false",
-            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-            f"--secure-port={kcm_port}", "--bind-address=127.0.0.1", f"--controllers={CONTROLLERS}",
-            f"--service-account-private-key-file={self.pki / 'service-account.key'}",
-            f"--root-ca-file={self.ca_file}", "--use-service-account-credentials=false",
-            f"--feature-gates={FEATURE_GATES}", "--v=1",
-        ], self.logs))
+        sched = self._track(
+            spawn(
+                "kube-scheduler",
+                [
+                    str(BIN_DIR / "kube-scheduler"),
+                    f"--kubeconfig={kc}",
+                    "--leader-elect=false",
+                    f"--authentication-kubeconfig={kc}",
+                    f"--authorization-kubeconfig={kc}",
+                    f"--secure-port={sched_port}",
+                    "--bind-address=127.0.0.1",
+                    f"--feature-gates={FEATURE_GATES}",
+                    "--v=2",
+                ],
+                self.logs,
+            )
+        )
+        kcm = self._track(
+            spawn(
+                "kube-controller-manager",
+                [
+                    str(BIN_DIR / "kube-controller-manager"),
+                    f"--kubeconfig={kc}",
+                    "--leader-elect=false",
+                    f"--authentication-kubeconfig={kc}",
+                    f"--authorization-kubeconfig={kc}",
+                    f"--secure-port={kcm_port}",
+                    "--bind-address=127.0.0.1",
+                    f"--controllers={CONTROLLERS}",
+                    f"--service-account-private-key-file={self.pki / 'service-account.key'}",
+                    f"--root-ca-file={self.ca_file}",
+                    "--use-service-account-credentials=false",
+                    f"--feature-gates={FEATURE_GATES}",
+                    "--v=1",
+                ],
+                self.logs,
+            )
+        )
         insecure = ssl._create_unverified_context()  # their serving certs are self-signed, per process
         for proc, port in ((sched, sched_port), (kcm, kcm_port)):
-            wait_for(f"{proc.name} /healthz", lambda p=port: _http_ok(f"https://127.0.0.1:{p}/healthz", insecure),
-                     STARTUP_TIMEOUT, every=0.5, alive=proc.check_alive)
+            wait_for(
+                f"{proc.name} /healthz",
+                lambda p=port: _http_ok(f"https://127.0.0.1:{p}/healthz", insecure),
+                STARTUP_TIMEOUT,
+                every=0.5,
+                alive=proc.check_alive,
+            )
 
     def _install_cluster_objects(self) -> None:
         """What a cluster admin installs once: the DeviceClasses (the chart does this on kind)."""
@@ -248,11 +342,22 @@ class LocalCluster:
     def start_harness(self, node: str) -> Process:
         nd = self.node_dir(node)
         nd.mkdir(parents=True, exist_ok=True)
-        proc = self._track(spawn(f"dra-kubelet-{node}", [
-            str(BIN_DIR / "dra-kubelet"), f"--kubeconfig={self.kubeconfig}", f"--node-name={node}",
-            f"--state-dir={nd}", "--v=2",
-        ], self.logs))
-        wait_for(f"node {node} Ready", lambda: self._node_ready(node), STARTUP_TIMEOUT, alive=proc.check_alive)
+        proc = self._track(
+            spawn(
+                f"dra-kubelet-{node}",
+                [
+                    str(BIN_DIR / "dra-kubelet"),
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--node-name={node}",
+                    f"--state-dir={nd}",
+                    "--v=2",
+                ],
+                self.logs,
+            )
+        )
+        wait_for(
+            f"node {node} Ready", lambda: self._node_ready(node), STARTUP_TIMEOUT, alive=proc.check_alive
+        )
         return proc
 
     def stop_harness(self, node: str) -> None:
@@ -260,20 +365,31 @@ class LocalCluster:
 
     def _node_ready(self, node: str) -> bool:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
-        req = urllib.request.Request(f"{self.api_url}/api/v1/nodes/{node}",
-                                     headers={"Authorization": f"Bearer {self.state.admin_token}"})
+        req = urllib.request.Request(
+            f"{self.api_url}/api/v1/nodes/{node}",
+            headers={"Authorization": f"Bearer {self.state.admin_token}"},
+        )
         with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
             obj = json.load(resp)
         conds = obj.get("status", {}).get("conditions", [])
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds) and not obj["spec"].get("taints")
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds) and not obj["spec"].get(
+            "taints"
+        )
 
     def plugin_args(self, node: str) -> list[str]:
         nd = self.node_dir(node)
         args = [
-            sys.executable, "-m", "dra_fake", "gpu-kubelet-plugin", f"--node-name={node}",
-            f"--kubeconfig={self.kubeconfig}", f"--kubelet-registrar-directory-path={nd / 'plugins_registry'}",
-            f"--kubelet-plugins-directory-path={nd / 'plugins'}", f"--cdi-root={nd / 'cdi'}",
-            f"--healthcheck-port={free_port()}", f"--metrics-port={free_port()}",
+            sys.executable,
+            "-m",
+            "dra_fake",
+            "gpu-kubelet-plugin",
+            f"--node-name={node}",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--kubelet-registrar-directory-path={nd / 'plugins_registry'}",
+            f"--kubelet-plugins-directory-path={nd / 'plugins'}",
+            f"--cdi-root={nd / 'cdi'}",
+            f"--healthcheck-port={free_port()}",
+            f"--metrics-port={free_port()}",
         ]
         config = self.state.node_configs.get(node) or self.state.inventory_config
         if config:
@@ -283,8 +399,13 @@ class LocalCluster:
     def start_plugin(self, node: str, wait: bool = True) -> Process:
         proc = self._track(spawn(f"gpu-plugin-{node}", self.plugin_args(node), self.logs, cwd=REPO))
         if wait:
-            wait_for(f"GPU plugin on {node} registered and publishing", lambda: self.plugin_ready(node),
-                     STARTUP_TIMEOUT, every=0.5, alive=proc.check_alive)
+            wait_for(
+                f"GPU plugin on {node} registered and publishing",
+                lambda: self.plugin_ready(node),
+                STARTUP_TIMEOUT,
+                every=0.5,
+                alive=proc.check_alive,
+            )
         return proc
 
     def stop_plugin(self, node: str, kill: bool = False) -> None:

@@ -16,7 +16,11 @@ def api_client(kubeconfig: Path) -> client.ApiClient:
 def node_slices(kubeconfig: Path, node: str, driver: str) -> list[dict[str, Any]]:
     with api_client(kubeconfig) as api:
         objs = client.CustomObjectsApi(api).list_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node},spec.driver={driver}")
+            "resource.k8s.io",
+            "v1",
+            "resourceslices",
+            field_selector=f"spec.nodeName={node},spec.driver={driver}",
+        )
     return list(objs["items"])
 
 

@@ -13,8 +13,11 @@ def write_service_account_key(pki: Path) -> Path:
     path = pki / "service-account.key"
     if not path.exists():
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                serialization.NoEncryption())
+        pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
         path.write_bytes(pem)
         path.chmod(0o600)
     return path

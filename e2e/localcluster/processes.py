@@ -21,8 +21,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout: float, every: float = 0.2,
-              alive: Callable[[], None] | None = None) -> None:
+def wait_for(
+    what: str,
+    check: Callable[[], bool],
+    timeout: float,
+    every: float = 0.2,
+    alive: Callable[[], None] | None = None,
+) -> None:
     """Poll check() until it returns True; raise TimeoutError naming what was awaited."""
     deadline = time.monotonic() + timeout
     while True:
@@ -31,12 +36,14 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float, every: float 
         try:
             if check():
                 return
-        except Exception as err:  # noqa: BLE001 - a failing probe just means "not yet"
+        except Exception as err:
             last = err
         else:
             last = None
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}" + (f": {last}" if last else ""))
+            raise TimeoutError(
+                f"timed out after {timeout:.0f}s waiting for {what}" + (f": {last}" if last else "")
+            )
         time.sleep(every)
 
 
@@ -101,15 +108,23 @@ def _reap(pid: int) -> None:
         pass
 
 
-def spawn(name: str, argv: Sequence[str], log_dir: Path, env: dict[str, str] | None = None,
-          cwd: Path | None = None) -> Process:
+def spawn(
+    name: str, argv: Sequence[str], log_dir: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> Process:
     """Start argv in its own session, appending stdout and stderr to <log_dir>/<name>.log."""
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / f"{name}.log"
     with open(path, "ab") as out:
         out.write(f"\n==== {time.strftime('%H:%M:%S')} starting {name}: {' '.join(argv)}\n".encode())
         out.flush()
-        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**os.environ, **(env or {})}, cwd=cwd)
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+        )
     log.info("started %s pid=%d log=%s", name, proc.pid, path)
     return Process(name=name, pid=proc.pid, log=str(path))
