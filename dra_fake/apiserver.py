@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,13 @@ def discover(api: client.ApiClient) -> ServerInfo:
             served = {v.version for v in group.versions}
     versions = tuple(v for v in PREFERENCE if v in served)
     return ServerInfo(version=(int(_minor(info.major)), _minor(info.minor)), resource_versions=versions)
+
+
+def as_dict(obj: object) -> dict[str, Any]:
+    """The kubernetes client types custom-object responses as `object`; they are JSON dicts."""
+    if not isinstance(obj, dict):
+        raise TypeError(f"expected a JSON object from the API server, got {type(obj).__name__}")
+    return obj
 
 
 class ClaimNotFound(Exception):

@@ -72,7 +72,7 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
         action=_EnvDefault,
         env="KUBELET_PLUGINS_DIRECTORY_PATH",
         default="/var/lib/kubelet/plugins",
-        help="the kubelet's plugins directory; the plugin's socket, checkpoint and lock live in <dir>/<driver>",
+        help="the kubelet's plugins directory; socket, checkpoint and lock live in <dir>/<driver>",
     )
     p.add_argument(
         "--pod-uid",

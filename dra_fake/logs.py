@@ -32,7 +32,8 @@ class JsonFormatter(logging.Formatter):
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        base = f"{self.formatTime(record, '%H:%M:%S')} {record.levelname[0]} {record.name}: {record.getMessage()}"
+        when = self.formatTime(record, "%H:%M:%S")
+        base = f"{when} {record.levelname[0]} {record.name}: {record.getMessage()}"
         extra = " ".join(
             f"{k}={v!r}" if isinstance(v, str) and " " in v else f"{k}={v}"
             for k, v in _fields(record).items()

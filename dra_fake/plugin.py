@@ -9,10 +9,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from . import logs, metrics
 from .apiserver import ClaimNotFound, ResourceApi, ServerInfo, discover
@@ -105,8 +105,8 @@ def parse_feature_gates(raw: str) -> FeatureGates:
 def load_kube_client(kubeconfig: str) -> client.ApiClient:
     try:
         if kubeconfig:
-            return config.new_client_from_config(config_file=kubeconfig)
-        config.load_incluster_config()
+            return cast(client.ApiClient, config.new_client_from_config(config_file=kubeconfig))  # type: ignore[no-untyped-call]
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
         return client.ApiClient()
     except (config.ConfigException, OSError) as err:
         where = f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster configuration (set --kubeconfig)"
@@ -162,14 +162,14 @@ class GpuPlugin:
         info: ServerInfo = with_backoff("API discovery", lambda: discover(self.api), self.stop_event)
         node_uid: str = with_backoff(
             f"get Node {self.node}",
-            lambda: client.CoreV1Api(self.api).read_node(self.node).metadata.uid,
+            lambda: str(client.CoreV1Api(self.api).read_node(self.node).metadata.uid),  # type: ignore[union-attr]
             self.stop_event,
         )
         resources = ResourceApi(self.api, info)
         log.info(
             "API server",
             extra={
-                "version": "%d.%d" % info.version,
+                "version": "{}.{}".format(*info.version),
                 "resourceApi": resources.version,
                 "devices": len(self.inventory.devices),
             },

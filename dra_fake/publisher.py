@@ -13,11 +13,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
 
 from . import metrics
-from .apiserver import RESOURCE_GROUP, ResourceApi
+from .apiserver import RESOURCE_GROUP, ResourceApi, as_dict
 from .poolsync import ExistingSlice, PoolPlan, Spec, plan_pool
 from .slices import DesiredSlice, slice_manifest, slice_spec
 
@@ -116,9 +116,9 @@ class Publisher:
     def _watch_loop(self) -> None:
         backoff = 0.5
         while not self._stop.is_set():
-            w = watch.Watch()
+            w = watch.Watch()  # type: ignore[no-untyped-call]
             try:
-                for event in w.stream(
+                for event in w.stream(  # type: ignore[no-untyped-call]
                     self.api.custom.list_cluster_custom_object,
                     RESOURCE_GROUP,
                     self.api.version,
@@ -137,15 +137,17 @@ class Publisher:
                 backoff = min(backoff * 2, 30.0)
                 self._trigger.set()  # we may have missed events
             finally:
-                w.stop()
+                w.stop()  # type: ignore[no-untyped-call]
 
     def _selector(self) -> str:
         return f"spec.nodeName={self.node_name},spec.driver={self.driver}"
 
     # ---- one reconciliation ------------------------------------------------------------
     def existing(self) -> list[ExistingSlice]:
-        objs = self.api.custom.list_cluster_custom_object(
-            RESOURCE_GROUP, self.api.version, "resourceslices", field_selector=self._selector()
+        objs = as_dict(
+            self.api.custom.list_cluster_custom_object(
+                RESOURCE_GROUP, self.api.version, "resourceslices", field_selector=self._selector()
+            )
         )
         return [
             ExistingSlice(
@@ -181,8 +183,10 @@ class Publisher:
                 owner_node_uid=self.node_uid,
             )
             obj["metadata"]["resourceVersion"] = e.resource_version
-            stored = self.api.custom.replace_cluster_custom_object(
-                RESOURCE_GROUP, version, "resourceslices", e.name, obj
+            stored = as_dict(
+                self.api.custom.replace_cluster_custom_object(
+                    RESOURCE_GROUP, version, "resourceslices", e.name, obj
+                )
             )
             self._check_stored(e.name, spec, stored["spec"])
         for name, spec in plan.creates:
@@ -194,8 +198,10 @@ class Publisher:
                 owner_node_uid=self.node_uid,
             )
             try:
-                stored = self.api.custom.create_cluster_custom_object(
-                    RESOURCE_GROUP, version, "resourceslices", obj
+                stored = as_dict(
+                    self.api.custom.create_cluster_custom_object(
+                        RESOURCE_GROUP, version, "resourceslices", obj
+                    )
                 )
             except ApiException as err:
                 if err.status == 409:  # created meanwhile (by an earlier instance): next sync updates it
@@ -225,7 +231,9 @@ class Publisher:
                 self.api.version,
                 "resourceslices",
                 e.name,
-                body={"preconditions": {"uid": e.uid, "resourceVersion": e.resource_version}},
+                body=client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(uid=e.uid, resource_version=e.resource_version)
+                ),
             )
         except ApiException as err:
             if err.status not in (404, 409):

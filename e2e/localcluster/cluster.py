@@ -324,9 +324,10 @@ class LocalCluster:
         )
         insecure = ssl._create_unverified_context()  # their serving certs are self-signed, per process
         for proc, port in ((sched, sched_port), (kcm, kcm_port)):
+            url = f"https://127.0.0.1:{port}/healthz"
             wait_for(
                 f"{proc.name} /healthz",
-                lambda p=port: _http_ok(f"https://127.0.0.1:{p}/healthz", insecure),
+                lambda url=url: _http_ok(url, insecure),  # type: ignore[misc]
                 STARTUP_TIMEOUT,
                 every=0.5,
                 alive=proc.check_alive,
@@ -412,7 +413,7 @@ class LocalCluster:
         self._stop(f"gpu-plugin-{node}", kill=kill)
 
     def plugin_ready(self, node: str) -> bool:
-        """Registered with the harness's plugin manager (registration socket answered) and slices published."""
+        """Slices published (the plugin starts its sockets right after its first publish attempt)."""
         from .objects import node_slices
 
         return bool(node_slices(self.kubeconfig, node, "gpu.nvidia.com"))

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
+
+from dra_fake.apiserver import as_dict
 
 
 def api_client(kubeconfig: Path) -> client.ApiClient:
-    return config.new_client_from_config(config_file=str(kubeconfig))
+    return cast(client.ApiClient, config.new_client_from_config(config_file=str(kubeconfig)))  # type: ignore[no-untyped-call]
 
 
 def node_slices(kubeconfig: Path, node: str, driver: str) -> list[dict[str, Any]]:
@@ -21,7 +23,7 @@ def node_slices(kubeconfig: Path, node: str, driver: str) -> list[dict[str, Any]
             "resourceslices",
             field_selector=f"spec.nodeName={node},spec.driver={driver}",
         )
-    return list(objs["items"])
+    return list(as_dict(objs)["items"])
 
 
 def install_device_classes(kubeconfig: Path, driver: str = "gpu.nvidia.com") -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -30,6 +31,7 @@ def wait_for(
 ) -> None:
     """Poll check() until it returns True; raise TimeoutError naming what was awaited."""
     deadline = time.monotonic() + timeout
+    last: Exception | None = None
     while True:
         if alive is not None:
             alive()
@@ -80,10 +82,8 @@ class Process:
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM the process group, then SIGKILL what is left after the timeout."""
         for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, sig)
-            except ProcessLookupError:
-                pass
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline:
                 _reap(self.pid)
@@ -98,14 +98,17 @@ class Process:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             return
-        wait_for(f"{self.name} to die", lambda: (_reap(self.pid), not self.alive())[1], 10)
+
+        def dead() -> bool:
+            _reap(self.pid)
+            return not self.alive()
+
+        wait_for(f"{self.name} to die", dead, 10)
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def spawn(
