@@ -25,6 +25,7 @@ import yaml
 from dra_fake.atomic import TEMP_SUFFIX, atomic_write, remove_durably
 from dra_fake.configs import NO_SHARING, STRATEGY_MPS, STRATEGY_TIME_SLICING, AppliedSharing
 from dra_fake.devices import AllocatableDevice
+from dra_fake.nvidia_smi import NvidiaSmi
 
 _log = logging.getLogger(__name__)
 
@@ -143,18 +144,31 @@ def spec_env(claim_uid: str, devices: Sequence[SpecDevice]) -> list[str]:
     return [f"NVIDIA_VISIBLE_DEVICES={','.join(uuids)}", f"DRA_FAKE_CLAIM_UID={claim_uid}"]
 
 
-def build_claim_spec(driver: str, claim_uid: str, devices: Sequence[SpecDevice]) -> dict[str, Any]:
-    """The claim's CDI spec (a dict), with the minimum cdiVersion its content needs."""
+def build_claim_spec(
+    driver: str, claim_uid: str, devices: Sequence[SpecDevice], nvidia_smi: NvidiaSmi | None = None
+) -> dict[str, Any]:
+    """The claim's CDI spec (a dict), with the minimum cdiVersion its content needs. With
+    `nvidia_smi`, the spec mounts the nvidia-smi script and each device its info file."""
     if not devices:
         raise CdiSpecError("a CDI spec needs at least one device")
     unique: dict[str, SpecDevice] = {}
     for d in devices:
         unique.setdefault(d.cdi_name, d)
+
+    def device_edits(d: SpecDevice) -> dict[str, Any]:
+        edits: dict[str, Any] = {"env": device_env(d)}
+        if nvidia_smi is not None:
+            edits["mounts"] = [nvidia_smi.device_mount(d.device, d.uuid)]
+        return edits
+
+    common: dict[str, Any] = {"env": spec_env(claim_uid, list(unique.values()))}
+    if nvidia_smi is not None:
+        common["mounts"] = [nvidia_smi.script_mount()]
     spec: dict[str, Any] = {
         "cdiVersion": EARLIEST_VERSION,
         "kind": claim_kind(driver),
-        "devices": [{"name": d.cdi_name, "containerEdits": {"env": device_env(d)}} for d in unique.values()],
-        "containerEdits": {"env": spec_env(claim_uid, list(unique.values()))},
+        "devices": [{"name": d.cdi_name, "containerEdits": device_edits(d)} for d in unique.values()],
+        "containerEdits": common,
     }
     spec["cdiVersion"] = minimum_version(spec)
     return spec

@@ -19,6 +19,7 @@ from .apiserver import ClaimNotFound, ResourceApi, ServerInfo, discover
 from .configs import FeatureGates
 from .inventory import Inventory, InventoryError, load_inventory
 from .kubelet.api import ClaimRef, PrepareResult
+from .nvidia_smi import NvidiaSmi
 from .prepare import ClaimError, DeviceState
 from .publisher import Publisher
 from .slices import desired_slices
@@ -185,6 +186,7 @@ class GpuPlugin:
             data_dir,
             feature_gates=self.gates,
             node_name=self.node,
+            nvidia_smi=NvidiaSmi.from_inventory(data_dir, self.inventory),
         )
         report = state.startup()
         log.info("checkpoint recovered", extra={"report": str(report)})

@@ -44,6 +44,7 @@ from dra_fake.configs import FeatureGates, GateLookup
 from dra_fake.devices import AllocatableDevice, mig_uuid
 from dra_fake.kubelet.api import PreparedDevice
 from dra_fake.locking import DEFAULT_TIMEOUT_SECONDS, LockTimeoutError, PrepareUnprepareLock
+from dra_fake.nvidia_smi import NvidiaSmi
 
 _log = logging.getLogger(__name__)
 
@@ -197,6 +198,7 @@ class DeviceState:
         boot_id_path: Path | None = None,
         lock_timeout: float = DEFAULT_TIMEOUT_SECONDS,
         on_checkpoint_error: Callable[[str], None] = report_to_metrics,
+        nvidia_smi: NvidiaSmi | None = None,
     ) -> None:
         self.driver = driver_name
         self.pool = pool_name
@@ -207,6 +209,7 @@ class DeviceState:
         self.lock_timeout = lock_timeout
         self._mutex = threading.Lock()  # threads of this process queue here, not on the flock
         self.cdi = cdi.CdiSpecStore(Path(cdi_root), driver_name)
+        self.nvidia_smi = nvidia_smi  # when set, every claim spec mounts nvidia-smi (docs/prepare.md)
         self.store = CheckpointStore(
             self.data_dir, boot_id_path or DEFAULT_BOOT_ID_PATH, on_corrupt=on_checkpoint_error
         )
@@ -241,7 +244,7 @@ class DeviceState:
                 self._apply(parsed.uid, new_entry.undo)
                 crash_point("prepare:after-apply")
                 assert new_entry.cdiSpec is not None
-                self.cdi.write(parsed.uid, new_entry.cdiSpec)
+                self._write_spec(parsed.uid, new_entry.cdiSpec)
                 crash_point("prepare:after-cdi")
                 new_entry.state = PREPARE_COMPLETED
                 self.store.save(data)
@@ -300,7 +303,7 @@ class DeviceState:
                 if entry.state == PREPARE_COMPLETED and not self.cdi.exists(uid):
                     try:
                         assert entry.cdiSpec is not None, "no CDI spec recorded"
-                        self.cdi.write(uid, entry.cdiSpec)
+                        self._write_spec(uid, entry.cdiSpec)
                         restored.append(uid)
                     except (AssertionError, cdi.CdiSpecError, OSError) as exc:
                         _log.error(
@@ -310,6 +313,10 @@ class DeviceState:
                         )
                         self._rollback(data, uid)
                         rolled_back.append(uid)
+            if self.nvidia_smi is not None:  # a new plugin version may bring a new script
+                for entry in data.claims.values():
+                    if entry.state == PREPARE_COMPLETED and entry.cdiSpec:
+                        self.nvidia_smi.ensure_files(entry.cdiSpec)
             orphans = [uid for uid in self.cdi.claim_uids() if uid not in data.claims]
             for uid in orphans:
                 self.cdi.remove(uid)
@@ -579,7 +586,7 @@ class DeviceState:
                     adminAccess=r.admin_access,
                 )
             )
-        spec = cdi.build_claim_spec(self.driver, claim.uid, spec_devices)
+        spec = cdi.build_claim_spec(self.driver, claim.uid, spec_devices, self.nvidia_smi)
         try:
             cdi.validate_spec(spec)
         except cdi.CdiSpecError as exc:
@@ -623,6 +630,8 @@ class DeviceState:
             _log.info("time-slice interval reset claim=%s uuid=%s interval=Default", claim_uid, t.uuid)
         for m in undo.migDevices:
             _log.info("dynamic MIG device destroyed claim=%s device=%s uuid=%s", claim_uid, m.device, m.uuid)
+            if self.nvidia_smi is not None:
+                self.nvidia_smi.remove_info(m.device, m.uuid)
 
     def _rollback(self, data: CheckpointData, claim_uid: str) -> None:
         """Undo a partial claim and forget it (the caller saves the checkpoint)."""
@@ -640,10 +649,17 @@ class DeviceState:
         except Exception as rollback_exc:  # left as PrepareStarted: the next call rolls it back
             _log.error("rollback failed claim=%s error=%s", claim_uid, rollback_exc)
 
+    def _write_spec(self, claim_uid: str, spec: Mapping[str, Any]) -> None:
+        """The files a spec mounts first (nvidia-smi), then the spec: a runtime never sees a
+        spec whose mounts are missing."""
+        if self.nvidia_smi is not None:
+            self.nvidia_smi.ensure_files(spec)
+        self.cdi.write(claim_uid, spec)
+
     def _ensure_spec(self, claim_uid: str, entry: ClaimEntry) -> None:
         if entry.cdiSpec and not self.cdi.exists(claim_uid):
             _log.warning("CDI spec of a prepared claim was missing, rewritten claim=%s", claim_uid)
             try:
-                self.cdi.write(claim_uid, entry.cdiSpec)
+                self._write_spec(claim_uid, entry.cdiSpec)
             except (cdi.CdiSpecError, OSError) as exc:
                 raise ClaimError(f"error restoring the CDI spec of claim {claim_uid}: {exc}") from exc

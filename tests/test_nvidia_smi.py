@@ -1,0 +1,364 @@
+"""The nvidia-smi mounted into pods (dra_fake/nvidia_smi): CDI mounts, host files, and its output
+compared with real nvidia-smi output.
+
+How a test "runs it in a container": a claim is prepared by DeviceState (as the plugin does), the
+claim's CDI spec is read back, and every mount of the devices a container gets is copied from its
+hostPath to <root>/<containerPath>; the script then runs under dash (a strict POSIX sh) with
+DRA_FAKE_ROOT=<root>, which it prefixes to its device directory. The e2e suite does the same with the
+mounts the official CDI Go library resolved (e2e/test_cluster.py).
+
+Real output the layout is compared with (public captures, transcribed below; values are theirs):
+- REAL_MIG_TABLE / REAL_MIG_LIST: nvidia-smi 580.126.09 on an A100-SXM4-40GB with MIG enabled
+  (a public GitHub notes file on MIG setup, Feb 2026, `nvidia-smi -i 0` and `nvidia-smi -L`); the
+  `-L` shape is also in NVIDIA's MIG User Guide, "Getting Started with MIG"
+  (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/).
+- REAL_GPU_TABLE: nvidia-smi 550.90.07, 8 x A100-SXM4-80GB, MIG disabled (a public experiment log);
+  the 570/580 GPU table has the same columns.
+- REAL_QUERY: `nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv` from a public CUDA
+  tutorial; field names and units per `nvidia-smi --help-query-gpu` (nvidia-smi(1) man page,
+  https://docs.nvidia.com/deploy/nvidia-smi/).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_fake.inventory import load_inventory
+from dra_fake.nvidia_smi import CONTAINER_BINARY, NvidiaSmi, nvidia_bus_id, script_text
+from dra_fake.prepare import DeviceState
+
+NODE = "node-a"
+DRIVER = "gpu.nvidia.com"
+SHELL = shutil.which("dash") or "sh"
+
+REAL_MIG_TABLE = """\
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 580.126.09             Driver Version: 580.126.09     CUDA Version: 13.0     |
++-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|                                         |                        |               MIG M. |
+|=========================================+========================+======================|
+|   0  NVIDIA A100-SXM4-40GB          On  |   00000000:10:1C.0 Off |                   On |
+| N/A   40C    P0             43W /  400W |     249MiB /  40960MiB |     N/A      Default |
+|                                         |                        |              Enabled |
++-----------------------------------------+------------------------+----------------------+
+
++-----------------------------------------------------------------------------------------+
+| MIG devices:                                                                            |
++------------------+----------------------------------+-----------+-----------------------+
+| GPU  GI  CI  MIG |              Shared Memory-Usage |        Vol|        Shared         |
+|      ID  ID  Dev |                Shared BAR1-Usage | SM     Unc| CE ENC  DEC  OFA  JPG |
+|                  |                                  |        ECC|                       |
+|==================+==================================+===========+=======================|
+|  0    2   0   0  |             142MiB / 20096MiB    | 56      0 |  4   0    2    0    0 |
+|                  |               0MiB / 12211MiB    |           |                       |
++------------------+----------------------------------+-----------+-----------------------+
+|  0    9   0   3  |              36MiB /  4864MiB    | 14      0 |  1   0    0    0    0 |
+|                  |               0MiB /  3052MiB    |           |                       |
++------------------+----------------------------------+-----------+-----------------------+
+
++-----------------------------------------------------------------------------------------+
+| Processes:                                                                              |
+|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |
+|        ID   ID                                                               Usage      |
+|=========================================================================================|
+|  No running processes found                                                             |
++-----------------------------------------------------------------------------------------+
+"""
+
+REAL_MIG_LIST = """\
+GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-9e4aeb94-01c0-5173-4811-4ca60f77b3a9)
+  MIG 4g.20gb     Device  0: (UUID: MIG-c42101f0-a1fa-5b68-8908-7c5c887f28bd)
+  MIG 1c.2g.10gb  Device  1: (UUID: MIG-8970491e-16e0-5140-9f8f-d561baa3c186)
+  MIG 1g.5gb      Device  3: (UUID: MIG-20301a31-77fa-59ec-b0b8-7ef543821f29)
+GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-934e3c41-2e9a-efbf-5e75-a17cc8913c9e)
+"""
+
+REAL_GPU_TABLE = """\
+|=========================================+========================+======================|
+|   0  NVIDIA A100-SXM4-80GB          On  |   00000000:00:05.0 Off |                    0 |
+| N/A   30C    P0             65W /  400W |       1MiB /  81920MiB |      0%      Default |
+|                                         |                        |             Disabled |
++-----------------------------------------+------------------------+----------------------+
+|   1  NVIDIA A100-SXM4-80GB          On  |   00000000:00:06.0 Off |                    0 |
+"""
+
+REAL_QUERY = "name, compute_cap, memory.total [MiB]\nNVIDIA GeForce RTX 3090, 8.6, 24576 MiB\n"
+
+
+def skeleton(line: str) -> str:
+    """The table structure of a line: borders and rules kept, text blanked."""
+    return re.sub(r"[^|+=]", " ", line) if set(line) <= set("+-=|") else re.sub(r"[^|]", " ", line)
+
+
+def write_inventory(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "inventory.yaml"
+    path.write_text(text)
+    return path
+
+
+def make_state(tmp_path: Path, inventory_text: str) -> tuple[DeviceState, Any]:
+    inventory = load_inventory(write_inventory(tmp_path, inventory_text), NODE)
+    boot = tmp_path / "boot_id"
+    boot.write_text("11111111-2222-3333-4444-555555555555\n")
+    data = tmp_path / "plugins" / DRIVER
+    state = DeviceState(
+        DRIVER,
+        NODE,
+        inventory.devices,
+        tmp_path / "cdi",
+        data,
+        node_name=NODE,
+        boot_id_path=boot,
+        nvidia_smi=NvidiaSmi.from_inventory(data, inventory),
+    )
+    state.startup()
+    return state, inventory
+
+
+def claim(uid: str, devices: list[str]) -> dict[str, Any]:
+    results = [
+        {"request": f"r{i}", "driver": DRIVER, "pool": NODE, "device": d} for i, d in enumerate(devices)
+    ]
+    return {
+        "metadata": {"uid": uid, "name": f"c-{uid[:4]}", "namespace": "default"},
+        "status": {"allocation": {"devices": {"results": results, "config": []}}},
+    }
+
+
+def container_root(tmp_path: Path, specs: list[dict[str, Any]], name: str = "ctr") -> Path:
+    """Apply the mounts of every device of the given specs (and their spec-level edits) as a
+    runtime would: copy each hostPath to <root>/<containerPath>."""
+    root = tmp_path / "containers" / name
+    for spec in specs:
+        edits = [spec.get("containerEdits") or {}] + [d["containerEdits"] for d in spec["devices"]]
+        for e in edits:
+            for m in e.get("mounts") or []:
+                target = root / m["containerPath"].lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(m["hostPath"], target)
+    return root
+
+
+def run_smi(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    script = root / CONTAINER_BINARY.lstrip("/")
+    proc = subprocess.run(
+        [SHELL, str(script), *args],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DRA_FAKE_ROOT": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def read_spec(state: DeviceState, uid: str) -> dict[str, Any]:
+    spec: dict[str, Any] = yaml.safe_load(state.cdi.path(uid).read_text())
+    return spec
+
+
+A100_MIG = """
+driverVersion: "580.126.09"
+cudaDriverVersion: "13.0"
+gpus:
+- profile: a100-sxm4-40gb
+  mig: static
+  migDevices:
+  - {profile: 3g.20gb, start: 4}
+  - {profile: 1g.5gb, start: 0}
+- profile: a100-sxm4-40gb
+"""
+
+UID1 = "1a111111-1111-1111-1111-111111111111"
+UID2 = "b2222222-2222-2222-2222-222222222222"
+
+
+@pytest.fixture
+def a100(tmp_path: Path) -> tuple[DeviceState, Any]:
+    return make_state(tmp_path, A100_MIG)
+
+
+def mig_names(inventory: Any) -> list[str]:
+    return sorted(n for n, d in inventory.devices.items() if d.kind == "mig")
+
+
+def test_spec_mounts_script_and_one_info_file_per_device(a100: tuple[DeviceState, Any]) -> None:
+    state, inventory = a100
+    migs = mig_names(inventory)
+    state.prepare(claim(UID1, [*migs, "gpu-1"]))
+    spec = read_spec(state, UID1)
+    [script] = spec["containerEdits"]["mounts"]
+    assert script["containerPath"] == "/usr/bin/nvidia-smi"
+    assert script["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/nvidia-smi")
+    assert Path(script["hostPath"]).read_text() == script_text()
+    assert os.stat(script["hostPath"]).st_mode & 0o777 == 0o755
+    assert "ro" in script["options"] and "bind" in script["options"]
+    for dev in spec["devices"]:
+        [mount] = dev["containerEdits"]["mounts"]
+        assert mount["containerPath"].startswith("/var/run/dra-fake/nvidia-smi/devices/")
+        assert Path(mount["hostPath"]).is_file()
+    paths = [d["containerEdits"]["mounts"][0]["containerPath"] for d in spec["devices"]]
+    assert len(set(paths)) == len(paths)
+    # mounts without `type` need no newer version: 0.5.0 only because the claim UID starts with a digit
+    assert spec["cdiVersion"] == "0.5.0"
+
+
+def test_table_matches_real_layout_line_by_line(a100: tuple[DeviceState, Any], tmp_path: Path) -> None:
+    state, inventory = a100
+    state.prepare(claim(UID1, mig_names(inventory)))
+    out = run_smi(container_root(tmp_path, [read_spec(state, UID1)])).stdout
+    date, *lines = out.splitlines()
+    assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4} {7}", date), date
+    real = REAL_MIG_TABLE.splitlines()
+    # Same number of lines (one GPU, two MIG devices), every line the same width and structure.
+    assert len(lines) == len(real), out
+    for ours, theirs in zip(lines, real, strict=True):
+        assert len(ours) == len(theirs) == 91 or (ours == theirs == ""), (ours, theirs)
+        assert skeleton(ours) == skeleton(theirs), f"\nours:  {ours}\nreal:  {theirs}"
+    # Identical text where the simulated values equal the capture's (same model, driver, CUDA).
+    static = [i for i, line in enumerate(real) if not re.search(r"\d+MiB|\d+C |\| +\d|  0  ", line)]
+    for i in static:
+        if "Memory-Usage" in real[i] or "BAR1-Usage" in real[i]:
+            continue  # 580 prints "Shared ..." for GIs with several CIs; we have one CI per GI
+        assert lines[i] == real[i], f"\nours:  {lines[i]}\nreal:  {real[i]}"
+    gpu = inventory.gpu(0)
+    expected_row = REAL_MIG_TABLE.splitlines()[7].replace("00000000:10:1C.0", nvidia_bus_id(gpu.pci_bus_id))
+    assert lines[7] == expected_row
+    assert "40960MiB" in lines[8] and "400W" in lines[8]
+    # Numbers are right-aligned in the same columns as the capture's (e.g. " 4864MiB    |").
+    for i, (ours, theirs) in enumerate(zip(lines, real, strict=True)):
+        if "MiB /" in theirs:
+            assert [m.end() for m in re.finditer(r"MiB", ours)] == [
+                m.end() for m in re.finditer(r"MiB", theirs)
+            ], f"line {i}\nours:  {ours}\nreal:  {theirs}"
+
+
+def test_list_gpus_shape_and_uuids(a100: tuple[DeviceState, Any], tmp_path: Path) -> None:
+    state, inventory = a100
+    migs = mig_names(inventory)
+    state.prepare(claim(UID1, [*migs, "gpu-1"]))
+    out = run_smi(container_root(tmp_path, [read_spec(state, UID1)]), "-L").stdout
+    lines = out.splitlines()
+    uuid = r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}"
+    gpu_re = re.compile(rf"GPU (\d+): (.+) \(UUID: (GPU-{uuid})\)")
+    mig_re = re.compile(rf"  MIG (\S+) +Device +(\d+): \(UUID: (MIG-{uuid})\)")
+    for real in REAL_MIG_LIST.splitlines():  # the patterns describe the real output
+        assert gpu_re.fullmatch(real) or mig_re.fullmatch(real), real
+    real_device_col = REAL_MIG_LIST.splitlines()[1].index("Device")
+    assert [gpu_re.fullmatch(x) is not None for x in lines] == [True, False, False, True]
+    g0, m0, m1, g1 = lines
+    assert gpu_re.fullmatch(g0)[3] == inventory.gpu(0).uuid  # type: ignore[index]
+    assert gpu_re.fullmatch(g1)[3] == inventory.gpu(1).uuid  # type: ignore[index]
+    assert gpu_re.fullmatch(g0)[2] == "NVIDIA A100-SXM4-40GB"  # type: ignore[index]
+    for i, line in enumerate((m0, m1)):
+        m = mig_re.fullmatch(line)
+        assert m is not None and int(m[2]) == i and line.index("Device") == real_device_col, line
+    uuids = {d.uuid for n, d in inventory.devices.items() if n in migs}
+    assert {mig_re.fullmatch(x)[3] for x in (m0, m1)} == uuids  # type: ignore[index]
+    # nvidia-smi orders MIG devices by GPU-instance ID: the 3g.20gb (larger) first
+    assert mig_re.fullmatch(m0)[1] == "3g.20gb"  # type: ignore[index]
+
+
+def test_container_sees_only_its_devices(tmp_path: Path) -> None:
+    state, inventory = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  count: 4\n")
+    state.prepare(claim(UID1, ["gpu-2", "gpu-0"]))
+    state.prepare(claim(UID2, ["gpu-3"]))
+    one = container_root(tmp_path, [read_spec(state, UID1)], "one")
+    two = container_root(tmp_path, [read_spec(state, UID2)], "two")
+    out1 = run_smi(one, "-L").stdout.splitlines()
+    assert out1 == [
+        f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {inventory.gpu(0).uuid})",
+        f"GPU 1: NVIDIA H100 80GB HBM3 (UUID: {inventory.gpu(2).uuid})",
+    ]
+    assert run_smi(two, "-L").stdout == f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {inventory.gpu(3).uuid})\n"
+    table = run_smi(one).stdout
+    assert table.count("NVIDIA H100 80GB HBM3") == 2 and "MIG devices" not in table
+    assert "81559MiB" in table and "700W" in table
+    rows = [line for line in table.splitlines() if "NVIDIA H100" in line]
+    real_rows = [line for line in REAL_GPU_TABLE.splitlines() if "NVIDIA A100" in line]
+    assert [skeleton(r) for r in rows] == [skeleton(r) for r in real_rows]
+    assert rows[1].startswith("|   1  NVIDIA H100 80GB HBM3          On  |")
+
+
+def test_query_gpu_csv_fields_and_format_options(tmp_path: Path) -> None:
+    state, inventory = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  count: 2\n")
+    state.prepare(claim(UID1, ["gpu-1"]))
+    root = container_root(tmp_path, [read_spec(state, UID1)])
+    fields = "name,uuid,memory.total,driver_version,pci.bus_id,index,compute_cap"
+    out = run_smi(root, f"--query-gpu={fields}", "--format=csv").stdout
+    gpu = inventory.gpu(1)
+    bus = nvidia_bus_id(gpu.pci_bus_id)
+    assert out == (
+        "name, uuid, memory.total [MiB], driver_version, pci.bus_id, index, compute_cap\n"
+        f"NVIDIA H100 80GB HBM3, {gpu.uuid}, 81559 MiB, 580.105.08, {bus}, 0, 9.0\n"
+    )
+    assert re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]", bus)
+    out = run_smi(root, "--query-gpu", "name,memory.total", "--format=csv,noheader,nounits").stdout
+    assert out == "NVIDIA H100 80GB HBM3, 81559\n"
+    # The real sample's header and value formats, for the fields it has:
+    real = run_smi(root, "--query-gpu=name,compute_cap,memory.total", "--format=csv").stdout
+    assert real.splitlines()[0] == REAL_QUERY.splitlines()[0]
+    assert re.fullmatch(r"[^,]+, \d+\.\d, \d+ MiB", real.splitlines()[1])
+    bad = run_smi(root, "--query-gpu=bogus", "--format=csv", check=False)
+    assert bad.returncode == 2 and 'Field "bogus" is not a valid field to query.' in bad.stderr
+    assert run_smi(root, "--query-gpu=name", check=False).returncode == 2
+
+
+def test_no_devices_and_unsupported_options(tmp_path: Path) -> None:
+    root = tmp_path / "empty"
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/nvidia-smi").write_text(script_text())
+    proc = run_smi(root, check=False)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (6, "", "No devices were found\n")
+    state, _ = make_state(tmp_path, "gpus:\n- profile: l40s\n")
+    state.prepare(claim(UID1, ["gpu-0"]))
+    root = container_root(tmp_path, [read_spec(state, UID1)])
+    assert run_smi(root, "-q", check=False).returncode == 2
+    assert "dra-fake" in run_smi(root, "--version").stdout
+
+
+def test_dynamic_mig_info_file_follows_the_claim(tmp_path: Path) -> None:
+    state, _ = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  mig: dynamic\n")
+    device = "gpu-0-mig-1g10gb-19-3"
+    state.prepare(claim(UID1, [device]))
+    spec = read_spec(state, UID1)
+    host = Path(spec["devices"][0]["containerEdits"]["mounts"][0]["hostPath"])
+    assert host.is_file() and host.name.startswith(f"{device}_MIG-")
+    out = run_smi(container_root(tmp_path, [spec]), "-L").stdout
+    assert host.name.split("_", 1)[1] in out and "MIG 1g.10gb" in out
+    state.unprepare(UID1)
+    assert not host.exists()  # the dynamic MIG device was destroyed, its info file too
+
+
+def test_startup_restores_missing_files(a100: tuple[DeviceState, Any]) -> None:
+    state, _ = a100
+    state.prepare(claim(UID1, ["gpu-1"]))
+    spec = read_spec(state, UID1)
+    script = Path(spec["containerEdits"]["mounts"][0]["hostPath"])
+    info = Path(spec["devices"][0]["containerEdits"]["mounts"][0]["hostPath"])
+    script.unlink()
+    info.write_text("garbage")
+    state.startup()
+    assert script.read_text() == script_text()
+    assert "kind=gpu" in info.read_text()
+
+
+def test_script_is_posix_sh() -> None:
+    """dash -n parses it strictly; no bashisms the common ones would show."""
+    text = script_text()
+    assert text.startswith("#!/bin/sh\n")
+    if shutil.which("dash"):
+        subprocess.run(["dash", "-n", "/dev/stdin"], input=text, text=True, check=True, timeout=10)
+    for bashism in ("[[", "${BASH", "local ", "declare ", "<<<", "function ", "$'"):
+        assert bashism not in text, bashism
