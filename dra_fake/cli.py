@@ -87,7 +87,14 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
         env="HEALTHCHECK_PORT",
         type=int,
         default=-1,
-        help="port of the gRPC health service on 127.0.0.1 (negative: disabled)",
+        help="port of the gRPC health service (negative: disabled)",
+    )
+    p.add_argument(
+        "--healthcheck-address",
+        action=_EnvDefault,
+        env="HEALTHCHECK_ADDRESS",
+        default="127.0.0.1",
+        help="address the gRPC health service listens on; in a pod, its IP, for the kubelet's gRPC probe",
     )
     p.add_argument(
         "--metrics-port",

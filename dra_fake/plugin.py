@@ -209,7 +209,11 @@ class GpuPlugin:
         kubelet.start()
         components: list[Any] = [_PublisherStopper(publisher), kubelet]
         if self.args.healthcheck_port >= 0:
-            health = HealthServer(kubelet, self.args.healthcheck_port)
+            health = HealthServer(
+                kubelet,
+                self.args.healthcheck_port,
+                host=getattr(self.args, "healthcheck_address", "127.0.0.1"),
+            )
             health.start()
             components.append(health)
         log.info("GPU kubelet plugin running", extra={"startupSeconds": round(time.monotonic() - started, 3)})
