@@ -1,0 +1,139 @@
+{{/* Names */}}
+{{- define "dra-fake.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "dra-fake.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "dra-fake.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "dra-fake.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "dra-fake.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "dra-fake.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "dra-fake.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "dra-fake.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "dra-fake.pluginServiceAccount" -}}
+{{- printf "%s-kubelet-plugin" (include "dra-fake.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "dra-fake.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* resource.k8s.io version: the value, else the newest the server serves (v1 > v1beta2 > v1beta1). */}}
+{{- define "dra-fake.resourceApiVersion" -}}
+{{- if .Values.resourceApiVersion -}}
+{{- .Values.resourceApiVersion -}}
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1/DeviceClass" -}}
+v1
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1beta2/DeviceClass" -}}
+v1beta2
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1beta1/DeviceClass" -}}
+v1beta1
+{{- else if semverCompare ">=1.34.0-0" .Capabilities.KubeVersion.Version -}}
+v1
+{{- else -}}
+v1beta1
+{{- end -}}
+{{- end -}}
+
+{{/* gpu.nvidia.com -> nvidia.com (the naming of dra_fake/deviceclasses.py) */}}
+{{- define "dra-fake.driverDomain" -}}
+{{- trimPrefix "gpu." .Values.driverNames.gpu -}}
+{{- end -}}
+
+{{/* The inventory document of a pool: `config` if given, else the shorthand fields. */}}
+{{- define "dra-fake.inventory" -}}
+{{- $inv := . -}}
+{{- if $inv.config -}}
+{{- toYaml $inv.config -}}
+{{- else -}}
+{{- $group := dict "profile" $inv.profile "count" (int $inv.count) -}}
+{{- if and $inv.mig (ne $inv.mig "none") -}}
+{{- $_ := set $group "mig" $inv.mig -}}
+{{- end -}}
+{{- if $inv.migDevices -}}
+{{- $_ := set $group "migDevices" $inv.migDevices -}}
+{{- end -}}
+{{- $doc := dict "gpus" (list $group) -}}
+{{- if $inv.driverVersion -}}
+{{- $_ := set $doc "driverVersion" $inv.driverVersion -}}
+{{- end -}}
+{{- if $inv.cudaDriverVersion -}}
+{{- $_ := set $doc "cudaDriverVersion" $inv.cudaDriverVersion -}}
+{{- end -}}
+{{- toYaml $doc -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+"not (any of these label maps)" as node-affinity terms. Terms are ORed and the expressions of a
+term ANDed, so "not (a=1 and b=2)" is two terms (a NotIn [1]) | (b NotIn [2]), and the terms of
+several exclusions multiply out. Input: dict "base" (list of expressions) "excluded" (list of maps).
+Output: JSON list of terms (each a list of expressions).
+*/}}
+{{- define "dra-fake.excludeTerms" -}}
+{{- $terms := list .base -}}
+{{- range .excluded -}}
+{{- $sel := . -}}
+{{- $next := list -}}
+{{- range $terms -}}
+{{- $term := . -}}
+{{- range $k, $v := $sel -}}
+{{- $next = append $next (append $term (dict "key" $k "operator" "NotIn" "values" (list (toString $v)))) -}}
+{{- end -}}
+{{- end -}}
+{{- $terms = $next -}}
+{{- end -}}
+{{- toJson $terms -}}
+{{- end -}}
+
+{{/*
+The plugin DaemonSets: the default one and one per node pool, placed so that every node runs
+exactly one: a pool takes the nodes its nodeSelector matches that no earlier pool matched; the
+default takes the nodes no pool matches. Output: JSON list of {name, inventory, terms}.
+*/}}
+{{- define "dra-fake.pools" -}}
+{{- $pools := list -}}
+{{- $excluded := list -}}
+{{- range .Values.nodePools -}}
+{{- $base := list -}}
+{{- range $k, $v := .nodeSelector -}}
+{{- $base = append $base (dict "key" $k "operator" "In" "values" (list (toString $v))) -}}
+{{- end -}}
+{{- $terms := include "dra-fake.excludeTerms" (dict "base" $base "excluded" $excluded) | fromJsonArray -}}
+{{- $own := default (dict) .inventory -}}
+{{- $inv := mergeOverwrite (deepCopy $.Values.inventory) (deepCopy $own) -}}
+{{- if not $own.config -}}
+{{- $_ := set $inv "config" (dict) -}}
+{{- end -}}
+{{- $pools = append $pools (dict "name" .name "inventory" $inv "terms" $terms) -}}
+{{- $excluded = append $excluded .nodeSelector -}}
+{{- end -}}
+{{- $terms := include "dra-fake.excludeTerms" (dict "base" (list) "excluded" $excluded) | fromJsonArray -}}
+{{- $pools = prepend $pools (dict "name" "" "inventory" .Values.inventory "terms" $terms) -}}
+{{- toJson $pools -}}
+{{- end -}}
+
+{{/* featureGates map -> "A=true,B=false" (sorted) */}}
+{{- define "dra-fake.featureGates" -}}
+{{- $items := list -}}
+{{- range $k, $v := .Values.featureGates -}}
+{{- $items = append $items (printf "%s=%t" $k $v) -}}
+{{- end -}}
+{{- join "," $items -}}
+{{- end -}}
