@@ -161,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="NVIDIA driver feature gates, e.g. TimeSlicingSettings=true,MPSSupport=true",
     )
 
+    from .cd.cli import add_parsers as add_compute_domain_parsers
+
+    add_compute_domain_parsers(sub, _EnvDefault, _add_common_plugin_flags)
+
     render = sub.add_parser(
         "render-slices", help="print the ResourceSlices a node would publish (no cluster needed)"
     )
@@ -173,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     profiles = sub.add_parser("profiles", help="list the GPU profiles with their key specs")
     profiles.add_argument("--profiles-dir", type=Path, action="append", default=[])
+
+    from .fleet_cli import add_fleet_parser
+
+    add_fleet_parser(sub)
     return parser
 
 
@@ -186,6 +194,12 @@ def parse_server_version(raw: str) -> tuple[int, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from .cd.cli import COMMANDS as COMPUTE_DOMAIN_COMMANDS
+
+    if args.command in COMPUTE_DOMAIN_COMMANDS:
+        from .cd.cli import run as run_compute_domain_command
+
+        return run_compute_domain_command(args)
     if args.command == "gpu-kubelet-plugin":
         from .plugin import run_gpu_plugin
 
@@ -204,6 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
         return 0
+    if args.command == "fleet":
+        from .fleet import run_fleet
+
+        return run_fleet(args)
     if args.command == "profiles":
         from .profiles import load_profiles
         from .render import profiles_table

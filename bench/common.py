@@ -1,0 +1,182 @@
+"""Shared helpers of the benchmarks: statistics, machine facts, processes, API objects."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_fake.fleet_core import NodeTemplate, node_manifest, untaint_patch
+
+REPO = Path(__file__).resolve().parents[1]
+REFDRIVER = REPO / "bench" / "refdriver"
+REF_BIN = REFDRIVER / "bin" / "dra-example-kubeletplugin"
+DRABENCH = REFDRIVER / "bin" / "drabench"
+CONFIGS = REPO / "bench" / "configs"
+T = TypeVar("T")
+
+
+class BenchError(RuntimeError):
+    """Something did not work: the benchmark fails (timings never make it fail)."""
+
+
+# ---- statistics ------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100) of a non-empty sample."""
+    if not values:
+        raise BenchError("percentile of an empty sample")
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * p // 100))  # ceil(n * p / 100), at least 1
+    return ordered[int(rank) - 1]
+
+
+def latency_summary(seconds: Sequence[float]) -> dict[str, Any]:
+    """p50/p95/p99/mean in milliseconds."""
+    return {
+        "n": len(seconds),
+        "p50_ms": round(percentile(seconds, 50) * 1000, 3),
+        "p95_ms": round(percentile(seconds, 95) * 1000, 3),
+        "p99_ms": round(percentile(seconds, 99) * 1000, 3),
+        "mean_ms": round(sum(seconds) / len(seconds) * 1000, 3),
+    }
+
+
+# ---- machine ---------------------------------------------------------------------------------
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _cmd(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+    except OSError:
+        return ""
+
+
+def machine_facts() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        mem_kib = 0
+    gomod = (REFDRIVER / "go.mod").read_text()
+    ref_version = next(
+        (line.split()[-1] for line in gomod.splitlines() if "sigs.k8s.io/dra-example-driver " in line), "?"
+    )
+    import grpc
+    import kubernetes
+
+    return {
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": platform.node(),
+        "kernel": platform.release(),
+        "cpu_model": cpu,
+        "cpus": os.cpu_count(),
+        "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "python": sys.version.split()[0],
+        "go": _cmd(["go", "env", "GOVERSION"]),
+        "grpcio": grpc.__version__,
+        "kubernetes_client": kubernetes.__version__,
+        "kubernetes_control_plane": (REPO / "e2e" / "cluster" / "K8S_VERSION").read_text().strip(),
+        "reference_driver": f"sigs.k8s.io/dra-example-driver {ref_version}",
+        "git_commit": _cmd(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
+        "git_dirty": bool(_cmd(["git", "-C", str(REPO), "status", "--porcelain", "--", "dra_fake", "bench"])),
+        "loadavg_start": loadavg(),
+    }
+
+
+# ---- processes -------------------------------------------------------------------------------
+
+
+def run_json(argv: list[str], timeout: float = 1800) -> dict[str, Any]:
+    """Run a command printing one JSON object; a non-zero exit is a benchmark error."""
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        raise BenchError(f"{' '.join(argv[:3])}... exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise BenchError(f"{argv[0]}: no JSON on stdout; stderr: {proc.stderr.strip()[-2000:]}")
+    result = json.loads(lines[-1])
+    if not isinstance(result, dict):
+        raise BenchError(f"{argv[0]}: expected a JSON object")
+    return result
+
+
+def poll(
+    what: str,
+    fn: Callable[[], T | None],
+    timeout: float,
+    every: float = 0.02,
+    alive: Callable[[], None] | None = None,
+) -> T:
+    """Call fn until it returns a truthy value (fast polling: the poll interval bounds the
+    resolution of the start-up timings). `alive` raises when the awaited process died."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while True:
+        if alive is not None:
+            alive()
+        try:
+            value = fn()
+        except Exception as err:  # the thing may not be up yet
+            last = err
+        else:
+            if value:
+                return value
+            last = value
+        if time.monotonic() > deadline:
+            raise BenchError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+        time.sleep(every)
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise BenchError(f"no VmRSS for pid {pid}")
+
+
+# ---- API objects -----------------------------------------------------------------------------
+
+
+def ensure_node(core: client.CoreV1Api, name: str, fleet: str = "bench") -> str:
+    """A Ready, untainted Node object without a kubelet (the benchmark drives the plugins)."""
+    manifest: Any = node_manifest(name, NodeTemplate(fleet=fleet))
+    try:
+        resp: Any = core.create_node(manifest, _preload_content=False)
+        node = json.loads(resp.data)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        resp = core.read_node(name, _preload_content=False)
+        node = json.loads(resp.data)
+    patch = untaint_patch(node)
+    if patch is not None:
+        core.patch_node(name, patch)
+    return str(node["metadata"]["uid"])
+
+
+def ensure_namespace(core: client.CoreV1Api, name: str) -> None:
+    try:
+        body: Any = {"metadata": {"name": name}}
+        core.create_namespace(body)
+    except ApiException as err:
+        if err.status != 409:
+            raise

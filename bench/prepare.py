@@ -1,0 +1,275 @@
+"""Prepare/unprepare side by side: our plugin and the reference driver, same client, same API
+server, identical claims; plus the floor of this machine."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_fake.atomic import atomic_write
+from e2e.localcluster import LocalCluster
+from e2e.localcluster.processes import Process, spawn
+
+from .common import (
+    CONFIGS,
+    DRABENCH,
+    REF_BIN,
+    REPO,
+    BenchError,
+    ensure_namespace,
+    ensure_node,
+    latency_summary,
+    poll,
+    run_json,
+)
+
+NAMESPACE = "bench-prepare"
+OURS, REF = "gpu.nvidia.com", "gpu.example.com"
+DEVICES = 128  # 16 concurrent 8-device claims hold distinct devices
+SHAPES = (1, 8)  # devices per claim
+CALLERS = (1, 16)  # serial, 16 concurrent
+
+
+def floor(work: Path) -> dict[str, Any]:
+    """An empty gRPC round trip over a unix socket (Go client, Go no-op server) and one
+    fsync'd atomic file write (temp file, fsync, rename) from Go and from our Python helper."""
+    work.mkdir(parents=True, exist_ok=True)
+    grpc_rt = run_json([str(DRABENCH), "empty", "--n", "2000"])
+    go_write = run_json([str(DRABENCH), "fsync", "--dir", str(work), "--n", "300", "--size", "4096"])
+    py_lat = []
+    target = work / "py-atomic.json"
+    data = b"x" * 4096
+    for _ in range(300):
+        t0 = time.perf_counter()
+        atomic_write(target, data, 0o600)
+        py_lat.append(time.perf_counter() - t0)
+    return {
+        "grpc_empty_roundtrip_unix_socket": latency_summary(grpc_rt["seconds"]),
+        "fsync_atomic_write_4KiB_go": latency_summary(go_write["seconds"]),
+        "fsync_atomic_write_4KiB_python_dra_fake_atomic": latency_summary(py_lat),
+    }
+
+
+class Driver:
+    """One kubelet plugin process on its own (kubelet-less) node."""
+
+    def __init__(self, cluster: LocalCluster, kind: str, node: str, work: Path) -> None:
+        self.cluster = cluster
+        self.kind = kind
+        self.node = node
+        self.dir = work / node
+        self.driver = OURS if kind == "ours" else REF
+        self.proc: Process | None = None
+
+    @property
+    def registrar(self) -> Path:
+        return self.dir / "plugins_registry"
+
+    @property
+    def plugins(self) -> Path:
+        return self.dir / "plugins"
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugins / self.driver / "dra.sock"
+
+    def argv(self, config: Path | None = None, num_devices: int = 8) -> list[str]:
+        common = [
+            f"--node-name={self.node}",
+            f"--kubeconfig={self.cluster.kubeconfig}",
+            f"--cdi-root={self.dir / 'cdi'}",
+            f"--kubelet-registrar-directory-path={self.registrar}",
+            f"--kubelet-plugins-directory-path={self.plugins}",
+        ]
+        if self.kind == "ours":
+            return [sys.executable, "-m", "dra_fake", "gpu-kubelet-plugin", *common] + (
+                [f"--config={config}"] if config else []
+            )
+        # The reference driver's client-go defaults (5 QPS, burst 10) would throttle its claim
+        # GETs; lifted so that both drivers are measured, not a client-side rate limiter.
+        return [
+            str(REF_BIN),
+            *common,
+            f"--num-devices={num_devices}",
+            "--kube-api-qps=1000",
+            "--kube-api-burst=1000",
+        ]
+
+    def start(self, config: Path | None = None, num_devices: int = 8) -> float:
+        """Start the process; returns its start time (monotonic)."""
+        for d in (self.registrar, self.plugins, self.dir / "cdi"):
+            d.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        self.proc = spawn(f"bench-{self.node}", self.argv(config, num_devices), self.cluster.logs, cwd=REPO)
+        return t0
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+    def check_alive(self) -> None:
+        if self.proc is not None:
+            self.proc.check_alive()
+
+
+def _claim(name: str, driver: str, node: str, devices: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    spec = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "labels": {"dra-fake.dev/bench": "prepare"}},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": driver,
+                            "allocationMode": "ExactCount",
+                            "count": len(devices),
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    status = {
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": driver, "pool": node, "device": d} for d in devices
+                    ]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                    ]
+                },
+            }
+        }
+    }
+    return spec, status
+
+
+def make_claims(
+    custom: client.CustomObjectsApi, driver: str, node: str, per_claim: int
+) -> list[dict[str, str]]:
+    """DEVICES / per_claim allocated claims on `node`, together holding every device once."""
+    refs = []
+    obj: Any
+    for i in range(DEVICES // per_claim):
+        name = f"{node}-d{per_claim}-{i:03d}"
+        devices = [f"gpu-{i * per_claim + j}" for j in range(per_claim)]
+        spec, status = _claim(name, driver, node, devices)
+        try:
+            obj = custom.create_namespaced_custom_object(
+                "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", spec
+            )
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            custom.delete_namespaced_custom_object("resource.k8s.io", "v1", NAMESPACE, "resourceclaims", name)
+            obj = poll(
+                f"claim {name} re-created",
+                lambda s=spec: custom.create_namespaced_custom_object(  # type: ignore[misc]
+                    "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", s
+                ),
+                30,
+                0.2,
+            )
+        custom.patch_namespaced_custom_object_status(
+            "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", name, status
+        )
+        refs.append({"uid": obj["metadata"]["uid"], "namespace": NAMESPACE, "name": name})
+    return refs
+
+
+def run(cluster: LocalCluster, work: Path, rounds_1: int = 2, rounds_8: int = 8) -> dict[str, Any]:
+    api = cluster_api(cluster)
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    ensure_namespace(core, NAMESPACE)
+    drivers = {
+        "ours": Driver(cluster, "ours", "bench-ours", work),
+        "reference": Driver(cluster, "ref", "bench-ref", work),
+    }
+    results: dict[str, Any] = {"devices_per_node": DEVICES, "cases": []}
+    try:
+        for d in drivers.values():
+            ensure_node(core, d.node)
+            d.start(CONFIGS / "h100x128.yaml", DEVICES)
+        for d in drivers.values():
+            poll(f"{d.kind} DRA socket", d.dra_socket.exists, 120, alive=d.check_alive)
+        empty = {}
+        for kind, d in drivers.items():
+            rt = run_json([str(DRABENCH), "empty", "--socket", str(d.dra_socket), "--n", "500"])
+            empty[kind] = latency_summary(rt["seconds"])
+        results["empty_prepare_request"] = empty
+        claims = {
+            (kind, shape): make_claims(custom, d.driver, d.node, shape)
+            for kind, d in drivers.items()
+            for shape in SHAPES
+        }
+        for shape in SHAPES:
+            for callers in CALLERS:
+                case: dict[str, Any] = {"devices_per_claim": shape, "callers": callers}
+                for kind, d in drivers.items():
+                    path = work / f"claims-{kind}-{shape}.json"
+                    path.write_text(json.dumps(claims[(kind, shape)]))
+                    out = run_json(
+                        [
+                            str(DRABENCH),
+                            "prepare",
+                            "--socket",
+                            str(d.dra_socket),
+                            "--claims",
+                            str(path),
+                            "--concurrency",
+                            str(callers),
+                            "--rounds",
+                            str(rounds_1 if shape == 1 else rounds_8),
+                        ]
+                    )
+                    d.check_alive()
+                    n = len(out["prepare_seconds"])
+                    case[kind] = {
+                        "prepare": latency_summary(out["prepare_seconds"]),
+                        "unprepare": latency_summary(out["unprepare_seconds"]),
+                        "prepare_claims_per_s": round(n / out["prepare_wall_seconds"], 1),
+                        "unprepare_claims_per_s": round(n / out["unprepare_wall_seconds"], 1),
+                    }
+                ours, ref = case["ours"], case["reference"]
+                case["ratio_ours_over_reference"] = {
+                    "prepare_p50": round(ours["prepare"]["p50_ms"] / ref["prepare"]["p50_ms"], 2),
+                    "prepare_p99": round(ours["prepare"]["p99_ms"] / ref["prepare"]["p99_ms"], 2),
+                    "unprepare_p50": round(ours["unprepare"]["p50_ms"] / ref["unprepare"]["p50_ms"], 2),
+                    "prepare_claims_per_s": round(
+                        ours["prepare_claims_per_s"] / ref["prepare_claims_per_s"], 2
+                    ),
+                }
+                results["cases"].append(case)
+    finally:
+        for d in drivers.values():
+            d.stop()
+    return results
+
+
+def cluster_api(cluster: LocalCluster) -> client.ApiClient:
+    from e2e.localcluster.objects import api_client
+
+    return api_client(cluster.kubeconfig)
+
+
+def scratch() -> Path:
+    return Path(tempfile.mkdtemp(prefix="dra-bench-"))
+
+
+if __name__ == "__main__":  # pragma: no cover - manual runs
+    raise BenchError("run `python -m bench`")

@@ -1,0 +1,200 @@
+"""Fleet mode's pure logic: node manifests, the shared slice cache, the work queue, pod status."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from dra_fake.fleet_cli import add_fleet_parser
+from dra_fake.fleet_core import (
+    FLEET_LABEL,
+    NodeTemplate,
+    SliceCache,
+    WorkQueue,
+    node_manifest,
+    node_names,
+    pod_running_status,
+    untaint_patch,
+)
+
+
+def slice_obj(name: str, node: str, rv: int, generation: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": str(rv)},
+        "spec": {
+            "nodeName": node,
+            "driver": "gpu.nvidia.com",
+            "pool": {"name": node, "generation": generation},
+        },
+    }
+
+
+# ---- nodes ---------------------------------------------------------------------------------------
+
+
+def test_node_names_are_sortable_and_unique() -> None:
+    names = node_names("fleet-", 1000)
+    assert names[0] == "fleet-0000" and names[-1] == "fleet-0999"
+    assert names == sorted(names) and len(set(names)) == 1000
+    assert node_names("n-", 3) == ["n-0000", "n-0001", "n-0002"]
+
+
+def test_node_manifest_is_ready_labelled_and_has_allocatable() -> None:
+    node = node_manifest("fleet-0001", NodeTemplate(fleet="f1", labels={"zone": "a"}))
+    labels = node["metadata"]["labels"]
+    assert labels["kubernetes.io/hostname"] == "fleet-0001"
+    assert labels[FLEET_LABEL] == "f1" and labels["zone"] == "a"
+    assert node["status"]["allocatable"] == node["status"]["capacity"]
+    assert node["status"]["allocatable"]["pods"] == "110"
+    assert [c["type"] for c in node["status"]["conditions"]] == ["Ready"]
+
+
+def test_untaint_patch_removes_only_node_lifecycle_taints() -> None:
+    assert untaint_patch({"spec": {}}) is None
+    assert untaint_patch({"spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]}}) is None
+    taints = [
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+        {"key": "gpu", "effect": "NoSchedule"},
+    ]
+    patch = untaint_patch({"spec": {"taints": taints}})
+    assert patch == [
+        {"op": "test", "path": "/spec/taints", "value": taints},
+        {"op": "replace", "path": "/spec/taints", "value": [{"key": "gpu", "effect": "NoSchedule"}]},
+    ]
+
+
+# ---- slice cache ---------------------------------------------------------------------------------
+
+
+def test_cache_groups_by_node_and_reports_changed_nodes_on_relist() -> None:
+    cache = SliceCache()
+    changed = cache.replace_all(
+        [slice_obj("a0", "a", 10), slice_obj("b0", "b", 11), slice_obj("b1", "b", 12)]
+    )
+    assert changed == {"a", "b"}
+    assert {e.name for e in cache.existing("b")} == {"b0", "b1"}
+    assert cache.count() == 3 and sorted(cache.nodes()) == ["a", "b"]
+    # Same list again: nothing changed. One slice newer, one node gone: exactly those.
+    assert (
+        cache.replace_all([slice_obj("a0", "a", 10), slice_obj("b0", "b", 11), slice_obj("b1", "b", 12)])
+        == set()
+    )
+    assert cache.replace_all([slice_obj("a0", "a", 10), slice_obj("c0", "c", 13)]) == {"b", "c"}
+    assert cache.existing("b") == []
+
+
+def test_cache_ignores_events_of_our_own_writes() -> None:
+    cache = SliceCache()
+    cache.replace_all([])
+    stored = slice_obj("a0", "a", 20)
+    cache.wrote(stored)
+    assert [e.resource_version for e in cache.existing("a")] == ["20"]
+    # The watch delivers our create later: no re-sync.
+    assert cache.observe("ADDED", stored) is None
+    # Someone else changes it: re-sync node a.
+    assert cache.observe("MODIFIED", slice_obj("a0", "a", 25)) == "a"
+    # An older event arriving late changes nothing.
+    assert cache.observe("MODIFIED", slice_obj("a0", "a", 22)) is None
+    assert cache.existing("a")[0].resource_version == "25"
+
+
+def test_cache_deletes_ours_and_theirs() -> None:
+    cache = SliceCache()
+    cache.replace_all([slice_obj("a0", "a", 5), slice_obj("a1", "a", 6)])
+    cache.deleted("a0", "5")
+    assert [e.name for e in cache.existing("a")] == ["a1"]
+    assert cache.observe("DELETED", slice_obj("a0", "a", 30)) is None  # our delete, seen later
+    assert cache.observe("MODIFIED", slice_obj("a0", "a", 5)) is None  # stale event of the deleted slice
+    assert cache.observe("DELETED", slice_obj("a1", "a", 31)) == "a"  # the kubelet wiped it: re-sync
+    assert cache.existing("a") == []
+    assert cache.observe("ADDED", slice_obj("a0", "a", 40)) == "a"  # re-created later: seen
+
+
+# ---- work queue ----------------------------------------------------------------------------------
+
+
+def test_queue_deduplicates_and_orders() -> None:
+    q = WorkQueue()
+    for key in ("a", "b", "a", "c", "b"):
+        q.add(key)
+    assert len(q) == 3
+    got = [q.get(0), q.get(0), q.get(0)]
+    assert got == ["a", "b", "c"]
+    assert q.get(0) is None  # empty: times out
+    for key in got:
+        q.done(str(key))
+    assert q.idle()
+
+
+def test_queue_never_hands_a_key_to_two_workers_and_requeues_when_done() -> None:
+    q = WorkQueue()
+    q.add("a")
+    assert q.get(0) == "a"
+    q.add("a")  # changed while processing
+    assert q.get(0) is None  # not handed out twice
+    assert not q.idle()
+    q.done("a")
+    assert q.get(0) == "a"
+    q.done("a")
+    assert q.idle()
+
+
+def test_queue_shutdown_wakes_waiting_workers() -> None:
+    q = WorkQueue()
+    results: list[str | None] = []
+    workers = [threading.Thread(target=lambda: results.append(q.get(30))) for _ in range(3)]
+    for w in workers:
+        w.start()
+    q.shutdown()
+    for w in workers:
+        w.join(10)
+        assert not w.is_alive()
+    assert results == [None, None, None]
+
+
+# ---- pods ----------------------------------------------------------------------------------------
+
+
+def test_pod_running_status_for_bound_pending_pods_only() -> None:
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {"nodeName": "fleet-0001", "containers": [{"name": "c1", "image": "x"}, {"name": "c2"}]},
+        "status": {"phase": "Pending"},
+    }
+    patch = pod_running_status(pod, "2026-01-01T00:00:00Z")
+    assert patch is not None
+    status = patch["status"]
+    assert status["phase"] == "Running"
+    assert [c["name"] for c in status["containerStatuses"]] == ["c1", "c2"]
+    assert all(c["ready"] for c in status["containerStatuses"])
+    assert {c["type"] for c in status["conditions"]} >= {"Ready", "ContainersReady", "PodScheduled"}
+    assert pod_running_status({**pod, "spec": {"containers": []}}, "t") is None  # not bound
+    assert pod_running_status({**pod, "status": {"phase": "Running"}}, "t") is None
+    deleting = {**pod, "metadata": {"name": "p", "deletionTimestamp": "t"}}
+    assert pod_running_status(deleting, "t") is None
+
+
+# ---- flags ---------------------------------------------------------------------------------------
+
+
+def test_fleet_flags() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_fleet_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["fleet", "--nodes", "5", "--node-label", "a=b", "--mark-pods-running"])
+    assert args.nodes == 5 and args.node_label == ["a=b"] and args.mark_pods_running
+    assert args.workers == 16 and args.driver_name == "gpu.nvidia.com"
+
+
+def test_fleet_rejects_bad_flag_combinations(capsys: pytest.CaptureFixture[str]) -> None:
+    from dra_fake.cli import main
+
+    assert main(["fleet"]) == 2
+    assert "exactly one of --nodes" in capsys.readouterr().err
+    assert main(["fleet", "--nodes", "2", "--adopt-selector", "type=kwok"]) == 2
+    assert main(["fleet", "--nodes", "2", "--node-label", "novalue"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+    assert main(["fleet", "--nodes", "2", "--config", "/nonexistent.yaml"]) == 2
