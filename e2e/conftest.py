@@ -15,6 +15,17 @@ from e2e.kube import Kube
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
 
 E2E_NODES = 2
+REPO = Path(__file__).resolve().parents[1]
+# node-1: the default 8 x H100; node-2: two H100s with pre-created MIG devices and one with dynamic MIG.
+E2E_NODE_CONFIGS = {"node-2": REPO / "examples" / "inventory" / "mixed-mig.yaml"}
+
+
+def require(condition: object, reason: str) -> None:
+    """Skip when the cluster lacks what a test needs, except in CI, where that is a failure."""
+    if not condition:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI cluster lacks: {reason}")
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +34,8 @@ def local_cluster() -> Iterator[LocalCluster | None]:
         yield None
         return
     logging.basicConfig(level=logging.INFO)
-    cluster = LocalCluster(Path(os.environ.get("LOCAL_CLUSTER_DIR", DEFAULT_ROOT)), nodes=E2E_NODES)
+    root = Path(os.environ.get("LOCAL_CLUSTER_DIR", DEFAULT_ROOT))
+    cluster = LocalCluster(root, nodes=E2E_NODES, node_configs=E2E_NODE_CONFIGS)
     if cluster.is_up():
         yield cluster  # a developer's `make cluster-up`: use it, leave it running
         return
@@ -62,7 +74,19 @@ def nodes(kube: Kube, local_cluster: LocalCluster | None) -> list[str]:
 def ns(kube: Kube) -> Iterator[str]:
     name = kube.namespace()
     yield name
-    kube.delete_namespace(name)
+    # Wait until the namespace is gone, so its pods were unprepared and released their devices
+    # before the next test allocates.
+    kube.delete_namespace(name, wait=True)
+
+
+@pytest.fixture(autouse=True)
+def components_alive(local_cluster: LocalCluster | None) -> Iterator[None]:
+    """A component that crashed during a test fails that test, with its last log lines."""
+    yield
+    if local_cluster:
+        dead = local_cluster.dead_processes()
+        if dead:
+            pytest.fail("components died: " + "; ".join(f"{p.name}:\n{p.tail(15)}" for p in dead))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

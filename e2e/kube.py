@@ -57,12 +57,23 @@ class Kube:
                 return False
             raise
 
-    def delete_namespace(self, name: str) -> None:
+    def delete_namespace(self, name: str, wait: bool = False) -> None:
         try:
             self.core.delete_namespace(name)
         except ApiException as err:
             if err.status != 404:
                 raise
+        if wait:
+            poll(f"namespace {name} deleted", lambda: not self._namespace_exists(name), 120)
+
+    def _namespace_exists(self, name: str) -> bool:
+        try:
+            self.core.read_namespace(name)
+            return True
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
 
     def create(self, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         """Create a namespaced core/v1 Pod or a resource.k8s.io object from a manifest dict."""

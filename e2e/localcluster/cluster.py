@@ -123,6 +123,9 @@ class LocalCluster:
         self.state.save()
         return proc
 
+    def dead_processes(self) -> list[Process]:
+        return [p for p in map(self.process, self.state.processes) if not p.alive()]
+
     def is_up(self) -> bool:
         return "kube-apiserver" in self.state.processes and self.process("kube-apiserver").alive()
 

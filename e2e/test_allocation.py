@@ -1,0 +1,271 @@
+"""The real scheduler allocates our ResourceSlices as hardware would (issue 3 §7): capacity
+limits, MIG placements and their counters, and CEL selectors from NVIDIA's documentation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_fake.inventory import load_inventory
+from dra_fake.slices import desired_slices, slice_manifest, slice_spec
+from e2e.conftest import E2E_NODE_CONFIGS, require
+from e2e.kube import Kube, poll
+from e2e.localcluster import LocalCluster
+
+DRIVER = "gpu.nvidia.com"
+
+
+def template(
+    name: str,
+    device_class: str,
+    selector: str | None = None,
+    count: int = 1,
+    match_attribute: str | None = None,
+) -> str:
+    exactly: dict[str, Any] = {
+        "deviceClassName": device_class,
+        "allocationMode": "ExactCount",
+        "count": count,
+    }
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    devices: dict[str, Any] = {"requests": [{"name": "req", "exactly": exactly}]}
+    if match_attribute:
+        devices["constraints"] = [{"requests": ["req"], "matchAttribute": match_attribute}]
+    return yaml.safe_dump(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": {"devices": devices}},
+        }
+    )
+
+
+def pod(name: str, template_name: str, node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": template_name}],
+        "containers": [{"name": "ctr", "image": "cuda", "resources": {"claims": [{"name": "dev"}]}}],
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def devices_of(kube: Kube, ns: str, pod_name: str) -> list[str]:
+    p = kube.pod(ns, pod_name)
+    claim = kube.claim(ns, p["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
+    return [device for _, _, device in kube.allocated_devices(claim)]
+
+
+def unschedulable(kube: Kube, ns: str, name: str) -> str:
+    def reason() -> str | None:
+        for cond in kube.pod(ns, name).get("status", {}).get("conditions") or []:
+            if cond["type"] == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                return str(cond.get("message"))
+        return None
+
+    return poll(f"pod {name} Unschedulable", reason, 60)
+
+
+def published(kube: Kube, node: str) -> dict[str, dict[str, Any]]:
+    """The node's devices. Polls: the kubelet wipes a node's slices when it starts, and the driver
+    re-creates them, so right after start-up they may be briefly absent."""
+    slices = poll(f"ResourceSlices of {node}", lambda: kube.slices(node=node), 30)
+    return {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
+
+
+def attr(device: dict[str, Any], name: str) -> Any:
+    value = device["attributes"][name]
+    return next(iter(value.values()))
+
+
+@pytest.fixture
+def full_gpu_node(kube: Kube, nodes: list[str]) -> str:
+    for node in nodes:
+        devs = published(kube, node)
+        if len([d for d in devs if "-mig-" not in d]) == 8 and not any("-mig-" in d for d in devs):
+            return node
+    require(False, "a node with 8 full GPUs and no MIG")
+    raise AssertionError
+
+
+@pytest.fixture
+def dynamic_mig_gpu(kube: Kube, nodes: list[str]) -> tuple[str, dict[str, Any]]:
+    """(node, full GPU device) of a GPU whose MIG devices are created on demand."""
+    for node in nodes:
+        for d in published(kube, node).values():
+            if "-mig-" not in d["name"] and d.get("consumesCounters"):
+                return node, d
+    require(False, "a GPU with dynamic MIG")
+    raise AssertionError
+
+
+def test_eight_gpus_fit_and_a_ninth_claim_pends(kube: Kube, ns: str, full_gpu_node: str) -> None:
+    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
+    for i in range(9):
+        kube.create(pod(f"p{i}", "one", full_gpu_node), ns)
+    running = [kube.wait_running(ns, f"p{i}") for i in range(8)]
+    assert {running[0]["spec"]["nodeName"]} == {p["spec"]["nodeName"] for p in running} == {full_gpu_node}
+    assert sorted(d for i in range(8) for d in devices_of(kube, ns, f"p{i}")) == sorted(
+        f"gpu-{i}" for i in range(8)
+    )
+    assert "cannot allocate all claims" in unschedulable(kube, ns, "p8")
+
+
+def test_dynamic_mig_placements_exclude_each_other_and_the_full_gpu(
+    kube: Kube, ns: str, dynamic_mig_gpu: tuple[str, dict[str, Any]], local_cluster: LocalCluster | None
+) -> None:
+    node, gpu = dynamic_mig_gpu
+    bus = attr(gpu, "resource.kubernetes.io/pciBusID")
+    on_gpu = f"device.attributes['resource.kubernetes.io'].pciBusID == '{bus}'"
+    kube.apply_yaml(
+        template(
+            "small", "mig.nvidia.com", f"{on_gpu} && device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
+        ),
+        ns,
+    )
+    kube.apply_yaml(template("whole", "gpu.nvidia.com", on_gpu), ns)
+
+    for i in range(8):
+        kube.create(pod(f"m{i}", "small", node), ns)
+    for i in range(7):
+        kube.wait_running(ns, f"m{i}")
+    assert "cannot allocate all claims" in unschedulable(kube, ns, "m7")
+    names = sorted(d for i in range(7) for d in devices_of(kube, ns, f"m{i}"))
+    # Seven 1g.10gb placements, one per memory slice 0..6: none overlaps another.
+    assert [int(n.rsplit("-", 1)[1]) for n in names] == list(range(7)), names
+    assert all(n.startswith(gpu["name"] + "-mig-1g10gb-") for n in names), names
+
+    # A partition is allocated: the full GPU is not available.
+    kube.create(pod("full", "whole", node), ns)
+    unschedulable(kube, ns, "full")
+
+    if local_cluster:  # prepare "created" each MIG device: a MIG UUID reached the container
+        record = json.loads(next((local_cluster.node_dir(node) / "pods").glob(f"{ns}_m0_*.json")).read_text())
+        env = record["containers"]["ctr"]["env"]
+        assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=MIG-") for e in env), env
+
+    # Release every partition (the pending one too): the full GPU becomes allocatable, and then
+    # a partition is not.
+    for i in range(8):
+        kube.core.delete_namespaced_pod(f"m{i}", ns)
+    kube.wait_running(ns, "full", timeout=120)
+    assert devices_of(kube, ns, "full") == [gpu["name"]]
+    kube.create(pod("late", "small", node), ns)
+    unschedulable(kube, ns, "late")
+
+
+CEL_CASES = [
+    # (template name, class, selector, check on the allocated device)
+    (
+        "product",
+        "gpu.nvidia.com",
+        "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'",
+        lambda d: attr(d, "productName") == "NVIDIA H100 80GB HBM3",
+    ),
+    (
+        "compute",
+        "gpu.nvidia.com",
+        "device.attributes['gpu.nvidia.com'].cudaComputeCapability.compareTo(semver('9.0.0')) >= 0",
+        lambda d: attr(d, "cudaComputeCapability") == "9.0.0",
+    ),
+    (
+        "memory",
+        "gpu.nvidia.com",
+        "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('79Gi')) >= 0",
+        lambda d: d["capacity"]["memory"]["value"] in ("81559Mi", "81152Mi"),
+    ),
+    (
+        "mig-size",
+        "mig.nvidia.com",
+        "device.capacity['gpu.nvidia.com'].multiprocessors.isGreaterThan(quantity('10')) && "
+        "device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('10Gi'))",
+        lambda d: int(d["capacity"]["multiprocessors"]["value"]) > 10 and attr(d, "type") == "mig",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CEL_CASES, ids=[c[0] for c in CEL_CASES])
+def test_nvidia_cel_selectors_pick_matching_devices(kube: Kube, ns: str, case: tuple[Any, ...]) -> None:
+    name, device_class, selector, check = case
+    kube.apply_yaml(template(name, device_class, selector), ns)
+    kube.create(pod("p", name), ns)
+    running = kube.wait_running(ns, "p")
+    [device] = devices_of(kube, ns, "p")
+    assert check(published(kube, running["spec"]["nodeName"])[device]), device
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-40GB'",
+        # As on real hardware: NVML reports 81559 MiB for an "80GB" H100, which is less than 80Gi.
+        "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('80Gi')) >= 0",
+    ],
+    ids=["other-model", "h100-is-not-80Gi"],
+)
+def test_selector_matching_no_device_pends(kube: Kube, ns: str, selector: str) -> None:
+    kube.apply_yaml(template("none", "gpu.nvidia.com", selector), ns)
+    kube.create(pod("p", "none"), ns)
+    assert "cannot allocate all claims" in unschedulable(kube, ns, "p")
+
+
+def test_match_attribute_parent_uuid_keeps_mig_devices_on_one_gpu(
+    kube: Kube, ns: str, dynamic_mig_gpu: tuple[str, dict[str, Any]]
+) -> None:
+    kube.apply_yaml(
+        template(
+            "pair",
+            "mig.nvidia.com",
+            "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",
+            count=2,
+            match_attribute="gpu.nvidia.com/parentUUID",
+        ),
+        ns,
+    )
+    kube.create(pod("p", "pair"), ns)
+    running = kube.wait_running(ns, "p")
+    devs = published(kube, running["spec"]["nodeName"])
+    parents = {attr(devs[d], "parentUUID") for d in devices_of(kube, ns, "p")}
+    assert len(parents) == 1, parents
+
+
+@pytest.mark.parametrize("api_version", ["v1", "v1beta2", "v1beta1"])
+def test_slices_round_trip_unchanged_through_the_api_server(kube: Kube, api_version: str) -> None:
+    """Every slice we would publish is accepted by the real API server and read back identical."""
+    config = E2E_NODE_CONFIGS["node-2"]
+    pool = f"roundtrip-{api_version}"
+    inventory = load_inventory(Path(config), pool)
+    desired = desired_slices(inventory, DRIVER, (1, 37))
+    created = []
+    try:
+        for i, d in enumerate(desired):
+            spec = slice_spec(
+                d,
+                api_version=api_version,
+                driver=DRIVER,
+                pool_name=pool,
+                node_name=pool,
+                generation=1,
+                slice_count=len(desired),
+            )
+            obj = slice_manifest(
+                spec, api_version=api_version, name=f"{pool}-{i}", owner_node_name=pool, owner_node_uid=None
+            )
+            stored = kube.custom.create_cluster_custom_object(
+                "resource.k8s.io", api_version, "resourceslices", obj
+            )
+            created.append(obj["metadata"]["name"])
+            assert stored["spec"] == spec  # type: ignore[index]
+            read = kube.custom.get_cluster_custom_object(
+                "resource.k8s.io", api_version, "resourceslices", obj["metadata"]["name"]
+            )
+            assert read["spec"] == spec  # type: ignore[index]
+    finally:
+        for name in created:
+            kube.custom.delete_cluster_custom_object("resource.k8s.io", api_version, "resourceslices", name)
