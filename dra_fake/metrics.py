@@ -60,6 +60,11 @@ class DriverMetrics:
         self.prepared_devices = Gauge(
             "dra_fake_prepared_devices", "Devices in currently prepared claims on this node.", registry=r
         )
+        self.kubelet_registered = Gauge(
+            "dra_fake_kubelet_registered",
+            "1 while the kubelet reports this plugin registered (NotifyRegistrationStatus), else 0.",
+            registry=r,
+        )
         self.published_devices = Gauge(
             "dra_fake_published_devices", "Devices published in this node's ResourceSlices.", registry=r
         )

@@ -7,18 +7,20 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from . import logs, metrics
 from .apiserver import ClaimNotFound, ResourceApi, ServerInfo, discover
+from .checkpoint import report_to_metrics
 from .configs import FeatureGates
+from .events import post_node_event
 from .inventory import Inventory, InventoryError, load_inventory
-from .kubelet.api import ClaimRef, PrepareResult
+from .kubelet.api import ClaimRef, PreparedDevice, PrepareResult
 from .nvidia_smi import NvidiaSmi
 from .prepare import ClaimError, DeviceState
 from .publisher import Publisher
@@ -33,10 +35,19 @@ class StartupError(Exception):
     """A bad flag, config or environment: reported as one line before any socket exists."""
 
 
-class ClaimPreparer:
-    """DriverHandler: fetch each claim from the API server, check it, prepare it in DeviceState."""
+class ClaimState(Protocol):
+    """What ClaimPreparer drives: DeviceState (GPUs) or ComputeDomainState (dra_fake.cd)."""
 
-    def __init__(self, resources: ResourceApi, state: DeviceState) -> None:
+    def prepare(self, claim: Mapping[str, Any]) -> list[PreparedDevice]: ...
+    def unprepare(self, claim_uid: str) -> None: ...
+    def prepared_claims(self) -> dict[str, str]: ...
+    def prepared_device_count(self) -> int: ...
+
+
+class ClaimPreparer:
+    """DriverHandler: fetch each claim from the API server, check it, prepare it in the state."""
+
+    def __init__(self, resources: ResourceApi, state: ClaimState) -> None:
         self.resources = resources
         self.state = state
 
@@ -155,6 +166,19 @@ class GpuPlugin:
         self.node = args.node_name
         self.stop_event = threading.Event()
 
+    def _checkpoint_error(self, reason: str, node_uid: str) -> None:
+        """A corrupt checkpoint: counted, logged by the store, and shown as an Event on the Node."""
+        report_to_metrics(reason)
+        post_node_event(
+            self.api,
+            self.node,
+            node_uid,
+            reason="CheckpointCorrupt",
+            message=f"{self.driver}: the plugin checkpoint was unusable ({reason}); it was moved aside and "
+            "the prepared claims were recovered from the CDI specs (see the plugin log)",
+            component=f"{self.driver}-kubelet-plugin",
+        )
+
     def run(self) -> int:
         from .kubelet.health import HealthServer
         from .kubelet.server import KubeletPlugin, serve_forever
@@ -187,6 +211,7 @@ class GpuPlugin:
             feature_gates=self.gates,
             node_name=self.node,
             nvidia_smi=NvidiaSmi.from_inventory(data_dir, self.inventory),
+            on_checkpoint_error=lambda reason: self._checkpoint_error(reason, node_uid),
         )
         report = state.startup()
         log.info("checkpoint recovered", extra={"report": str(report)})

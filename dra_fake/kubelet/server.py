@@ -418,6 +418,7 @@ class KubeletPlugin:
         with self._state_lock:
             self._state = RegistrationState(registered, error, time.time())
         fields = {"driver": self.driver_name, "socket": self.registration_socket, "registered": registered}
+        self.metrics.kubelet_registered.set(1 if registered else 0)
         if registered:
             self.registered.set()
             log.info("kubelet registered the plugin", extra=fields)

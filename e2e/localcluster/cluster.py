@@ -393,7 +393,7 @@ class LocalCluster:
             f"--kubelet-plugins-directory-path={nd / 'plugins'}",
             f"--cdi-root={nd / 'cdi'}",
             f"--healthcheck-port={free_port()}",
-            f"--metrics-port={free_port()}",
+            f"--metrics-port={self.state.ports.setdefault(f'metrics-{node}', free_port())}",
         ]
         config = self.state.node_configs.get(node) or self.state.inventory_config
         if config:
@@ -416,10 +416,14 @@ class LocalCluster:
         self._stop(f"gpu-plugin-{node}", kill=kill)
 
     def plugin_ready(self, node: str) -> bool:
-        """Slices published (the plugin starts its sockets right after its first publish attempt)."""
+        """Registered by the node's kubelet (the plugin's dra_fake_kubelet_registered gauge) and slices
+        published."""
         from .objects import node_slices
 
-        return bool(node_slices(self.kubeconfig, node, "gpu.nvidia.com"))
+        url = f"http://127.0.0.1:{self.state.ports[f'metrics-{node}']}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            registered = "dra_fake_kubelet_registered 1.0" in resp.read().decode()
+        return registered and bool(node_slices(self.kubeconfig, node, "gpu.nvidia.com"))
 
     def _stop(self, name: str, kill: bool = False) -> None:
         if name not in self.state.processes:

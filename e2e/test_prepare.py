@@ -1,0 +1,136 @@
+"""Prepare through the kubelet's DRA manager: opaque configs and checkpoint recovery (issue 7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.kube import Kube, poll
+from e2e.localcluster import LocalCluster
+
+
+def claim_with_config(name: str, parameters: dict[str, Any]) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
+                    "config": [
+                        {
+                            "requests": ["gpu"],
+                            "opaque": {"driver": "gpu.nvidia.com", "parameters": parameters},
+                        }
+                    ],
+                }
+            },
+        }
+    )
+
+
+def pod_for_claim(name: str, claim: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+            "containers": [{"name": "ctr", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }
+
+
+def prepare_failure(kube: Kube, ns: str, pod: str, expected: str) -> str:
+    """The kubelet's FailedPrepareDynamicResources event whose message contains `expected` (the
+    kubelet retries, so earlier events may carry other transient errors)."""
+
+    def event() -> str | None:
+        for e in kube.events(ns, pod):
+            if e.get("reason") == "FailedPrepareDynamicResources" and expected in str(e.get("message")):
+                return str(e.get("message"))
+        return None
+
+    return poll(f"FailedPrepareDynamicResources event of {pod} with {expected!r}", event, 60)
+
+
+BAD_CONFIGS = [
+    # (case, parameters, text the kubelet's event must contain)
+    (
+        "unknown-field",
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"intervall": "Short"}},
+        },
+        "intervall",
+    ),
+    (
+        "gate-off",
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing"},
+        },
+        '"TimeSlicing" is selected as the GPU sharing strategy, '
+        'but the "TimeSlicingSettings" feature gate is not enabled',
+    ),
+    (
+        "unknown-strategy",
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "Spatial"},
+        },
+        "unknown GPU sharing strategy: Spatial",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS])
+def test_a_bad_opaque_config_fails_that_claim_with_a_message_naming_the_problem(
+    kube: Kube, ns: str, case: tuple[str, dict[str, Any], str]
+) -> None:
+    _, parameters, expected = case
+    kube.apply_yaml(claim_with_config("bad", parameters), ns)
+    kube.apply_yaml(
+        claim_with_config("good", {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}), ns
+    )
+    kube.create(pod_for_claim("bad", "bad"), ns)
+    kube.create(pod_for_claim("good", "good"), ns)
+    message = prepare_failure(kube, ns, "bad", expected)
+    assert "NodePrepareResources failed for ResourceClaim bad" in message, message
+    kube.wait_running(ns, "good")  # only that claim fails
+    assert kube.pod(ns, "bad")["status"]["phase"] == "Pending"
+
+
+def test_a_corrupt_checkpoint_is_reported_on_the_node_and_the_plugin_recovers(
+    kube: Kube, ns: str, harness: LocalCluster
+) -> None:
+    node = harness.state.nodes[0]
+    harness.stop_plugin(node, kill=True)
+    checkpoint = harness.node_dir(node) / "plugins" / "gpu.nvidia.com" / "checkpoint.json"
+    checkpoint.write_text('{"version": 1, "checksum": "0", "payload": {"garbage')
+    harness.start_plugin(node)
+
+    def corrupt_event() -> dict[str, Any] | None:
+        for e in kube.core.list_namespaced_event(
+            "default", field_selector=f"involvedObject.name={node}"
+        ).items:
+            if e.reason == "CheckpointCorrupt":
+                return kube.api.sanitize_for_serialization(e)  # type: ignore[no-any-return]
+        return None
+
+    event = poll("CheckpointCorrupt event on the Node", corrupt_event, 30)
+    assert event["involvedObject"]["kind"] == "Node" and event["type"] == "Warning"
+    assert list(checkpoint.parent.glob("checkpoint.json.corrupt-*")), "the bad file is kept for inspection"
+    kube.apply_yaml(
+        claim_with_config("after", {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}), ns
+    )
+    pod = pod_for_claim("after", "after")
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    kube.create(pod, ns)
+    kube.wait_running(ns, "after")
