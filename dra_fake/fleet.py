@@ -204,6 +204,7 @@ class Fleet:
         self.slices_synced = threading.Event()
         self.nodes_listed = threading.Event()
         self.pods_marked = 0
+        self.phases: dict[str, float] = {}  # how long start-up steps took
         self._threads: list[threading.Thread] = []
 
     # ---- what each node should publish -------------------------------------------------------
@@ -236,7 +237,9 @@ class Fleet:
         version = ResourceApi(self.api, self.info).version
         self.node_api = _NodeApi(version, _CachedCustom(self.custom, self.cache))
         if self.options.nodes:
+            t0 = time.monotonic()
             self.create_nodes()
+            self.phases["createNodesSeconds"] = round(time.monotonic() - t0, 3)
         loops: list[tuple[Callable[[], None], str]] = [
             (self._slice_informer, "fleet-slices"),
             (self._node_informer, "fleet-nodes"),
@@ -483,10 +486,11 @@ class Fleet:
         return {
             "nodes": len(self.managed()),
             "nodesSynced": self.synced_count(),
-            "slices": self.cache.count(),
+            "slices": sum(len(self.cache.existing(n)) for n in self.managed()),
             "apiRequests": dict(self.api.requests),
             "apiRequestsTotal": sum(self.api.requests.values()),
             "podsMarkedRunning": self.pods_marked,
+            "phases": self.phases,
             "rssBytes": current_rss(),
             "maxRssBytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import threading
@@ -125,6 +126,23 @@ def load_kube_client(kubeconfig: str) -> client.ApiClient:
         raise StartupError(f"{where}: {err}") from err
 
 
+def read_node_uid(api: client.ApiClient, node: str) -> str:
+    """GET /api/v1/nodes/<node> as plain JSON. `client.CoreV1Api` would import the client's
+    ~250 typed models on first use: 1.2-2 s of plugin start-up (bench/results/latest.md)."""
+    method, url, headers, body, _ = api.param_serialize(
+        "GET",
+        "/api/v1/nodes/{name}",
+        path_params={"name": node},
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    resp = api.call_api(method, url, header_params=headers, body=body)
+    data = resp.read() or b""  # type: ignore[no-untyped-call]
+    if resp.status != 200:
+        raise ApiException(status=resp.status, reason=f"get Node {node}: {data[:200]!r}")
+    return str(json.loads(data)["metadata"]["uid"])
+
+
 def with_backoff(what: str, fn: Callable[[], T], stop: threading.Event, limit: float = 30.0) -> T:
     """Retry fn until it succeeds: the API server may be starting or restarting."""
     delay = 0.5
@@ -187,7 +205,7 @@ class GpuPlugin:
         info: ServerInfo = with_backoff("API discovery", lambda: discover(self.api), self.stop_event)
         node_uid: str = with_backoff(
             f"get Node {self.node}",
-            lambda: str(client.CoreV1Api(self.api).read_node(self.node).metadata.uid),  # type: ignore[union-attr]
+            lambda: read_node_uid(self.api, self.node),
             self.stop_event,
         )
         resources = ResourceApi(self.api, info)

@@ -1,0 +1,143 @@
+"""Scale mode: `dra-fake fleet --nodes N` (N x 8 GPUs) vs a bare client creating the same
+objects (Node, untaint, its ResourceSlices) as fast as the API server accepts them."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from dra_fake.fleet_core import NodeTemplate, node_manifest, node_names
+from dra_fake.inventory import load_inventory
+from dra_fake.poolsync import slice_name
+from dra_fake.slices import desired_slices, slice_manifest, slice_spec
+from e2e.localcluster import LocalCluster
+
+from .common import CONFIGS, DRABENCH, REPO, BenchError, poll, run_json
+from .prepare import cluster_api
+
+WORKERS = 16
+
+
+def _cleanup(cluster: LocalCluster, fleet: str) -> None:
+    """Delete the run's Nodes and slices and wait until they are gone (the next run starts
+    from the same etcd state)."""
+    api = cluster_api(cluster)
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    selector = f"dra-fake.dev/fleet={fleet}"
+    core.delete_collection_node(label_selector=selector)
+    names = {n.metadata.name for n in core.list_node(label_selector=selector).items}  # type: ignore[union-attr]
+    poll(f"nodes of {fleet} deleted", lambda: not core.list_node(label_selector=selector).items, 300, 0.5)
+    objs: Any = custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")
+    for s in objs["items"]:
+        if s["spec"].get("nodeName") in names or s["spec"].get("nodeName", "").startswith(f"{fleet}-"):
+            try:
+                custom.delete_cluster_custom_object(
+                    "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"]
+                )
+            except client.exceptions.ApiException as err:
+                if err.status != 404:
+                    raise
+
+
+def run_fleet(cluster: LocalCluster, n: int) -> dict[str, Any]:
+    fleet = f"fl{n}"
+    _cleanup(cluster, fleet)
+    out = run_json(
+        [
+            sys.executable,
+            "-m",
+            "dra_fake",
+            "fleet",
+            f"--nodes={n}",
+            f"--config={CONFIGS / 'h100x8.yaml'}",
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--node-prefix={fleet}-",
+            f"--fleet-name={fleet}",
+            f"--workers={WORKERS}",
+            "--exit-when-synced",
+            "--log-level=warning",
+        ]
+    )
+    if out["nodesSynced"] != n or out["slices"] < n:
+        raise BenchError(f"fleet {n}: {out}")
+    _cleanup(cluster, fleet)
+    return out
+
+
+def run_bare(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
+    """The same objects, built up front, POSTed by the Go client with WORKERS callers."""
+    fleet = f"bare{n}"
+    _cleanup(cluster, fleet)
+    config = CONFIGS / "h100x8.yaml"
+    jobs = []
+    for name in node_names(f"{fleet}-", n):
+        desired = desired_slices(load_inventory(config, name), "gpu.nvidia.com", (1, 37))
+        slices = [
+            slice_manifest(
+                slice_spec(
+                    d,
+                    api_version="v1",
+                    driver="gpu.nvidia.com",
+                    pool_name=name,
+                    node_name=name,
+                    generation=1,
+                    slice_count=len(desired),
+                ),
+                api_version="v1",
+                name=slice_name(i, "gpu.nvidia.com", name),
+                owner_node_name=name,
+                owner_node_uid="__NODE_UID__",
+            )
+            for i, d in enumerate(desired)
+        ]
+        jobs.append({"node": node_manifest(name, NodeTemplate(fleet=fleet)), "slices": slices})
+    path = work / f"bare-{n}.json"
+    path.write_text(json.dumps(jobs))
+    token = cluster.state.admin_token
+    argv = [
+        str(DRABENCH),
+        "create",
+        "--server",
+        cluster.api_url,
+        "--token",
+        token,
+        "--ca",
+        str(cluster.ca_file),
+    ]
+    out = run_json([*argv, "--jobs", str(path), "--concurrency", str(WORKERS)])
+    _cleanup(cluster, fleet)
+    return out
+
+
+def run(cluster: LocalCluster, work: Path, sizes: list[int]) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"gpus_per_node": 8, "workers": WORKERS, "runs": []}
+    for n in sizes:
+        t0 = time.monotonic()
+        fl = run_fleet(cluster, n)
+        bare = run_bare(cluster, n, work)
+        results["runs"].append(
+            {
+                "nodes": n,
+                "fleet": {
+                    "wall_s": fl["wallSeconds"],
+                    "api_requests": fl["apiRequestsTotal"],
+                    "api_requests_by_verb": fl["apiRequests"],
+                    "slices": fl["slices"],
+                    "rss_mib": round(fl["rssBytes"] / 2**20, 1),
+                    "max_rss_mib": round(fl["maxRssBytes"] / 2**20, 1),
+                },
+                "bare_client": {"wall_s": round(bare["wall_seconds"], 3), "api_requests": bare["requests"]},
+                "ratio_fleet_over_bare_wall": round(fl["wallSeconds"] / bare["wall_seconds"], 2),
+                "measured_in_s": round(time.monotonic() - t0, 1),
+            }
+        )
+    return results
+
+
+__all__ = ["REPO", "run"]

@@ -1,0 +1,111 @@
+"""Publishing: plugin start -> all slices visible in the API server, -> registration socket
+answering GetInfo, -> registered by the kubelet (the dra-kubelet harness: the kubelet's own
+plugin manager); plus the plugin's RSS at rest."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from kubernetes import client
+
+from dra_fake.inventory import load_inventory
+from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
+from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2_grpc as regrpc
+from dra_fake.slices import desired_slices
+from e2e.localcluster import LocalCluster
+
+from .common import CONFIGS, BenchError, rss_bytes
+from .prepare import Driver, cluster_api
+
+REST_SECONDS = 5.0  # "at rest": this long after the slices are visible
+
+
+def _get_info(registrar: Path) -> bool:
+    socks = list(registrar.glob("*-reg.sock"))
+    if not socks:
+        return False
+    with grpc.insecure_channel(f"unix://{socks[0]}") as channel:
+        regrpc.RegistrationStub(channel).GetInfo(regpb.InfoRequest(), timeout=1)  # type: ignore[no-untyped-call]
+    return True
+
+
+def _slices(custom: client.CustomObjectsApi, node: str, driver: str) -> list[dict[str, Any]]:
+    objs: Any = custom.list_cluster_custom_object(
+        "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node},spec.driver={driver}"
+    )
+    return list(objs["items"])
+
+
+def _complete(items: list[dict[str, Any]], want: int) -> bool:
+    """The whole pool at one generation, `want` slices."""
+    if len(items) != want:
+        return False
+    generations = {s["spec"]["pool"]["generation"] for s in items}
+    return len(generations) == 1 and all(s["spec"]["pool"]["resourceSliceCount"] == want for s in items)
+
+
+def measure(cluster: LocalCluster, kind: str, node: str, config: Path | None, work: Path) -> dict[str, Any]:
+    api = cluster_api(cluster)
+    custom = client.CustomObjectsApi(api)
+    d = Driver(cluster, kind, node, work)
+    if kind == "ours":
+        assert config is not None
+        desired = desired_slices(load_inventory(config, node), d.driver, (1, 37))
+        want, devices = len(desired), sum(len(s.devices) for s in desired)
+    else:
+        want, devices = 1, 8
+    # The harness (kubelet plugin manager) watches <node dir>/plugins_registry.
+    cluster.start_harness(node)
+    harness_dir = cluster.node_dir(node)
+    d.dir = harness_dir  # sockets where the harness looks
+    try:
+        t0 = d.start(config, 8)
+        timings: dict[str, float] = {}
+        deadline = time.monotonic() + 180
+        while len(timings) < (3 if kind == "ours" else 2):
+            d.check_alive()
+            now = time.monotonic()
+            if now > deadline:
+                raise BenchError(f"{kind} on {node}: only {sorted(timings)} after 180s")
+            if "registration_socket_s" not in timings:
+                try:
+                    if _get_info(d.registrar):
+                        timings["registration_socket_s"] = time.monotonic() - t0
+                except grpc.RpcError:
+                    pass
+            if "all_slices_visible_s" not in timings and _complete(_slices(custom, node, d.driver), want):
+                timings["all_slices_visible_s"] = time.monotonic() - t0
+            if kind == "ours" and "registered_with_kubelet_s" not in timings:
+                assert d.proc is not None
+                if (
+                    "kubelet registered the plugin"
+                    in Path(d.proc.log).read_text(errors="replace").split(f"starting bench-{node}")[-1]
+                ):
+                    timings["registered_with_kubelet_s"] = time.monotonic() - t0
+            time.sleep(0.01)
+        time.sleep(REST_SECONDS)  # the plugin settles; then its RSS "at rest"
+        assert d.proc is not None
+        rss = rss_bytes(d.proc.pid)
+    finally:
+        d.stop()
+        cluster.stop_harness(node)
+    return {
+        "slices": want,
+        "devices": devices,
+        **{k: round(v, 3) for k, v in timings.items()},
+        "rss_at_rest_mib": round(rss / 2**20, 1),
+    }
+
+
+def run(cluster: LocalCluster, work: Path) -> dict[str, Any]:
+    results = {
+        "ours_8_full_gpus": measure(cluster, "ours", "pub-full", CONFIGS / "h100x8.yaml", work),
+        "ours_8_gpus_dynamic_mig": measure(
+            cluster, "ours", "pub-mig", CONFIGS / "h100x8-dynamic-mig.yaml", work
+        ),
+        "reference_8_gpus": measure(cluster, "ref", "pub-ref", None, work),
+    }
+    return results
