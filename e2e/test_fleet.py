@@ -1,0 +1,122 @@
+"""Fleet mode on a real control plane: `dra-fake fleet --nodes 3 --mark-pods-running` creates
+Nodes, publishes their slices, keeps them published, and the real scheduler places a GPU
+claim on a fleet node whose pod the fleet marks Running; deleting the pod finishes too."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from e2e.kube import Kube, pod_with_claim_template, poll
+
+GPU_TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "fleet-gpu"},
+    "spec": {
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}
+    },
+}
+NODES = 3
+
+
+@pytest.fixture
+def fleet(kubeconfig: Path, kube: Kube, tmp_path: Path) -> Iterator[str]:
+    name = f"e2efleet{uuid.uuid4().hex[:5]}"
+    log = open(tmp_path / "fleet.log", "wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dra_fake",
+            "fleet",
+            f"--nodes={NODES}",
+            f"--kubeconfig={kubeconfig}",
+            f"--node-prefix={name}-",
+            f"--fleet-name={name}",
+            "--workers=4",
+            "--mark-pods-running",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield name
+        assert proc.poll() is None, f"fleet exited: {(tmp_path / 'fleet.log').read_text()[-3000:]}"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+        kube.core.delete_collection_node(label_selector=f"dra-fake.dev/fleet={name}")
+        # Other tests count GPUs: wait until the garbage collector removed the fleet's slices.
+        poll(
+            "fleet slices garbage-collected",
+            lambda: not [s for s in kube.slices() if s["spec"]["nodeName"].startswith(f"{name}-")],
+            120,
+        )
+
+
+def _ready_untainted(kube: Kube, fleet: str) -> list[str]:
+    listed: Any = kube.core.list_node(label_selector=f"dra-fake.dev/fleet={fleet}", _preload_content=False)
+    nodes = json.loads(listed.data)["items"]
+    ok = sorted(
+        str(n["metadata"]["name"])
+        for n in nodes
+        if not n["spec"].get("taints")
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+    )
+    return ok if len(ok) == NODES else []
+
+
+def test_fleet_publishes_keeps_slices_and_runs_pods(kube: Kube, fleet: str, ns: str) -> None:
+    nodes = poll("fleet nodes Ready and untainted", lambda: _ready_untainted(kube, fleet), 60)
+    for node in nodes:
+
+        def node_slices(node: str = node) -> list[dict[str, Any]]:
+            return kube.slices(node=node)
+
+        slices = poll(f"slices of {node}", node_slices, 60)
+        assert len(slices[0]["spec"]["devices"]) == 8
+        assert slices[0]["metadata"]["ownerReferences"][0]["name"] == node
+
+    # Keeps them up to date: a deleted slice comes back.
+    victim = kube.slices(node=nodes[0])[0]["metadata"]["name"]
+    kube.custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", victim)
+
+    def restored() -> bool:
+        return any(
+            s["metadata"]["name"] == victim and s["metadata"]["uid"] != "" for s in kube.slices(node=nodes[0])
+        )
+
+    poll(f"slice {victim} re-created", restored, 60)
+
+    # The real scheduler allocates a fleet GPU; the fleet marks the pod Running.
+    kube.create(GPU_TEMPLATE, ns)
+    pod = pod_with_claim_template("on-fleet", "fleet-gpu")
+    pod["spec"]["nodeSelector"] = {"dra-fake.dev/fleet": fleet}
+    kube.create(pod, ns)
+    running = kube.wait_running(ns, "on-fleet", 90)
+    assert running["spec"]["nodeName"] in nodes
+    claim = kube.claims(ns)[0]
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert results[0]["driver"] == "gpu.nvidia.com" and results[0]["pool"] == running["spec"]["nodeName"]
+
+    # Deleting the pod completes (the fleet plays the kubelet's final delete).
+    kube.core.delete_namespaced_pod("on-fleet", ns)
+
+    def gone() -> bool:
+        try:
+            kube.pod(ns, "on-fleet")
+        except ApiException as err:
+            return bool(err.status == 404)
+        return False
+
+    poll("pod on-fleet deleted", gone, 60)
