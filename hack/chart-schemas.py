@@ -106,13 +106,9 @@ def from_openapi(doc: dict[str, Any], out: Path) -> int:
             standalone = {
                 "$schema": "http://json-schema.org/draft-07/schema#",
                 **body,
-                "definitions": {
-                    n: strict(d) for n, d in reachable(defs, name).items() if n != name
-                },
+                "definitions": {n: strict(d) for n, d in reachable(defs, name).items() if n != name},
             }
-            text = json.dumps(standalone, sort_keys=True).replace(
-                '"#/definitions/' + name + '"', '"#"'
-            )
+            text = json.dumps(standalone, sort_keys=True).replace('"#/definitions/' + name + '"', '"#"')
             (out / file_name(gvk["group"], gvk["version"], gvk["kind"])).write_text(text)
             count += 1
     return count
@@ -141,7 +137,9 @@ def from_crds(paths: list[Path], out: Path) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--crds", type=Path, action="append", default=[])

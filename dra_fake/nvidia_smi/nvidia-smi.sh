@@ -33,6 +33,7 @@ device_files() {
   done
 }
 
+# shellcheck disable=SC1090 # the device files are written by the plugin
 load() { reset_fields; . "$1"; }
 
 NL='

@@ -1,0 +1,34 @@
+# dra-fake: the simulated NVIDIA DRA driver (kubelet plugins, controller, offline tools).
+# make image (docker or podman). The kubelet plugin runs as root via the chart's securityContext
+# (it writes the kubelet's and the CDI root's host directories); everything else runs as the
+# image's non-root user.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/dra-fake
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY dra_fake ./dra_fake
+COPY computedomain ./computedomain
+# Runtime dependencies only (no [dev] extra); a regular (non-editable) install into the venv.
+RUN /opt/dra-fake/bin/pip install --no-compile . \
+ && /opt/dra-fake/bin/python -m compileall -q /opt/dra-fake/lib \
+ && /opt/dra-fake/bin/dra-fake --help > /dev/null
+
+FROM ${PYTHON_IMAGE}
+ARG VERSION=dev
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="dra-fake" \
+      org.opencontainers.image.description="A DRA driver that simulates NVIDIA GPUs (gpu.nvidia.com) for clusters without GPUs" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/dra-fake/dra-fake"
+COPY --from=build /opt/dra-fake /opt/dra-fake
+ENV PATH=/opt/dra-fake/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+USER 65532:65532
+ENTRYPOINT ["dra-fake"]
+CMD ["--help"]
