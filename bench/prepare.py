@@ -4,6 +4,7 @@ server, identical claims; plus the floor of this machine."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -107,7 +108,12 @@ class Driver:
         for d in (self.registrar, self.plugins, self.dir / "cdi"):
             d.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        self.proc = spawn(f"bench-{self.node}", self.argv(config, num_devices), self.cluster.logs, cwd=REPO)
+        # DRA_BENCH_OURS_SRC: run our plugin from another checkout (a before/after comparison).
+        src = Path(os.environ.get("DRA_BENCH_OURS_SRC", REPO)) if self.kind == "ours" else REPO
+        env = {"PYTHONPATH": str(src)} if src != REPO else None
+        self.proc = spawn(
+            f"bench-{self.node}", self.argv(config, num_devices), self.cluster.logs, env=env, cwd=src
+        )
         return t0
 
     def stop(self) -> None:

@@ -269,3 +269,29 @@ def test_stale_temp_files_removed(env: Env) -> None:
     leftover.write_text("partial")
     assert env.store.remove_temp_files() == [leftover]
     assert not leftover.exists()
+
+
+def test_encode_is_compact_canonical_and_older_indented_files_still_decode() -> None:
+    data = CheckpointData.model_validate(
+        {
+            "nodeBootID": "b",
+            "claims": {"u": {"state": "PrepareCompleted", "name": "n\u00e9", "namespace": "x"}},
+        }
+    )
+    raw = checkpoint.encode(data)
+    document = json.loads(raw)
+    payload = checkpoint.canonical_json(document["data"])
+    assert (
+        raw == b'{"checksum":"' + document["checksum"].encode() + b'","data":' + payload + b',"version":1}\n'
+    )
+    assert checkpoint.decode(raw) == data
+    # The layout the encoder used before (indented, keys sorted) decodes through the full path.
+    older = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+    assert checkpoint._decode_fast(older) is None
+    assert checkpoint.decode(older) == data
+    # A flipped byte inside the data fails the fast path and is then reported as corrupt.
+    tampered = raw.replace(b'"x"', b'"y"')
+    assert checkpoint._decode_fast(tampered) is None
+    with pytest.raises(checkpoint.CorruptCheckpointError) as err:
+        checkpoint.decode(tampered)
+    assert err.value.reason == checkpoint.REASON_CHECKSUM
