@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -65,32 +66,52 @@ def main() -> int:
     return 0
 
 
+def pod_claim_names(pod: dict[str, Any]) -> list[str]:
+    """Claims a pod uses: named directly, or generated from a template (pod status)."""
+    generated = {
+        s["name"]: s.get("resourceClaimName") for s in pod["status"].get("resourceClaimStatuses") or []
+    }
+    names = []
+    for ref in pod["spec"].get("resourceClaims") or []:
+        name = ref.get("resourceClaimName") or generated.get(ref["name"])
+        if name:
+            names.append(name)
+    return names
+
+
+def describe(device: dict[str, Any]) -> str:
+    attrs = {k: next(iter(v.values())) for k, v in device.get("attributes", {}).items()}
+    if "productName" in attrs:
+        text = f"{attrs['productName']}  {attrs.get('uuid', '(MIG device created at prepare)')}"
+        return text + (f"  MIG {attrs['profile']}" if "profile" in attrs else "")
+    return "  ".join(f"{k}={v}" for k, v in sorted(attrs.items()))
+
+
 def summary(kube: Kube, cluster: LocalCluster, pods: list[str]) -> str:
+    listing = kube.custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")
+    all_slices = listing["items"]  # type: ignore[index]
     devices = {
-        (s["spec"]["pool"]["name"], d["name"]): d for s in kube.slices() for d in s["spec"].get("devices", [])
+        (s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"]): d
+        for s in all_slices
+        for d in s["spec"].get("devices", [])
     }
     lines = []
     for name in pods:
         pod = kube.pod(NAMESPACE, name)
         node = pod["spec"]["nodeName"]
         lines.append(f"pod {NAMESPACE}/{name} -> node {node}")
-        for status in pod["status"].get("resourceClaimStatuses") or []:
-            claim = kube.claim(NAMESPACE, status["resourceClaimName"])
+        for claim_name in pod_claim_names(pod):
+            claim = kube.claim(NAMESPACE, claim_name)
             uid = claim["metadata"]["uid"]
-            for request, pool, device in kube.allocated_devices(claim):
-                attrs = devices.get((pool, device), {}).get("attributes", {})
-                model = attrs.get("productName", {}).get("string", "?")
-                uuid = attrs.get("uuid", {}).get("string", "(created at prepare)")
-                profile = attrs.get("profile", {}).get("string")
+            for result in claim["status"]["allocation"]["devices"]["results"]:
+                device = devices.get((result["driver"], result["pool"], result["device"]), {})
                 lines.append(
-                    f"  claim {claim['metadata']['name']} request {request}: {device}  {model}  {uuid}"
-                    + (f"  MIG {profile}" if profile else "")
+                    f"  claim {claim_name} request {result['request']}: {result['device']}  {describe(device)}"
                 )
-            spec_file = cluster.node_dir(node) / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.yaml"
-            if spec_file.exists():
+            for spec_file in sorted((cluster.node_dir(node) / "cdi").glob(f"*-claim_{uid}.yaml")):
                 lines.append(f"  CDI spec {spec_file.relative_to(REPO)}")
                 spec = yaml.safe_load(spec_file.read_text())
-                env = spec.get("containerEdits", {}).get("env", [])
+                env = list(spec.get("containerEdits", {}).get("env", []))
                 for d in spec["devices"]:
                     env += d.get("containerEdits", {}).get("env", [])
                 lines.extend(f"    env {e}" for e in env)

@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 T = TypeVar("T")
 RESOURCE = ("resource.k8s.io", "v1")
 CDI_ANNOTATION = "dra-fake.dev/cdi-devices"
+CLUSTER_SCOPED = {"DeviceClass", "ResourceSlice", "DeviceTaintRule"}
 
 
 def poll(what: str, fn: Callable[[], T | None], timeout: float = 60.0, every: float = 0.25) -> T:
@@ -76,18 +77,14 @@ class Kube:
             raise
 
     def create(self, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
-        """Create a namespaced core/v1 Pod or a resource.k8s.io object from a manifest dict."""
+        """Create a core/v1 Pod or any namespaced or cluster-scoped object of an API group."""
         kind = obj["kind"]
         ns = namespace or obj["metadata"].get("namespace")
         if kind == "Pod":
             return self.api.sanitize_for_serialization(self.core.create_namespaced_pod(ns, obj))  # type: ignore[no-any-return]
         group, version = obj["apiVersion"].split("/")
-        plural = {
-            "ResourceClaim": "resourceclaims",
-            "ResourceClaimTemplate": "resourceclaimtemplates",
-            "DeviceClass": "deviceclasses",
-        }[kind]
-        if kind == "DeviceClass":
+        plural = kind.lower() + ("es" if kind.endswith("s") else "s")  # DeviceClass -> deviceclasses
+        if kind in CLUSTER_SCOPED:
             return self.custom.create_cluster_custom_object(group, version, plural, obj)  # type: ignore[no-any-return]
         return self.custom.create_namespaced_custom_object(group, version, ns, plural, obj)  # type: ignore[no-any-return]
 

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import ssl
 import sys
 import urllib.request
@@ -46,6 +47,8 @@ CONTROLLERS = ",".join(
         "pod-garbage-collector-controller",
     ]
 )
+CD_NAMESPACE = "nvidia-dra-driver-gpu"  # the driver namespace of NVIDIA's docs
+CD_CLIQUE_ID = "0b0f0c2d-6c67-4bba-9b6b-2a2f1e7ef7a1.32766"
 STARTUP_TIMEOUT = float(os.environ.get("LOCAL_CLUSTER_STARTUP_TIMEOUT", "120"))
 
 
@@ -141,6 +144,10 @@ class LocalCluster:
         if missing:
             raise RuntimeError(f"missing binaries {missing} in {BIN_DIR}: run `make cluster-build` first")
         self.root.mkdir(parents=True, exist_ok=True)
+        # A new cluster starts empty: etcd data and node state (checkpoints, CDI specs) of an
+        # earlier cluster would not match it. Logs of the previous run are kept, appended to.
+        for stale in ("etcd", "nodes", "pki"):
+            shutil.rmtree(self.root / stale, ignore_errors=True)
         self.state = State(
             root=str(self.root),
             inventory_config=self.state.inventory_config,
@@ -155,6 +162,8 @@ class LocalCluster:
                 self._install_cluster_objects()
             for i in range(1, self.node_count + 1):
                 self.add_node(node_name(i))
+            if self.with_plugins:
+                self.start_cd_controller()
         except BaseException:
             log.error("cluster start-up failed; stopping what was started (logs in %s)", self.logs)
             self.down()
@@ -174,6 +183,7 @@ class LocalCluster:
         self.start_harness(node)
         if self.with_plugins:
             self.start_plugin(node)
+            self.start_cd_plugin(node)
 
     # ---- control plane -----------------------------------------------------------------
     def _start_etcd(self) -> None:
@@ -341,6 +351,7 @@ class LocalCluster:
         from .objects import install_device_classes
 
         install_device_classes(self.kubeconfig)
+        self._install_compute_domain_objects()
 
     # ---- nodes -------------------------------------------------------------------------
     def start_harness(self, node: str) -> Process:
@@ -355,6 +366,10 @@ class LocalCluster:
                     f"--node-name={node}",
                     f"--state-dir={nd}",
                     "--v=2",
+                    # The ComputeDomain daemon pods' `dra-fake imex-daemon` runs as a local process.
+                    f"--exec=dra-fake={sys.executable} -m dra_fake",
+                    f"--exec-env=KUBECONFIG={self.kubeconfig}",
+                    f"--exec-dir={REPO}",
                 ],
                 self.logs,
             )
@@ -432,6 +447,63 @@ class LocalCluster:
         proc.kill() if kill else proc.stop()
         del self.state.processes[name]
         self.state.save()
+
+    # ---- ComputeDomains (docs/computedomain.md) -----------------------------------------
+    def _install_compute_domain_objects(self) -> None:
+        from dra_fake.cd.install import install
+
+        from .objects import api_client
+
+        with api_client(self.kubeconfig) as api:
+            install(api, CD_NAMESPACE)
+
+    def cd_plugin_args(self, node: str) -> list[str]:
+        nd = self.node_dir(node)
+        return [
+            sys.executable,
+            "-m",
+            "dra_fake",
+            "compute-domain-kubelet-plugin",
+            f"--node-name={node}",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--kubelet-registrar-directory-path={nd / 'plugins_registry'}",
+            f"--kubelet-plugins-directory-path={nd / 'plugins'}",
+            f"--cdi-root={nd / 'cdi'}",
+            f"--namespace={CD_NAMESPACE}",
+            f"--imex-clique-id={CD_CLIQUE_ID}",  # every node in one NVL72-like clique
+        ]
+
+    def start_cd_plugin(self, node: str, wait: bool = True) -> Process:
+        from .objects import node_slices
+
+        proc = self._track(spawn(f"cd-plugin-{node}", self.cd_plugin_args(node), self.logs, cwd=REPO))
+        if wait:
+            wait_for(
+                f"compute-domain plugin on {node} publishing",
+                lambda: bool(node_slices(self.kubeconfig, node, "compute-domain.nvidia.com")),
+                STARTUP_TIMEOUT,
+                every=0.5,
+                alive=proc.check_alive,
+            )
+        return proc
+
+    def stop_cd_plugin(self, node: str, kill: bool = False) -> None:
+        self._stop(f"cd-plugin-{node}", kill=kill)
+
+    def start_cd_controller(self) -> Process:
+        args = [
+            sys.executable,
+            "-m",
+            "dra_fake",
+            "compute-domain-controller",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--namespace={CD_NAMESPACE}",
+            "--status-sync-seconds=1",
+        ]
+        return self._track(spawn("cd-controller", args, self.logs, cwd=REPO))
+
+    def stop_cd_controller(self, kill: bool = False) -> None:
+        self._stop("cd-controller", kill=kill)
 
 
 def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
