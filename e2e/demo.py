@@ -105,8 +105,9 @@ def summary(kube: Kube, cluster: LocalCluster, pods: list[str]) -> str:
             uid = claim["metadata"]["uid"]
             for result in claim["status"]["allocation"]["devices"]["results"]:
                 device = devices.get((result["driver"], result["pool"], result["device"]), {})
+                request = result["request"]
                 lines.append(
-                    f"  claim {claim_name} request {result['request']}: {result['device']}  {describe(device)}"
+                    f"  claim {claim_name} request {request}: {result['device']}  {describe(device)}"
                 )
             for spec_file in sorted((cluster.node_dir(node) / "cdi").glob(f"*-claim_{uid}.yaml")):
                 lines.append(f"  CDI spec {spec_file.relative_to(REPO)}")
