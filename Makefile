@@ -24,16 +24,13 @@ venv: $(VENV)/.installed ## create .venv with the driver and its dev tools
 cluster-build: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, dra-kubelet
 	hack/cluster-build.sh
 
-$(BIN)/dra-kubelet:
-	hack/cluster-build.sh
-
-cluster-up: venv $(BIN)/dra-kubelet ## start the local cluster: NODES=N CONFIG=inventory.yaml
+cluster-up: venv cluster-build ## start the local cluster: NODES=N CONFIG=inventory.yaml
 	$(PY) -m e2e.localcluster up --nodes $(NODES) $(if $(CONFIG),--config $(CONFIG))
 
 cluster-down: ## stop everything cluster-up started
 	@if [ -x $(PY) ]; then $(PY) -m e2e.localcluster down; fi
 
-demo: venv $(BIN)/dra-kubelet ## the main job: cluster, driver, example workloads, summary (KEEP=1 keeps it up)
+demo: venv cluster-build ## the main job: cluster, driver, example workloads, summary (KEEP=1 keeps it up)
 	$(PY) -m e2e.demo $(if $(KEEP),--keep) --nodes $(or $(filter-out 1,$(NODES)),2) $(if $(CONFIG),--config $(CONFIG))
 
 lint: venv ## ruff and mypy
@@ -44,7 +41,7 @@ lint: venv ## ruff and mypy
 unit: venv ## unit tests (no cluster)
 	$(VENV)/bin/pytest -q tests
 
-e2e: venv $(BIN)/dra-kubelet ## end-to-end suite on the local control plane (or KUBECONFIG)
+e2e: venv cluster-build ## end-to-end suite on the local control plane (or KUBECONFIG)
 	$(VENV)/bin/pytest -q e2e
 
 test: venv cluster-build ## everything CI runs: lint, unit tests, e2e suite on the real control plane
@@ -67,7 +64,7 @@ image: ## build the container image IMAGE (docker or podman; not possible withou
 proto: venv ## regenerate the gRPC stubs from proto/dra
 	PYTHON=$(PY) hack/gen-proto.sh
 
-bench: venv $(BIN)/dra-kubelet ## benchmarks -> bench/results/latest.{md,json}
+bench: venv cluster-build ## benchmarks -> bench/results/latest.{md,json}
 	$(PY) -m bench
 
 clean: cluster-down
