@@ -3,8 +3,10 @@ validation, and crash-safe files in the CDI root.
 
 One transient spec per claim, like NVIDIA's GPU plugin: kind `k8s.<driver>/claim`, file
 `<cdiRoot>/k8s.<driver>-claim_<claimUID>.yaml`, devices `<claimUID>-<deviceName>`. There is no
-hardware, so the edits are environment variables only (no device nodes, no mounts, no hooks): a
-runtime would fail to stat a /dev/nvidia* node that does not exist. docs/prepare.md lists them.
+hardware, so the edits are environment variables (no device nodes, no hooks: a runtime would fail
+to stat a /dev/nvidia* node that does not exist), plus, when the plugin passes its `NvidiaSmi`,
+read-only bind mounts of the nvidia-smi script and one info file per device (dra_fake/nvidia_smi).
+docs/prepare.md lists them.
 """
 
 from __future__ import annotations
