@@ -16,6 +16,10 @@ from kubernetes.client.exceptions import ApiException
 T = TypeVar("T")
 RESOURCE = ("resource.k8s.io", "v1")
 CDI_ANNOTATION = "dra-fake.dev/cdi-devices"
+# What test pods run: on kind a real container (it must keep running, and needs only a POSIX
+# shell for the injected nvidia-smi); on the local harness nothing is executed.
+WORKLOAD_IMAGE = "busybox:1.36"
+WORKLOAD_COMMAND = ["sh", "-c", "nvidia-smi -L; exec sleep 2147483647"]
 CLUSTER_SCOPED = {"DeviceClass", "ResourceSlice", "DeviceTaintRule"}
 
 
@@ -157,13 +161,12 @@ def pod_with_claim_template(name: str, template: str, requests: int = 1) -> dict
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
-            "restartPolicy": "Never",
             "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
             "containers": [
                 {
                     "name": "ctr",
-                    "image": "ubuntu:24.04",
-                    "command": ["nvidia-smi", "-L"],
+                    "image": WORKLOAD_IMAGE,
+                    "command": WORKLOAD_COMMAND,
                     "resources": {"claims": [{"name": "gpu"}]},
                 }
             ],

@@ -13,7 +13,7 @@ import yaml
 from dra_fake.inventory import load_inventory
 from dra_fake.slices import desired_slices, slice_manifest, slice_spec
 from e2e.conftest import E2E_NODE_CONFIGS, require
-from e2e.kube import Kube, poll
+from e2e.kube import WORKLOAD_COMMAND, WORKLOAD_IMAGE, Kube, poll
 from e2e.localcluster import LocalCluster
 
 DRIVER = "gpu.nvidia.com"
@@ -49,7 +49,14 @@ def template(
 def pod(name: str, template_name: str, node: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": template_name}],
-        "containers": [{"name": "ctr", "image": "cuda", "resources": {"claims": [{"name": "dev"}]}}],
+        "containers": [
+            {
+                "name": "ctr",
+                "image": WORKLOAD_IMAGE,
+                "command": WORKLOAD_COMMAND,
+                "resources": {"claims": [{"name": "dev"}]},
+            }
+        ],
     }
     if node:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.kube import Kube, poll
+from e2e.kube import WORKLOAD_COMMAND, WORKLOAD_IMAGE, Kube, poll
 from e2e.localcluster import LocalCluster
 
 
@@ -39,7 +39,14 @@ def pod_for_claim(name: str, claim: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-            "containers": [{"name": "ctr", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}],
+            "containers": [
+                {
+                    "name": "ctr",
+                    "image": WORKLOAD_IMAGE,
+                    "command": WORKLOAD_COMMAND,
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
         },
     }
 
