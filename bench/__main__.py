@@ -38,6 +38,7 @@ def main() -> int:
     parser.add_argument("--rounds-8", type=int, default=8, help="rounds over the 16 eight-device claims")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the /tmp/lc-bench cluster running")
+    parser.add_argument("--only", default="", help="comma-separated sections to run (default: all)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     log = logging.getLogger("bench")
@@ -62,7 +63,10 @@ def main() -> int:
         if sizes:
             sections.append(("fleet", lambda: fleet.run(cluster, work, sizes)))
         sections.append(("computedomain", computedomain_status))
+        only = {x.strip() for x in args.only.split(",") if x.strip()}
         for name, fn in sections:
+            if only and name not in only:
+                continue
             log.info("benchmark: %s (load average %s)", name, loadavg())
             t0 = time.monotonic()
             try:

@@ -256,7 +256,11 @@ def render_spec(spec: Mapping[str, Any]) -> bytes:
     doc = _ordered(spec, _SPEC_KEY_ORDER)
     if isinstance(doc.get("devices"), list):
         doc["devices"] = [_ordered(d, _DEVICE_KEY_ORDER) for d in doc["devices"]]
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, explicit_start=True).encode()
+    # libyaml's emitter when PyYAML has it: the same bytes as the pure-Python SafeDumper for
+    # these documents, ~10x faster (YAML emitting was a tenth of a prepare's time).
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    text = yaml.dump(doc, Dumper=dumper, sort_keys=False, default_flow_style=False, explicit_start=True)
+    return text.encode()
 
 
 # --- Files -----------------------------------------------------------------------------------
