@@ -1,0 +1,1 @@
+"""The ComputeDomain controller (`dra-fake compute-domain-controller`, kopf): see docs/computedomain.md."""

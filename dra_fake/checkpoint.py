@@ -89,10 +89,20 @@ class MpsDaemonRecord(_Model):
     uuids: list[str]
 
 
+class ComputeDomainRecord(_Model):
+    """A compute-domain.nvidia.com claim: which ComputeDomain it belongs to (a channel claim
+    labels the node with this UID; unprepare removes the label only while it carries it)."""
+
+    type: Literal["channel", "daemon"]
+    domainID: str
+    allocationMode: str = ""
+
+
 class UndoData(_Model):
     migDevices: list[MigDeviceRecord] = Field(default_factory=list)
     timeSlicing: list[TimeSliceRecord] = Field(default_factory=list)
     mpsDaemons: list[MpsDaemonRecord] = Field(default_factory=list)
+    computeDomain: ComputeDomainRecord | None = None  # absent (None) for gpu.nvidia.com claims
 
 
 class ClaimEntry(_Model):

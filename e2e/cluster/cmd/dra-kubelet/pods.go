@@ -41,9 +41,12 @@ type podWorker struct {
 	nodeName string
 	paths    nodePaths
 	dra      *dra.Manager
+	exec     *execManager // containers run as local processes (exec.go)
 
-	store cache.Store
-	queue workqueue.TypedRateLimitingInterface[types.UID]
+	factory  informers.SharedInformerFactory
+	informer cache.SharedIndexInformer
+	store    cache.Store // ready before the DRA manager starts: its reconcile loop calls activePods
+	queue    workqueue.TypedRateLimitingInterface[types.UID]
 
 	mu      sync.Mutex
 	known   map[types.UID]*v1.Pod // last seen version, to unprepare pods that vanished
@@ -51,12 +54,19 @@ type podWorker struct {
 }
 
 func newPodWorker(client kubernetes.Interface, recorder record.EventRecorder, nodeName string, paths nodePaths) *podWorker {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
+		}))
+	informer := factory.Core().V1().Pods().Informer()
 	return &podWorker{
 		client: client, recorder: recorder, nodeName: nodeName, paths: paths,
+		factory: factory, informer: informer, store: informer.GetStore(),
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](
 			500*time.Millisecond, 30*time.Second)),
 		known:   map[types.UID]*v1.Pod{},
 		started: map[types.UID]bool{},
+		exec:    newExecManager(client, filepath.Dir(paths.pods)),
 	}
 }
 
@@ -77,11 +87,7 @@ func isFinished(pod *v1.Pod) bool {
 }
 
 func (w *podWorker) run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", w.nodeName).String()
-		}))
-	informer := factory.Core().V1().Pods().Informer()
+	informer := w.informer
 	enqueue := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
@@ -98,8 +104,7 @@ func (w *podWorker) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	w.store = informer.GetStore()
-	factory.Start(ctx.Done())
+	w.factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		return ctx.Err()
 	}
@@ -189,9 +194,10 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod) error {
 	if err := w.annotate(ctx, pod, ids); err != nil {
 		return err
 	}
-	if err := w.setRunning(ctx, pod); err != nil {
+	if err := w.setRunning(ctx, pod, w.exec.notReadyAtStart(pod)); err != nil {
 		return err
 	}
+	w.exec.start(ctx, pod, record)
 	w.mu.Lock()
 	w.started[pod.UID] = true
 	w.mu.Unlock()
@@ -203,6 +209,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod) error {
 }
 
 func (w *podWorker) stop(ctx context.Context, pod *v1.Pod, deleteFromAPI bool) error {
+	w.exec.stop(pod.UID) // containers stop before their resources are unprepared
 	if err := w.dra.UnprepareResources(ctx, pod); err != nil {
 		w.recorder.Event(pod, v1.EventTypeWarning, reasonFailedUnprepare, err.Error())
 		return err
@@ -245,7 +252,7 @@ func (w *podWorker) annotate(ctx context.Context, pod *v1.Pod, ids map[string][]
 	return err
 }
 
-func (w *podWorker) setRunning(ctx context.Context, pod *v1.Pod) error {
+func (w *podWorker) setRunning(ctx context.Context, pod *v1.Pod, notReady map[string]bool) error {
 	cur, err := w.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		return err
@@ -264,10 +271,15 @@ func (w *podWorker) setRunning(ctx context.Context, pod *v1.Pod) error {
 	}
 	cur.Status.Conditions = setConditions(cur.Status.Conditions, now,
 		v1.PodReadyToStartContainers, v1.PodInitialized, v1.ContainersReady, v1.PodReady, v1.PodScheduled)
+	for i := range cur.Status.Conditions { // exec'd containers become Ready by their probe (exec.go)
+		if t := cur.Status.Conditions[i].Type; len(notReady) > 0 && (t == v1.ContainersReady || t == v1.PodReady) {
+			cur.Status.Conditions[i].Status = v1.ConditionFalse
+		}
+	}
 	cur.Status.ContainerStatuses = nil
 	for _, c := range cur.Spec.Containers {
 		cur.Status.ContainerStatuses = append(cur.Status.ContainerStatuses, v1.ContainerStatus{
-			Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: true, Started: new(bool),
+			Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: !notReady[c.Name], Started: new(bool),
 			ContainerID: "dra-kubelet://" + string(pod.UID) + "/" + c.Name,
 			State:       v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}},
 		})

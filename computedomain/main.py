@@ -1,0 +1,83 @@
+"""`dra-fake compute-domain-controller`: leader election (optional), the orphan-cleanup loop and
+the kopf operator."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import threading
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from computedomain.handlers import build_registry, configure
+from computedomain.leader import LeaderElector
+from computedomain.objects import DaemonSettings
+from computedomain.reconcile import Reconciler
+from dra_fake import logs
+from dra_fake.cd.install import DAEMON_SERVICE_ACCOUNT
+
+log = logging.getLogger("computedomain")
+
+
+def cleanup_loop(
+    reconciler: Reconciler, interval: float, trigger: threading.Event, stop: threading.Event
+) -> None:
+    """Every `interval` seconds, and when triggered (a CD was created): remove orphans."""
+    while not stop.is_set():
+        try:
+            reconciler.cleanup_orphans()
+        except ApiException as err:
+            log.warning("orphan cleanup failed", extra={"status": err.status, "reason": err.reason})
+        trigger.wait(interval)
+        trigger.clear()
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    logs.setup(args.log_level, args.log_format)
+    logging.getLogger("kopf").setLevel(logging.WARNING)  # kopf's per-handler success lines are noise
+    from dra_fake.plugin import StartupError, load_kube_client
+
+    try:
+        if args.kubeconfig:
+            os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's login reads it
+        api = load_kube_client(args.kubeconfig)
+    except StartupError as err:
+        print(f"dra-fake compute-domain-controller: error: {err}")
+        return 2
+    stop = threading.Event()
+    if args.leader_elect == "true":
+        identity = args.leader_elect_identity or f"{socket.gethostname()}-{os.getpid()}"
+        elector = LeaderElector(api, args.namespace, identity)
+        if not elector.acquire(stop):
+            return 0
+        elector.keep(stop)
+    reconciler = Reconciler(
+        api,
+        DaemonSettings(
+            namespace=args.namespace,
+            image=args.daemon_image,
+            service_account=DAEMON_SERVICE_ACCOUNT,
+            max_nodes_per_imex_domain=args.max_nodes_per_imex_domain,
+            log_level=args.log_level,
+        ),
+    )
+    trigger = threading.Event()
+    threading.Thread(
+        target=cleanup_loop,
+        args=(reconciler, args.cleanup_interval_seconds, trigger, stop),
+        name="orphan-cleanup",
+        daemon=True,
+    ).start()
+    registry = build_registry(reconciler, args.status_sync_seconds, on_created=trigger.set)
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    log.info(
+        "ComputeDomain controller starting",
+        extra={"namespace": args.namespace, "leaderElect": args.leader_elect, "image": args.daemon_image},
+    )
+    kopf.run(registry=registry, settings=settings, clusterwide=True, standalone=True)
+    stop.set()
+    return 0

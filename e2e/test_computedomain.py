@@ -1,0 +1,370 @@
+"""ComputeDomains through the real control plane (issue 4 §5): the CRDs' validation, the controller's
+objects and status, the compute-domain kubelet plugin's channel/daemon prepare with the readiness
+chain through simulated IMEX daemons, deletion, and a controller restart. Two nodes."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from dra_fake.cd import CD_LABEL, CLIQUE_PLURAL, GROUP, PLURAL, VERSION, daemon_object_name
+from dra_fake.cd.domains import LABEL_OWNED, NAMESPACE_MISMATCH
+from e2e.kube import Kube, poll
+from e2e.localcluster import LocalCluster
+from e2e.localcluster.cluster import CD_NAMESPACE
+
+RESOURCE = ("resource.k8s.io", "v1")
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def cd_manifest(
+    name: str, template: str, mode: str | None = None, num_nodes: int | None = None
+) -> dict[str, Any]:
+    channel: dict[str, Any] = {"resourceClaimTemplate": {"name": template}}
+    if mode:
+        channel["allocationMode"] = mode
+    spec: dict[str, Any] = {"channel": channel}
+    if num_nodes is not None:
+        spec["numNodes"] = num_nodes
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ComputeDomain",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def create_cd(kube: Kube, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+    return kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)  # type: ignore[no-any-return]
+
+
+def get_cd(kube: Kube, ns: str, name: str) -> dict[str, Any]:
+    return kube.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)  # type: ignore[no-any-return]
+
+
+def get_template(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
+    try:
+        return kube.custom.get_namespaced_custom_object(*RESOURCE, ns, "resourceclaimtemplates", name)  # type: ignore[no-any-return]
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def channel_pod(name: str, template: str, node: str | None = None, app: str = "mnnvl") -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "resourceClaims": [{"name": "imex-channel", "resourceClaimTemplateName": template}],
+        "containers": [
+            {
+                "name": "ctr",
+                "image": "ubuntu:24.04",
+                "command": ["bash", "-c", "ls /dev/nvidia-caps-imex-channels; sleep inf"],
+                "resources": {"claims": [{"name": "imex-channel"}]},
+            }
+        ],
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    else:  # one pod per node, as multi-node NVLink workloads run
+        spec["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}
+                ]
+            }
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": app}},
+        "spec": spec,
+    }
+
+
+def pod_record(cluster: LocalCluster, ns: str, pod: dict[str, Any]) -> dict[str, Any]:
+    """What the harness resolved from the CDI specs for the pod's container (env, device nodes)."""
+    node = pod["spec"]["nodeName"]
+    pattern = str(
+        cluster.node_dir(node) / "pods" / f"{ns}_{pod['metadata']['name']}_{pod['metadata']['uid']}.json"
+    )
+    files = glob.glob(pattern)
+    assert files, f"no pod record {pattern}"
+    return json.loads(Path(files[0]).read_text())["containers"]["ctr"]  # type: ignore[no-any-return]
+
+
+def node_statuses(kube: Kube, ns: str, name: str) -> tuple[str, dict[str, str]]:
+    status = get_cd(kube, ns, name).get("status") or {}
+    return status.get("status", ""), {n["name"]: n["status"] for n in status.get("nodes") or []}
+
+
+def node_labels(kube: Kube) -> dict[str, str | None]:
+    return {n.metadata.name: (n.metadata.labels or {}).get(CD_LABEL) for n in kube.core.list_node().items}
+
+
+def prepare_failures(kube: Kube, ns: str, pod: str) -> str:
+    def failed() -> str | None:
+        msgs = [
+            e.get("message", "")
+            for e in kube.events(ns, pod)
+            if e.get("reason") == "FailedPrepareDynamicResources"
+        ]
+        return "\n".join(msgs) or None
+
+    return poll(f"FailedPrepareDynamicResources on {ns}/{pod}", failed, 60)
+
+
+def leftovers(kube: Kube, uid: str) -> list[str]:
+    """Every object or label the ComputeDomain with this UID caused that still exists."""
+    selector = f"{CD_LABEL}={uid}"
+    found = [
+        f"template {t['metadata']['namespace']}/{t['metadata']['name']}"
+        for t in kube.custom.list_cluster_custom_object(
+            *RESOURCE, "resourceclaimtemplates", label_selector=selector
+        )["items"]
+    ]
+    found += [
+        f"daemonset {d.metadata.name}"
+        for d in kube_apps(kube).list_namespaced_daemon_set(CD_NAMESPACE, label_selector=selector).items
+    ]
+    found += [
+        f"clique {c['metadata']['name']}"
+        for c in kube.custom.list_namespaced_custom_object(
+            GROUP, VERSION, CD_NAMESPACE, CLIQUE_PLURAL, label_selector=selector
+        )["items"]
+    ]
+    found += [
+        f"daemon pod {p.metadata.name}"
+        for p in kube.core.list_namespaced_pod(CD_NAMESPACE, label_selector=selector).items
+    ]
+    found += [f"label on {n}" for n, v in node_labels(kube).items() if v == uid]
+    return found
+
+
+def kube_apps(kube: Kube) -> Any:
+    from kubernetes import client
+
+    return client.AppsV1Api(kube.api)
+
+
+def delete_cd_and_wait_clean(kube: Kube, ns: str, name: str, uid: str) -> None:
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+    def gone() -> bool:
+        try:
+            get_cd(kube, ns, name)
+            return False
+        except ApiException as err:
+            return err.status == 404
+
+    poll(f"ComputeDomain {ns}/{name} gone", gone, 90)
+    poll(f"nothing left of ComputeDomain {uid}", lambda: not leftovers(kube, uid) or None, 60)
+
+
+@pytest.fixture
+def controller(harness: LocalCluster) -> Iterator[LocalCluster]:
+    """The local cluster, with the ComputeDomain controller guaranteed running afterwards."""
+    yield harness
+    if "cd-controller" not in harness.state.processes:
+        harness.start_cd_controller()
+
+
+# ---- tests -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"numNodes": 1}, "spec.channel: Required value"),
+        ({"channel": {}}, "spec.channel.resourceClaimTemplate: Required value"),
+        (
+            {"channel": {"resourceClaimTemplate": {}}},
+            "spec.channel.resourceClaimTemplate.name: Required value",
+        ),
+        (
+            {"channel": {"resourceClaimTemplate": {"name": "t"}, "allocationMode": "Some"}},
+            'supported values: "All", "Single"',
+        ),
+        (
+            {"numNodes": -1, "channel": {"resourceClaimTemplate": {"name": "t"}}},
+            "should be greater than or equal to 0",
+        ),
+    ],
+)
+def test_api_server_rejects_invalid_specs(kube: Kube, ns: str, spec: dict[str, Any], message: str) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ComputeDomain",
+        "metadata": {"name": "bad"},
+        "spec": spec,
+    }
+    with pytest.raises(ApiException) as err:
+        create_cd(kube, ns, body)
+    assert err.value.status == 422
+    assert message in json.loads(err.value.body)["message"]
+
+
+def test_defaults_and_spec_immutability(kube: Kube, ns: str) -> None:
+    cd = create_cd(kube, ns, cd_manifest("immutable", "imm-channel"))
+    assert cd["spec"]["numNodes"] == 0 and cd["spec"]["channel"]["allocationMode"] == "Single"
+    with pytest.raises(ApiException) as err:
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, ns, PLURAL, "immutable", {"spec": {"channel": {"allocationMode": "All"}}}
+        )
+    assert err.value.status == 422
+    assert "A computeDomain.spec is immutable" in json.loads(err.value.body)["message"]
+    # the controller's objects exist with NVIDIA's shape; the namespace fixture deletes the CD
+    template = poll("workload template", lambda: get_template(kube, ns, "imm-channel"))
+    config = template["spec"]["spec"]["devices"]["config"][0]["opaque"]
+    assert config["driver"] == "compute-domain.nvidia.com"
+    assert config["parameters"] == {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomainChannelConfig",
+        "domainID": cd["metadata"]["uid"],
+        "allocationMode": "Single",
+    }
+    assert template["metadata"]["labels"][CD_LABEL] == cd["metadata"]["uid"]
+    ds = poll(
+        "daemon DaemonSet",
+        lambda: (
+            kube_apps(kube)
+            .list_namespaced_daemon_set(CD_NAMESPACE, label_selector=f"{CD_LABEL}={cd['metadata']['uid']}")
+            .items
+        ),
+    )
+    assert ds[0].metadata.name == daemon_object_name(cd["metadata"]["uid"])
+    assert ds[0].spec.template.spec.node_selector == {CD_LABEL: cd["metadata"]["uid"]}
+
+
+def test_two_node_workload_readiness_daemon_failure_and_deletion(
+    kube: Kube, ns: str, harness: LocalCluster
+) -> None:
+    cd = create_cd(kube, ns, cd_manifest("cd", "imex-channel-0", num_nodes=2))
+    uid = cd["metadata"]["uid"]
+    poll("workload template", lambda: get_template(kube, ns, "imex-channel-0"))
+    for name in ("worker-0", "worker-1"):
+        kube.core.create_namespaced_pod(ns, channel_pod(name, "imex-channel-0"))
+    pods = [kube.wait_running(ns, name, timeout=120) for name in ("worker-0", "worker-1")]
+    assert {p["spec"]["nodeName"] for p in pods} == {"node-1", "node-2"}
+    for pod in pods:
+        record = pod_record(harness, ns, pod)
+        assert record["deviceNodes"] == ["/dev/nvidia-caps-imex-channels/channel0"]
+        assert f"COMPUTE_DOMAIN_UUID={uid}" in record["env"]
+        assert f"COMPUTE_DOMAIN_NAMESPACE={ns}" in record["env"]
+        assert "COMPUTE_DOMAIN_NAME=cd" in record["env"]
+    assert poll(
+        "CD Ready on both nodes",
+        lambda: node_statuses(kube, ns, "cd") == ("Ready", {"node-1": "Ready", "node-2": "Ready"}),
+        30,
+    )
+    assert node_labels(kube) == {"node-1": uid, "node-2": uid}
+
+    # Stop the IMEX daemon on node-1: that node turns NotReady, and with it the global status.
+    pid_files = glob.glob(
+        str(harness.node_dir("node-1") / "exec" / f"{CD_NAMESPACE}_{daemon_object_name(uid)}-*.pid")
+    )
+    assert len(pid_files) == 1, pid_files
+    os.kill(int(Path(pid_files[0]).read_text()), signal.SIGKILL)
+    assert poll(
+        "node-1 NotReady",
+        lambda: node_statuses(kube, ns, "cd") == ("NotReady", {"node-1": "NotReady", "node-2": "Ready"}),
+        30,
+    )
+    # The harness restarts it (CrashLoopBackOff), and the domain becomes Ready again.
+    assert poll("CD Ready again", lambda: node_statuses(kube, ns, "cd")[0] == "Ready", 60)
+
+    for name in ("worker-0", "worker-1"):
+        kube.delete_pod(ns, name)
+    delete_cd_and_wait_clean(kube, ns, "cd", uid)
+
+
+def test_allocation_mode_all_injects_every_channel(kube: Kube, ns: str, harness: LocalCluster) -> None:
+    cd = create_cd(kube, ns, cd_manifest("all", "all-channels", mode="All"))
+    poll("workload template", lambda: get_template(kube, ns, "all-channels"))
+    kube.core.create_namespaced_pod(ns, channel_pod("p", "all-channels", node="node-2"))
+    record = pod_record(harness, ns, kube.wait_running(ns, "p", timeout=120))
+    nodes = record["deviceNodes"]
+    assert len(nodes) == 2048
+    assert {
+        "/dev/nvidia-caps-imex-channels/channel0",
+        "/dev/nvidia-caps-imex-channels/channel222",
+        "/dev/nvidia-caps-imex-channels/channel2047",
+    } <= set(nodes)
+    assert "DRA_FAKE_IMEX_CHANNELS=0-2047" in record["env"]
+    kube.delete_pod(ns, "p")
+    delete_cd_and_wait_clean(kube, ns, "all", cd["metadata"]["uid"])
+
+
+def test_claim_from_another_namespace_is_refused(kube: Kube, ns: str) -> None:
+    cd = create_cd(kube, ns, cd_manifest("home", "home-channel"))
+    template = poll("workload template", lambda: get_template(kube, ns, "home-channel"))
+    other = kube.namespace("e2e-other")
+    try:
+        copy = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "stolen"},
+            "spec": template["spec"],
+        }
+        kube.create(copy, other)
+        kube.core.create_namespaced_pod(other, channel_pod("thief", "stolen", node="node-1"))
+        assert NAMESPACE_MISMATCH in prepare_failures(kube, other, "thief")
+        assert kube.pod(other, "thief")["status"]["phase"] == "Pending"
+        assert node_labels(kube)["node-1"] is None  # refused before the node was claimed
+    finally:
+        kube.delete_namespace(other, wait=True)
+    delete_cd_and_wait_clean(kube, ns, "home", cd["metadata"]["uid"])
+
+
+def test_second_domain_on_an_owned_node_is_refused(kube: Kube, ns: str) -> None:
+    """node-1 belongs to `first` (its label, as `first`'s channel prepare sets it; channel-0 itself
+    stays free, or the scheduler alone would keep `second` away): `second`'s channel is refused."""
+    first = create_cd(kube, ns, cd_manifest("first", "first-channel"))
+    second = create_cd(kube, ns, cd_manifest("second", "second-channel"))
+    poll("template", lambda: get_template(kube, ns, "second-channel"))
+    kube.core.patch_node("node-1", {"metadata": {"labels": {CD_LABEL: first["metadata"]["uid"]}}})
+    kube.core.create_namespaced_pod(ns, channel_pod("b", "second-channel", node="node-1", app="b"))
+    assert LABEL_OWNED in prepare_failures(kube, ns, "b")
+    assert kube.pod(ns, "b")["status"]["phase"] == "Pending"
+    assert node_labels(kube)["node-1"] == first["metadata"]["uid"]
+    kube.delete_pod(ns, "b")
+    delete_cd_and_wait_clean(kube, ns, "first", first["metadata"]["uid"])  # removes first's label
+    delete_cd_and_wait_clean(kube, ns, "second", second["metadata"]["uid"])
+
+
+def test_controller_restart_mid_flow_converges(kube: Kube, ns: str, controller: LocalCluster) -> None:
+    cd = create_cd(kube, ns, cd_manifest("restart", "restart-channel"))
+    uid = cd["metadata"]["uid"]
+    poll("workload template", lambda: get_template(kube, ns, "restart-channel"))
+    controller.stop_cd_controller(kill=True)  # SIGKILL: no chance to finish anything
+    kube.core.create_namespaced_pod(ns, channel_pod("p", "restart-channel", node="node-1"))
+    # Without a controller the node's daemon joins, but nobody publishes the CD status.
+    poll(
+        "daemon pod running",
+        lambda: [
+            p
+            for p in kube.core.list_namespaced_pod(CD_NAMESPACE, label_selector=f"{CD_LABEL}={uid}").items
+            if p.status.phase == "Running"
+        ],
+        60,
+    )
+    assert not (get_cd(kube, ns, "restart").get("status") or {}).get("nodes")
+    controller.start_cd_controller()
+    kube.wait_running(ns, "p", timeout=120)
+    assert poll(
+        "status Ready with node-1",
+        lambda: node_statuses(kube, ns, "restart") == ("Ready", {"node-1": "Ready"}),
+        60,
+    )
+    kube.delete_pod(ns, "p")
+    delete_cd_and_wait_clean(kube, ns, "restart", uid)

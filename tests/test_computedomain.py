@@ -1,0 +1,244 @@
+"""ComputeDomain pieces without a cluster: opaque config decoding, the status formula, the claim
+state with a fake API side, the controller's manifests and the daemon's clique index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from computedomain import objects, status
+from dra_fake.cd import config as cdconfig
+from dra_fake.cd.cdi import channel_major
+from dra_fake.cd.daemon import DaemonError, smallest_free_index
+from dra_fake.cd.domains import LABEL_OWNED, NAMESPACE_MISMATCH, DomainRef, NodeOwnedError
+from dra_fake.cd.state import ComputeDomainState, DaemonNotReady
+from dra_fake.prepare import ClaimError, PermanentClaimError
+
+UID = "2f9c6a4e-0000-4000-8000-000000000001"
+CLIQUE = "0b0f0c2d-6c67-4bba-9b6b-2a2f1e7ef7a1.32766"
+
+
+def params(kind: str = "ComputeDomainChannelConfig", **extra: Any) -> dict[str, Any]:
+    return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": kind, "domainID": UID, **extra}
+
+
+def test_strict_decoding_names_the_unknown_field() -> None:
+    with pytest.raises(
+        cdconfig.CdConfigError, match='strict decoding error: unknown field "unexpectedField"'
+    ):
+        cdconfig.decode(params(unexpectedField=1))
+
+
+def test_decoding_defaults_and_validation() -> None:
+    assert cdconfig.decode(params()) == cdconfig.ChannelConfig(UID, "Single")
+    assert cdconfig.decode(params("ComputeDomainDaemonConfig")) == cdconfig.DaemonConfig(UID)
+    with pytest.raises(cdconfig.CdConfigError, match="domainID cannot be empty"):
+        cdconfig.decode({**params(), "domainID": ""})
+    with pytest.raises(cdconfig.CdConfigError, match="allocationMode"):
+        cdconfig.decode(params(allocationMode="Some"))
+
+
+def test_config_kind_must_fit_the_device() -> None:
+    entries = [
+        {"source": "FromClaim", "opaque": {"driver": "compute-domain.nvidia.com", "parameters": params()}}
+    ]
+    decoded = cdconfig.decode_claim_configs("compute-domain.nvidia.com", entries)
+    with pytest.raises(
+        cdconfig.CdConfigError, match="cannot apply ComputeDomainChannelConfig to request: daemon"
+    ):
+        cdconfig.config_for(decoded, "daemon", "daemon")
+
+
+def node(name: str, st: str) -> dict[str, Any]:
+    return {"name": name, "status": st}
+
+
+@pytest.mark.parametrize(
+    ("num_nodes", "nodes", "expected"),
+    [
+        (0, [], "Ready"),
+        (2, [node("a", "Ready")], "NotReady"),
+        (2, [node("a", "Ready"), node("b", "NotReady")], "NotReady"),
+        (2, [node("a", "Ready"), node("b", "Ready")], "Ready"),
+    ],
+)
+def test_global_status_formula(num_nodes: int, nodes: list[dict[str, Any]], expected: str) -> None:
+    assert status.global_status(num_nodes, nodes) == expected
+
+
+def daemon_pod(node_name: str, ready: bool, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": labels or {}},
+        "spec": {"nodeName": node_name},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.1",
+            "conditions": [{"type": "Ready", "status": str(ready)}],
+        },
+    }
+
+
+def test_status_nodes_need_a_ready_entry_and_a_ready_pod() -> None:
+    clique = {
+        "daemons": [
+            {"nodeName": "n1", "ipAddress": "1.1.1.1", "cliqueID": CLIQUE, "index": 0, "status": "Ready"},
+            {"nodeName": "n2", "ipAddress": "1.1.1.2", "cliqueID": CLIQUE, "index": 1, "status": "Ready"},
+            {"nodeName": "gone", "ipAddress": "1.1.1.3", "cliqueID": CLIQUE, "index": 2, "status": "Ready"},
+        ]
+    }
+    pods = [
+        daemon_pod("n1", True),
+        daemon_pod("n2", False),
+        daemon_pod("n3", True, {"resource.nvidia.com/computeDomain.cliqueID": ""}),
+    ]
+    got = {n["name"]: (n["status"], n["index"], n["cliqueID"]) for n in status.nodes([clique], pods)}
+    assert got == {"n1": ("Ready", 0, CLIQUE), "n2": ("NotReady", 1, CLIQUE), "n3": ("Ready", -1, "")}
+
+
+class FakeDomains:
+    def __init__(self, namespace: str = "team", ready: bool = False) -> None:
+        self.namespace = namespace
+        self.ready = ready
+        self.labels: dict[str, str] = {}
+
+    def get_by_uid(self, uid: str) -> DomainRef | None:
+        return DomainRef(uid, "cd", self.namespace) if uid == UID else None
+
+    def add_node_label(self, node: str, uid: str) -> None:
+        if self.labels.get(node, uid) != uid:
+            raise NodeOwnedError(LABEL_OWNED)
+        self.labels[node] = uid
+
+    def remove_node_label(self, node: str, uid: str) -> bool:
+        if self.labels.get(node) == uid:
+            del self.labels[node]
+            return True
+        return False
+
+    def node_ready(self, uid: str, clique_id: str, node: str) -> bool:
+        return self.ready
+
+
+def claim(device: str = "channel-0", namespace: str = "team", **cfg: Any) -> dict[str, Any]:
+    kind = "ComputeDomainChannelConfig" if device == "channel-0" else "ComputeDomainDaemonConfig"
+    request = "channel" if device == "channel-0" else "daemon"
+    return {
+        "metadata": {"uid": f"claim-{device}", "name": "c", "namespace": namespace},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": request,
+                            "driver": "compute-domain.nvidia.com",
+                            "pool": "node-1",
+                            "device": device,
+                        }
+                    ],
+                    "config": [
+                        {
+                            "source": "FromClaim",
+                            "opaque": {
+                                "driver": "compute-domain.nvidia.com",
+                                "parameters": params(kind, **cfg),
+                            },
+                        }
+                    ],
+                }
+            }
+        },
+    }
+
+
+def make_state(tmp_path: Path, domains: FakeDomains, clique: str = CLIQUE) -> ComputeDomainState:
+    boot = tmp_path / "boot_id"
+    boot.write_text("boot-1")
+    return ComputeDomainState(
+        "compute-domain.nvidia.com",
+        "node-1",
+        tmp_path / "cdi",
+        tmp_path / "plugin",
+        domains,
+        clique,
+        235,
+        boot_id_path=boot,
+    )
+
+
+def test_channel_waits_for_the_daemon_then_injects_channel_0(tmp_path: Path) -> None:
+    domains = FakeDomains()
+    state = make_state(tmp_path, domains)
+    with pytest.raises(DaemonNotReady):
+        state.prepare(claim())
+    assert domains.labels == {"node-1": UID}  # labelled first: that schedules the daemon
+    assert state.prepared_claims() == {"claim-channel-0": "PrepareStarted"}
+    domains.ready = True
+    [device] = state.prepare(claim())
+    assert device.device_name == "channel-0"
+    spec = state.cdi.read("claim-channel-0") or {}
+    edits = spec["devices"][0]["containerEdits"]
+    assert edits["deviceNodes"] == [
+        {
+            "path": "/dev/nvidia-caps-imex-channels/channel0",
+            "type": "c",
+            "major": 235,
+            "minor": 0,
+            "fileMode": 0o666,
+            "permissions": "rw",
+        }
+    ]
+    assert f"COMPUTE_DOMAIN_UUID={UID}" in edits["env"]
+    state.unprepare("claim-channel-0")
+    assert domains.labels == {} and not state.cdi.exists("claim-channel-0")
+
+
+def test_all_mode_injects_2048_channels(tmp_path: Path) -> None:
+    state = make_state(tmp_path, FakeDomains(ready=True))
+    state.prepare(claim(allocationMode="All"))
+    nodes = (state.cdi.read("claim-channel-0") or {})["devices"][0]["containerEdits"]["deviceNodes"]
+    assert len(nodes) == 2048 and nodes[-1]["path"].endswith("/channel2047") and nodes[-1]["minor"] == 2047
+
+
+def test_refusals(tmp_path: Path) -> None:
+    domains = FakeDomains(ready=True)
+    state = make_state(tmp_path, domains)
+    with pytest.raises(PermanentClaimError, match=NAMESPACE_MISMATCH):
+        state.prepare(claim(namespace="elsewhere"))
+    with pytest.raises(PermanentClaimError, match='unknown field "unexpectedField"'):
+        state.prepare(claim(unexpectedField="x"))
+    domains.labels["node-1"] = "another-cd"
+    with pytest.raises(ClaimError, match=LABEL_OWNED):
+        state.prepare(claim())
+
+
+def test_daemon_prepare_writes_the_imex_dir_and_env(tmp_path: Path) -> None:
+    state = make_state(tmp_path, FakeDomains())
+    [device] = state.prepare(claim("daemon-0"))
+    assert device.cdi_device_ids[0] == "k8s.compute-domain.nvidia.com/device=all"
+    assert (tmp_path / "plugin" / "domains" / UID / "imexd.cfg.tmpl").is_file()
+    env = (state.cdi.read("claim-daemon-0") or {})["devices"][0]["containerEdits"]["env"]
+    assert f"CLIQUE_ID={CLIQUE}" in env and "COMPUTE_DOMAIN_NAMESPACE=team" in env
+
+
+def test_channel_major_from_proc_devices(tmp_path: Path) -> None:
+    devices = tmp_path / "devices"
+    devices.write_text("Character devices:\n195 nvidia\n508 nvidia-caps-imex-channels\n")
+    assert channel_major(devices) == 508
+    assert channel_major(tmp_path / "missing") == 235
+
+
+def test_clique_index_is_the_smallest_free_one_below_the_maximum() -> None:
+    assert smallest_free_index([{"index": 0}, {"index": 2}], 18) == 1
+    with pytest.raises(DaemonError, match=r"cannot add more nodes, already at maximum \(2\)"):
+        smallest_free_index([{"index": 0}, {"index": 1}], 2)
+
+
+def test_daemon_set_is_pinned_to_labelled_nodes() -> None:
+    ds = objects.daemon_set(UID, objects.DaemonSettings("drv", "img", "sa", 18))
+    pod = ds["spec"]["template"]["spec"]
+    assert ds["metadata"]["name"] == f"computedomain-daemon-{UID}"
+    assert pod["nodeSelector"] == {"resource.nvidia.com/computeDomain": UID}
+    assert pod["containers"][0]["readinessProbe"]["exec"]["command"] == ["dra-fake", "imex-daemon", "check"]
+    assert ds["metadata"]["finalizers"] == ["resource.nvidia.com/computeDomain"]
