@@ -24,24 +24,29 @@ WORKERS = 16
 
 
 def _cleanup(cluster: LocalCluster, fleet: str) -> None:
-    """Delete the run's Nodes and slices and wait until they are gone (the next run starts
-    from the same etcd state)."""
+    """Delete the run's Nodes; the garbage collector deletes their slices (owner references).
+    Waits until both are gone, so the next run starts from the same state."""
     api = cluster_api(cluster)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     selector = f"dra-fake.dev/fleet={fleet}"
     core.delete_collection_node(label_selector=selector)
-    names = {n.metadata.name for n in core.list_node(label_selector=selector).items}  # type: ignore[union-attr]
-    poll(f"nodes of {fleet} deleted", lambda: not core.list_node(label_selector=selector).items, 300, 0.5)
-    objs: Any = custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")
-    for s in objs["items"]:
-        if s["spec"].get("nodeName") in names or s["spec"].get("nodeName", "").startswith(f"{fleet}-"):
-            try:
-                custom.delete_cluster_custom_object(
-                    "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"]
-                )
-            except client.exceptions.ApiException as err:
-                if err.status != 404:
-                    raise
+
+    def nodes_left() -> int:
+        resp: Any = core.list_node(label_selector=selector, _preload_content=False)
+        return len(json.loads(resp.data)["items"])
+
+    def slices_left() -> int:
+        resp: Any = custom.list_cluster_custom_object(
+            "resource.k8s.io",
+            "v1",
+            "resourceslices",
+            field_selector="spec.driver=gpu.nvidia.com",
+            _preload_content=False,
+        )
+        return sum(1 for s in json.loads(resp.data)["items"] if s["spec"]["nodeName"].startswith(f"{fleet}-"))
+
+    poll(f"nodes of {fleet} deleted", lambda: nodes_left() == 0, 300, 0.5)
+    poll(f"slices of {fleet} garbage-collected", lambda: slices_left() == 0, 600, 0.5)
 
 
 def run_fleet(cluster: LocalCluster, n: int) -> dict[str, Any]:
@@ -130,6 +135,7 @@ def run(cluster: LocalCluster, work: Path, sizes: list[int]) -> dict[str, Any]:
                     "api_requests_by_verb": fl["apiRequests"],
                     "slices": fl["slices"],
                     "rss_mib": round(fl["rssBytes"] / 2**20, 1),
+                    "phases_s": fl.get("phases", {}),
                     "max_rss_mib": round(fl["maxRssBytes"] / 2**20, 1),
                 },
                 "bare_client": {"wall_s": round(bare["wall_seconds"], 3), "api_requests": bare["requests"]},

@@ -85,10 +85,23 @@ def counting_client(kubeconfig: str, pool_size: int) -> CountingApiClient:
 
 
 def _json(resp: Any) -> dict[str, Any]:
-    obj = json.loads(resp.data)
+    """The body of a `_preload_content=False` response; the connection goes back to the pool
+    (urllib3 keeps it otherwise, and the next request opens a new TLS connection)."""
+    try:
+        obj = json.loads(resp.data)
+    finally:
+        _release(resp)
     if not isinstance(obj, dict):
         raise TypeError("expected a JSON object")
     return obj
+
+
+def _release(resp: Any) -> None:
+    release = getattr(resp, "release_conn", None) or getattr(
+        getattr(resp, "response", None), "release_conn", None
+    )
+    if release is not None:
+        release()
 
 
 def stream_events(call: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:
@@ -291,7 +304,7 @@ class Fleet:
             node = _json(self.core.read_node(name, _preload_content=False))
         patch = untaint_patch(node)
         if patch is not None:
-            self.core.patch_node(name, patch, _preload_content=False)
+            _release(self.core.patch_node(name, patch, _preload_content=False))
 
     def _node_informer(self) -> None:
         def on_list(items: list[dict[str, Any]]) -> None:
@@ -404,7 +417,7 @@ class Fleet:
             meta = obj["metadata"]
             try:
                 if meta.get("deletionTimestamp"):
-                    self.core.delete_namespaced_pod(
+                    resp = self.core.delete_namespaced_pod(
                         meta["name"],
                         meta["namespace"],
                         grace_period_seconds=0,
@@ -413,12 +426,15 @@ class Fleet:
                         ),
                         _preload_content=False,
                     )
+                    _release(resp)
                     return
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 patch = pod_running_status(obj, now)
                 if patch is not None:
-                    self.core.patch_namespaced_pod_status(
-                        meta["name"], meta["namespace"], patch, _preload_content=False
+                    _release(
+                        self.core.patch_namespaced_pod_status(
+                            meta["name"], meta["namespace"], patch, _preload_content=False
+                        )
                     )
                     with self._lock:
                         self.pods_marked += 1
