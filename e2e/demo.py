@@ -27,7 +27,11 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
-    cluster = LocalCluster(DEFAULT_ROOT, nodes=args.nodes, inventory_config=args.config)
+    # Without CONFIG, node-2 shows MIG: two H100s with pre-created instances, one with dynamic MIG.
+    node_configs = {} if args.config else {"node-2": REPO / "examples" / "inventory" / "mixed-mig.yaml"}
+    cluster = LocalCluster(
+        DEFAULT_ROOT, nodes=args.nodes, inventory_config=args.config, node_configs=node_configs
+    )
     started = not cluster.is_up()
     t0 = time.monotonic()
     if started:
