@@ -24,6 +24,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
         prefix=PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
+    # No watch on CustomResourceDefinitions (kopf would retry a 403 forever otherwise): the
+    # ComputeDomain CRD is resolved once at start-up, so it must exist before the controller starts
+    # (helm installs crds/ first; so does the local cluster). Least privilege: no CRD rights.
+    settings.scanning.disabled = True
     settings.watching.server_timeout = 120
     settings.watching.client_timeout = 150
 

@@ -47,6 +47,10 @@ def run_controller(args: argparse.Namespace) -> int:
     except StartupError as err:
         print(f"dra-fake compute-domain-controller: error: {err}")
         return 2
+    if args.metrics_port >= 0:  # before the election: a standby's liveness probe reads it too
+        from dra_fake import metrics
+
+        metrics.start_metrics_server(args.metrics_port)
     stop = threading.Event()
     if args.leader_elect == "true":
         identity = args.leader_elect_identity or f"{socket.gethostname()}-{os.getpid()}"

@@ -10,6 +10,13 @@ API and bound to that node's DaemonSet pod (so the token names the node, as in a
 inventory from the chart's ConfigMap. The tests prove the plugin works with exactly these rights,
 that other rights are refused, and that a node's plugin cannot touch another node's ResourceSlices.
 
+ComputeDomains the same way: the chart's CRDs are applied, each node's compute-domain plugin runs
+with the same pod-bound token as its GPU plugin (one pod, two containers, one ServiceAccount), the
+controller with a token of its ServiceAccount bound to the chart's controller pod (leader election
+on), and the IMEX daemon pods, which the harness execs, with a token of the daemon ServiceAccount.
+The harness would exec the chart's own pods too (their command is `dra-fake ...`); their commands
+are made inert before applying, so only the processes started here run (with the chart's rights).
+
 Needs helm and kubeconform built by `hack/install-tools.sh` (`make chart-check` does it and runs
 this file); without them the module is skipped, unless DRA_FAKE_REQUIRE_TOOLS=1 (then it fails).
 """
@@ -33,7 +40,8 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
-from e2e.localcluster.processes import spawn, wait_for
+from e2e.localcluster.cluster import CD_CLIQUE_ID
+from e2e.localcluster.processes import Process, free_port, spawn, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / ".tools" / "bin"
@@ -43,7 +51,11 @@ CHART = REPO / "charts" / "dra-fake"
 NS = "dra-fake"
 RELEASE = "rbac"
 SA = f"{RELEASE}-dra-fake-kubelet-plugin"
+CONTROLLER_SA = f"{RELEASE}-dra-fake-compute-domain-controller"
+DAEMON_SA = "compute-domain-daemon-service-account"
 NODES = ("node-1", "node-2")
+# Rendered with leader election on, so its Lease rules are exercised too.
+VALUES = ["--set", "computeDomains.controller.leaderElection.enabled=true"]
 
 if not (HELM.exists() and KUBECONFORM.exists()):
     reason = f"needs {HELM} and {KUBECONFORM}: run hack/install-tools.sh (make chart-check does)"
@@ -72,7 +84,10 @@ def cluster() -> Iterator[LocalCluster]:
     if c.is_up():
         c.down()
     shutil.rmtree(root, ignore_errors=True)  # a fresh etcd: this module creates fixed names
-    c = LocalCluster(root, nodes=len(NODES), with_plugins=False)
+    # IMEX daemon pods run with the daemon ServiceAccount's token, written by `installed`.
+    c = LocalCluster(
+        root, nodes=len(NODES), with_plugins=False, exec_kubeconfig=root / "sa-daemon.kubeconfig"
+    )
     c.up()
     try:
         yield c
@@ -99,15 +114,46 @@ def served(api: client.ApiClient) -> list[str]:
 @pytest.fixture(scope="module")
 def rendered(cluster: LocalCluster, admin: client.ApiClient) -> list[dict[str, Any]]:
     version = client.VersionApi(admin).get_code().git_version.lstrip("v")
-    return helm_template(version, served(admin))
+    return helm_template(version, served(admin), "--include-crds", *VALUES)
+
+
+def inert(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object with its containers' commands renamed, so the harness does not exec them."""
+    template = obj.get("spec", {}).get("template", {}).get("spec")
+    if template:
+        for ctr in template["containers"]:
+            ctr["command"] = ["not-run-by-the-harness", *ctr["command"]]
+    return obj
 
 
 def apply_all(api: client.ApiClient, objs: list[dict[str, Any]]) -> None:
     dyn = dynamic.DynamicClient(api)
-    order = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy"]
-    for obj in sorted(objs, key=lambda o: order.index(o["kind"]) if o["kind"] in order else len(order)):
+    ext = client.ApiextensionsV1Api(api)
+    crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+    for crd in crds:
+        ext.create_custom_resource_definition(crd)
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        poll(
+            f"CRD {name} Established",
+            lambda n=name: any(
+                c.type == "Established" and c.status == "True"
+                for c in (ext.read_custom_resource_definition(n).status.conditions or [])
+            ),
+            30,
+        )
+    order = [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+    ]
+    rest = [o for o in objs if o["kind"] != "CustomResourceDefinition"]
+    for obj in sorted(rest, key=lambda o: order.index(o["kind"]) if o["kind"] in order else len(order)):
         res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        res.create(body=obj, namespace=NS if res.namespaced else None)
+        res.create(body=inert(json.loads(json.dumps(obj))), namespace=NS if res.namespaced else None)
 
 
 def token_kubeconfig(cluster: LocalCluster, token: str, path: Path) -> Path:
@@ -129,7 +175,7 @@ def token_kubeconfig(cluster: LocalCluster, token: str, path: Path) -> Path:
     return path
 
 
-def request_token(admin: client.ApiClient, pod: dict[str, Any] | None) -> str:
+def request_token(admin: client.ApiClient, pod: dict[str, Any] | None, sa: str = SA) -> str:
     spec: dict[str, Any] = {"expirationSeconds": 3600}
     if pod is not None:
         spec["boundObjectRef"] = {
@@ -138,7 +184,7 @@ def request_token(admin: client.ApiClient, pod: dict[str, Any] | None) -> str:
             "name": pod["metadata"]["name"],
             "uid": pod["metadata"]["uid"],
         }
-    resp = client.CoreV1Api(admin).create_namespaced_service_account_token(SA, NS, {"spec": spec})
+    resp = client.CoreV1Api(admin).create_namespaced_service_account_token(sa, NS, {"spec": spec})
     return str(resp.status.token)
 
 
@@ -155,7 +201,11 @@ def installed(
     core = client.CoreV1Api(admin)
 
     def ds_pod(node: str) -> dict[str, Any] | None:
-        pods = core.list_namespaced_pod(NS, field_selector=f"spec.nodeName={node}").items
+        pods = core.list_namespaced_pod(
+            NS,
+            field_selector=f"spec.nodeName={node}",
+            label_selector="app.kubernetes.io/component=kubelet-plugin",
+        ).items
         running = [p for p in pods if p.status.phase == "Running"]
         return admin.sanitize_for_serialization(running[0]) if running else None  # type: ignore[no-any-return]
 
@@ -379,6 +429,223 @@ def test_token_without_node_binding_cannot_write_slices(
     assert err.value.status in (403, 422) and "no node name" in str(err.value.body), err.value
 
 
+# --- ComputeDomains with the chart's RBAC -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cd_installed(
+    installed: dict[str, Path], cluster: LocalCluster, admin: client.ApiClient
+) -> dict[str, Path]:
+    """The compute-domain plugins (the plugin pods' tokens), the controller (a token bound to the
+    chart's controller pod) and the daemon credentials. -> role or node: kubeconfig"""
+    core = client.CoreV1Api(admin)
+    token_kubeconfig(cluster, request_token(admin, None, DAEMON_SA), cluster.root / "sa-daemon.kubeconfig")
+    for node in NODES:
+        args = [
+            a for a in cluster.cd_plugin_args(node) if not a.startswith(("--kubeconfig=", "--namespace="))
+        ]
+        args += [f"--kubeconfig={installed[node]}", f"--namespace={NS}"]
+        proc = cluster._track(spawn(f"cd-plugin-{node}", args, cluster.logs, cwd=REPO))
+        wait_for(
+            f"compute-domain plugin on {node} publishing with the chart's ServiceAccount",
+            lambda n=node: Kube(cluster.kubeconfig).slices(driver="compute-domain.nvidia.com", node=n),
+            120,
+            every=0.5,
+            alive=proc.check_alive,
+        )
+
+    def controller_pod() -> dict[str, Any] | None:
+        pods = core.list_namespaced_pod(
+            NS, label_selector="app.kubernetes.io/component=compute-domain-controller"
+        ).items
+        running = [p for p in pods if p.status.phase == "Running"]
+        return admin.sanitize_for_serialization(running[0]) if running else None  # type: ignore[no-any-return]
+
+    pod = poll("the chart's controller pod Running", controller_pod, 90)
+    assert pod["spec"]["serviceAccountName"] == CONTROLLER_SA
+    kc = token_kubeconfig(
+        cluster, request_token(admin, pod, CONTROLLER_SA), cluster.root / "sa-controller.kubeconfig"
+    )
+    args = [
+        os.environ.get("PYTHON", "python3"),
+        "-m",
+        "dra_fake",
+        "compute-domain-controller",
+        f"--kubeconfig={kc}",
+        f"--namespace={NS}",
+        "--status-sync-seconds=1",
+        "--leader-elect=true",
+        f"--leader-elect-identity={pod['metadata']['name']}",
+        f"--metrics-port={free_port()}",
+    ]
+    ctrl: Process = cluster._track(spawn("cd-controller", args, cluster.logs, cwd=REPO))
+    coord = client.CoordinationV1Api(admin)
+
+    def leader() -> str | None:
+        ctrl.check_alive()
+        try:
+            return coord.read_namespaced_lease("compute-domain-controller", NS).spec.holder_identity  # type: ignore[no-any-return]
+        except ApiException:
+            return None
+
+    assert poll("controller holds the Lease", leader, 60) == pod["metadata"]["name"]
+    return {**installed, "controller": kc, "daemon": cluster.root / "sa-daemon.kubeconfig"}
+
+
+def test_compute_domain_flow_with_the_charts_rbac(
+    cd_installed: dict[str, Path], cluster: LocalCluster
+) -> None:
+    """CD -> workload template (controller) -> 2 pods on 2 nodes: node labels (plugins), daemon
+    DaemonSet (controller), daemons join their clique (daemon SA) -> channels injected -> Ready ->
+    deleted: every object and label gone (controller). No 403 in any of their logs."""
+    from e2e.test_computedomain import (
+        cd_manifest,
+        channel_pod,
+        create_cd,
+        get_cd,
+        get_template,
+        node_statuses,
+    )
+
+    kube = Kube(cluster.kubeconfig)
+    ns = kube.namespace("rbac-cd")
+    try:
+        uid = create_cd(kube, ns, cd_manifest("cd", "imex-channel-0", num_nodes=2))["metadata"]["uid"]
+        template = poll("workload template", lambda: get_template(kube, ns, "imex-channel-0"), 60)
+        assert template["metadata"]["labels"]["resource.nvidia.com/computeDomain"] == uid
+        for name in ("worker-0", "worker-1"):
+            kube.core.create_namespaced_pod(ns, channel_pod(name, "imex-channel-0"))
+        pods = [kube.wait_running(ns, name, timeout=120) for name in ("worker-0", "worker-1")]
+        assert {p["spec"]["nodeName"] for p in pods} == set(NODES)
+        for pod in pods:
+            record = json.loads(
+                next(
+                    (cluster.node_dir(pod["spec"]["nodeName"]) / "pods").glob(
+                        f"{ns}_{pod['metadata']['name']}_*.json"
+                    )
+                ).read_text()
+            )["containers"]["ctr"]
+            assert record["deviceNodes"] == ["/dev/nvidia-caps-imex-channels/channel0"]
+            assert f"COMPUTE_DOMAIN_UUID={uid}" in record["env"]
+        assert poll(
+            "CD Ready on both nodes",
+            lambda: node_statuses(kube, ns, "cd") == ("Ready", {n: "Ready" for n in NODES}),
+            60,
+        )
+        clique = kube.custom.get_namespaced_custom_object(
+            "resource.nvidia.com", "v1beta1", NS, "computedomaincliques", f"{uid}.{CD_CLIQUE_ID}"
+        )
+        assert sorted(d["nodeName"] for d in clique["daemons"]) == list(NODES)  # written by the daemon SA
+        for name in ("worker-0", "worker-1"):
+            kube.delete_pod(ns, name)
+        kube.custom.delete_namespaced_custom_object(
+            "resource.nvidia.com", "v1beta1", ns, "computedomains", "cd"
+        )
+
+        def gone() -> bool:
+            try:
+                get_cd(kube, ns, "cd")
+                return False
+            except ApiException as err:
+                return err.status == 404
+
+        poll("ComputeDomain deleted by the controller", gone, 90)
+        apps = client.AppsV1Api(kube.api)
+        assert not apps.list_namespaced_daemon_set(
+            NS, label_selector=f"resource.nvidia.com/computeDomain={uid}"
+        ).items
+        assert not [
+            n.metadata.name
+            for n in kube.core.list_node(label_selector=f"resource.nvidia.com/computeDomain={uid}").items
+        ]
+        for log in [
+            cluster.logs / "cd-controller.log",
+            *(cluster.logs / f"cd-plugin-{n}.log" for n in NODES),
+        ]:
+            text = log.read_text()
+            assert " 403" not in text and "Forbidden" not in text, f"{log}: {text[-3000:]}"
+        for exec_log in cluster.root.glob("nodes/*/exec/*.log"):
+            assert "Forbidden" not in exec_log.read_text(), exec_log
+    finally:
+        kube.delete_namespace(ns)
+
+
+def _custom(kc: Path) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(sa_api(kc))
+
+
+CD = ("resource.nvidia.com", "v1beta1")
+
+
+@pytest.mark.parametrize(
+    ("who", "call"),
+    [
+        pytest.param(
+            "node-1",
+            lambda kc: _custom(kc).create_namespaced_custom_object(
+                *CD,
+                "default",
+                "computedomains",
+                {
+                    "apiVersion": "resource.nvidia.com/v1beta1",
+                    "kind": "ComputeDomain",
+                    "metadata": {"name": "x"},
+                    "spec": {"channel": {"resourceClaimTemplate": {"name": "x"}}},
+                },
+            ),
+            id="plugin-create-computedomain",
+        ),
+        pytest.param(
+            "node-1",
+            lambda kc: _custom(kc).list_namespaced_custom_object(*CD, NS, "computedomaincliques"),
+            id="plugin-list-cliques",
+        ),
+        pytest.param(
+            "node-1", lambda kc: client.CoreV1Api(sa_api(kc)).delete_node("node-2"), id="plugin-delete-node"
+        ),
+        pytest.param(
+            "controller",
+            lambda kc: client.CoreV1Api(sa_api(kc)).list_secret_for_all_namespaces(),
+            id="controller-list-secrets",
+        ),
+        pytest.param(
+            "controller",
+            lambda kc: client.AppsV1Api(sa_api(kc)).list_namespaced_daemon_set("kube-system"),
+            id="controller-daemonsets-elsewhere",
+        ),
+        pytest.param(
+            "controller",
+            lambda kc: client.CoreV1Api(sa_api(kc)).create_namespaced_pod(
+                NS, {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+            ),
+            id="controller-create-pod",
+        ),
+        pytest.param(
+            "controller",
+            lambda kc: client.CoordinationV1Api(sa_api(kc)).read_namespaced_lease("other-lease", NS),
+            id="controller-other-lease",
+        ),
+        pytest.param(
+            "daemon",
+            lambda kc: _custom(kc).list_cluster_custom_object(*CD, "computedomains"),
+            id="daemon-list-computedomains",
+        ),
+        pytest.param(
+            "daemon",
+            lambda kc: _custom(kc).get_namespaced_custom_object(*CD, "default", "computedomaincliques", "x"),
+            id="daemon-cliques-elsewhere",
+        ),
+        pytest.param("daemon", lambda kc: client.CoreV1Api(sa_api(kc)).list_node(), id="daemon-list-nodes"),
+    ],
+)
+def test_compute_domain_components_are_refused_the_rest(
+    cd_installed: dict[str, Path], who: str, call: Any
+) -> None:
+    with pytest.raises(ApiException) as err:
+        call(cd_installed[who])
+    assert err.value.status == 403, err.value
+
+
 # --- every rule is needed -----------------------------------------------------------------------
 
 PROBE_SA = "rbac-probe"
@@ -418,7 +685,7 @@ def test_each_startup_rule_is_needed(
     inventory changes, dra_fake/publisher.py) and resourceclaims get (every prepare). A separate
     ServiceAccount, which the admission policy does not cover, and a separate driver name keep
     this apart from the running plugins."""
-    [role] = [o for o in rendered if o["kind"] == "ClusterRole"]
+    [role] = [o for o in rendered if o["kind"] == "ClusterRole" and o["metadata"]["name"] == SA]
     rbac = client.RbacAuthorizationV1Api(admin)
     core = client.CoreV1Api(admin)
     name = f"probe-{resource or 'all'}-{verb or 'all'}"

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dra_fake.cd import classes as cd_classes
 from dra_fake.inventory import build_inventory, parse_config
 from dra_fake.profiles import load_profiles
 
@@ -62,6 +63,13 @@ def test_deviceclass_api_version_from_capabilities(kube: str, apis: list[str], e
     assert [(c["apiVersion"], c["metadata"]["name"]) for c in classes] == [
         (f"resource.k8s.io/{expected}", "gpu.nvidia.com"),
         (f"resource.k8s.io/{expected}", "mig.nvidia.com"),
+        (f"resource.k8s.io/{expected}", "compute-domain-daemon.nvidia.com"),
+        (f"resource.k8s.io/{expected}", "compute-domain-default-channel.nvidia.com"),
+    ]
+    # the compute-domain classes are the plugin's own (dra_fake/cd/classes.py), at this version
+    assert classes[2:] == [
+        {**c, "metadata": {**c["metadata"], "labels": classes[2]["metadata"]["labels"]}}
+        for c in cd_classes.device_classes(expected)  # type: ignore[arg-type]
     ]
     gpu = classes[0]["spec"]
     assert gpu["selectors"][0]["cel"]["expression"] == (
@@ -80,7 +88,8 @@ def test_daemonset_contract() -> None:
         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
     }
     pod = ds["spec"]["template"]["spec"]
-    [ctr] = pod["containers"]
+    ctr, _ = pod["containers"]
+    assert ctr["name"] == "gpus"
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in ctr["env"]}
     assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
@@ -97,13 +106,27 @@ def test_daemonset_contract() -> None:
     sc = ctr["securityContext"]
     assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
-    assert pod["serviceAccountName"] == of_kind(render(), "ServiceAccount")[0]["metadata"]["name"]
+    assert pod["serviceAccountName"] == "r-dra-fake-kubelet-plugin"
+    assert "r-dra-fake-kubelet-plugin" in names(render(), "ServiceAccount")
     [svc] = of_kind(render(), "Service")
-    assert svc["spec"]["ports"][0]["port"] == 8080 and svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [
+        (8080, "metrics"),
+        (8081, "metrics-cd"),
+    ]
+
+
+def names(docs: list[dict[str, Any]], kind: str) -> list[str]:
+    return [d["metadata"]["name"] for d in of_kind(docs, kind)]
+
+
+def by_name(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    [obj] = [d for d in of_kind(docs, kind) if d["metadata"]["name"] == name]
+    return obj
 
 
 def test_rbac_is_least_privilege() -> None:
-    [role] = of_kind(render(), "ClusterRole")
+    role = by_name(render(), "ClusterRole", "r-dra-fake-kubelet-plugin")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
@@ -151,7 +174,12 @@ def test_node_pools_give_every_node_exactly_one_plugin() -> None:
     for node, (labels, expected) in nodes.items():
         assert [n for n, t in daemonsets.items() if matches(labels, t)] == [expected], node
     classes = [c["metadata"]["name"] for c in of_kind(docs, "DeviceClass")]
-    assert classes == ["gpu.fake.example.com", "mig.fake.example.com"]
+    assert classes[:2] == ["gpu.fake.example.com", "mig.fake.example.com"]
+    for ds in of_kind(docs, "DaemonSet"):  # every node also runs exactly one compute-domain plugin
+        assert [c["name"] for c in ds["spec"]["template"]["spec"]["containers"]] == [
+            "gpus",
+            "compute-domains",
+        ]
     assert of_kind(docs, "DeviceClass")[0]["spec"]["extendedResourceName"] == "fake.example.com/gpu"
 
 
@@ -180,9 +208,191 @@ def test_refusals() -> None:
     with pytest.raises(AssertionError, match="own namespace"):
         render(ns="default")
     render(ns="default", allowDefaultNamespace="true")
-    with pytest.raises(AssertionError, match="not part of this chart yet"):
-        render(**{"computeDomains.enabled": "true"})
+    with pytest.raises(AssertionError, match=r"compute-domain\.nvidia\.com only"):
+        render(**{"driverNames.computeDomain": "compute-domain.fake.example.com"})
+    render(**{"driverNames.computeDomain": "cd.fake.example.com", "computeDomains.enabled": "false"})
+    with pytest.raises(AssertionError, match="imexCliqueID"):
+        render(**{"computeDomains.imexCliqueID": "clique-1"})
     with pytest.raises(AssertionError, match="mig"):
         render(**{"inventory.mig": "sometimes"})
     with pytest.raises(AssertionError, match=r"additional properties|not allowed"):
         render(**{"inventory.gpuCount": "3"})
+
+
+# --- ComputeDomains -----------------------------------------------------------------------------
+
+CD_OBJECTS = {
+    ("ServiceAccount", "r-dra-fake-compute-domain-controller"),
+    ("ServiceAccount", "compute-domain-daemon-service-account"),
+    ("Deployment", "r-dra-fake-compute-domain-controller"),
+    ("ClusterRole", "r-dra-fake-kubelet-plugin-compute-domains"),
+    ("ClusterRoleBinding", "r-dra-fake-kubelet-plugin-compute-domains"),
+    ("Role", "r-dra-fake-kubelet-plugin-compute-domains"),
+    ("RoleBinding", "r-dra-fake-kubelet-plugin-compute-domains"),
+    ("ClusterRole", "r-dra-fake-compute-domain-controller"),
+    ("ClusterRoleBinding", "r-dra-fake-compute-domain-controller"),
+    ("Role", "r-dra-fake-compute-domain-controller"),
+    ("RoleBinding", "r-dra-fake-compute-domain-controller"),
+    ("Role", "r-dra-fake-compute-domain-daemon"),
+    ("RoleBinding", "r-dra-fake-compute-domain-daemon"),
+    ("DeviceClass", "compute-domain-daemon.nvidia.com"),
+    ("DeviceClass", "compute-domain-default-channel.nvidia.com"),
+}
+
+
+def kinds_and_names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(d["kind"], d["metadata"]["name"]) for d in docs}
+
+
+def test_compute_domains_on_by_default_and_off_when_disabled() -> None:
+    on, off = render(), render(**{"computeDomains.enabled": "false"})
+    assert kinds_and_names(on) >= CD_OBJECTS
+    assert kinds_and_names(on) - kinds_and_names(off) == CD_OBJECTS
+    assert all(obj["metadata"].get("namespace") in (None, "dra-fake") for obj in on)
+    [ds] = of_kind(off, "DaemonSet")
+    assert [c["name"] for c in ds["spec"]["template"]["spec"]["containers"]] == ["gpus"]
+    [svc] = of_kind(off, "Service")
+    assert [p["port"] for p in svc["spec"]["ports"]] == [8080]
+
+
+def test_compute_domain_plugin_container() -> None:
+    [ds] = of_kind(render(), "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    gpus, cd = pod["containers"]
+    assert cd["name"] == "compute-domains"
+    assert cd["command"] == ["dra-fake", "compute-domain-kubelet-plugin"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in cd["env"]}
+    assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["DRIVER_NAME"] == "compute-domain.nvidia.com" and env["NAMESPACE"] == "dra-fake"
+    assert env["HEALTHCHECK_ADDRESS"] == "$(POD_IP)" and env["METRICS_PORT"] == "8081"
+    assert cd["livenessProbe"]["grpc"]["port"] == int(env["HEALTHCHECK_PORT"]) == 51515
+    assert "DRA_FAKE_IMEX_CLIQUE_ID" not in env  # from the inventory unless set
+    # same host paths, same mounts, same security context as the GPU plugin
+    assert cd["volumeMounts"] == gpus["volumeMounts"]
+    assert cd["securityContext"] == gpus["securityContext"]
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    clique = "0b0f0c2d-6c67-4bba-9b6b-2a2f1e7ef7a1.7"
+    [ds] = of_kind(render(**{"computeDomains.imexCliqueID": clique}), "DaemonSet")
+    cd = ds["spec"]["template"]["spec"]["containers"][1]
+    assert {"name": "DRA_FAKE_IMEX_CLIQUE_ID", "value": clique} in cd["env"]
+
+
+def test_compute_domain_controller_deployment() -> None:
+    deploy = by_name(render(), "Deployment", "r-dra-fake-compute-domain-controller")
+    pod = deploy["spec"]["template"]["spec"]
+    assert deploy["spec"]["replicas"] == 1
+    assert pod["serviceAccountName"] == "r-dra-fake-compute-domain-controller"
+    [ctr] = pod["containers"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in ctr["env"]}
+    assert ctr["command"] == ["dra-fake", "compute-domain-controller"]
+    assert env["NAMESPACE"] == "dra-fake" and env["LEADER_ELECT"] == "false"
+    assert env["IMAGE_NAME"] == "dra-fake:0.1.0" and env["MAX_NODES_PER_IMEX_DOMAIN"] == "18"
+    assert ctr["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert ctr["securityContext"]["runAsNonRoot"] is True
+    # the flags the environment feeds exist (a renamed flag would silently fall back to its default)
+    from dra_fake.cli import build_parser
+
+    args = build_parser().parse_args(["compute-domain-controller"])
+    for name in ("namespace", "daemon_image", "max_nodes_per_imex_domain", "leader_elect", "metrics_port"):
+        assert hasattr(args, name), name
+    docs = render(
+        **{
+            "computeDomains.controller.replicas": "2",
+            "computeDomains.controller.leaderElection.enabled": "true",
+            "computeDomains.controller.metricsPort": "9090",
+            "computeDomains.controller.daemonImage": "example.com/dra-fake:1",
+        }
+    )
+    deploy = by_name(docs, "Deployment", "r-dra-fake-compute-domain-controller")
+    [ctr] = deploy["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert deploy["spec"]["replicas"] == 2 and env["LEADER_ELECT"] == "true"
+    assert env["METRICS_PORT"] == "9090" and ctr["ports"][0]["containerPort"] == 9090
+    assert env["IMAGE_NAME"] == "example.com/dra-fake:1"
+    lease_rules = [
+        r
+        for r in by_name(docs, "Role", "r-dra-fake-compute-domain-controller")["rules"]
+        if "leases" in r["resources"]
+    ]
+    assert lease_rules == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["compute-domain-controller"],
+            "verbs": ["get", "update"],
+        },
+    ]
+
+
+def rules(obj: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [
+        (g, res, tuple(r["verbs"])) for r in obj["rules"] for g in r["apiGroups"] for res in r["resources"]
+    ]
+
+
+def test_compute_domain_rbac_is_least_privilege() -> None:
+    docs = render()
+    plugin = "r-dra-fake-kubelet-plugin-compute-domains"
+    ctrl = "r-dra-fake-compute-domain-controller"
+    assert rules(by_name(docs, "ClusterRole", plugin)) == [
+        ("resource.nvidia.com", "computedomains", ("get", "list")),
+        ("", "nodes", ("get", "patch")),
+    ]
+    assert rules(by_name(docs, "Role", plugin)) == [("resource.nvidia.com", "computedomaincliques", ("get",))]
+    assert rules(by_name(docs, "ClusterRole", ctrl)) == [
+        ("resource.nvidia.com", "computedomains", ("list", "watch", "patch")),
+        ("resource.nvidia.com", "computedomains/status", ("patch",)),
+        ("resource.k8s.io", "resourceclaimtemplates", ("get", "list", "create", "delete", "patch")),
+        ("", "nodes", ("list", "patch")),
+        ("", "events", ("create",)),
+    ]
+    assert rules(by_name(docs, "Role", ctrl)) == [  # leader election off: no Lease rules
+        ("apps", "daemonsets", ("list", "create", "delete", "patch")),
+        ("resource.nvidia.com", "computedomaincliques", ("list", "delete")),
+        ("", "pods", ("list",)),
+    ]
+    assert rules(by_name(docs, "Role", "r-dra-fake-compute-domain-daemon")) == [
+        ("resource.nvidia.com", "computedomaincliques", ("get", "create", "update")),
+        ("", "pods", ("get", "patch")),
+    ]
+    subjects = {
+        (b["kind"], b["metadata"]["name"]): [(s["name"], s["namespace"]) for s in b["subjects"]]
+        for b in of_kind(docs, "ClusterRoleBinding") + of_kind(docs, "RoleBinding")
+    }
+    assert subjects[("ClusterRoleBinding", plugin)] == [("r-dra-fake-kubelet-plugin", "dra-fake")]
+    assert subjects[("RoleBinding", plugin)] == [("r-dra-fake-kubelet-plugin", "dra-fake")]
+    assert subjects[("RoleBinding", "r-dra-fake-compute-domain-daemon")] == [
+        ("compute-domain-daemon-service-account", "dra-fake")
+    ]
+    for kind in ("ClusterRole", "Role"):  # no wildcards anywhere
+        for obj in of_kind(docs, kind):
+            assert all("*" not in r["verbs"] and "*" not in r["resources"] for r in obj["rules"]), obj
+
+
+def test_chart_crds_are_the_repositorys() -> None:
+    """helm installs the chart's crds/ (not rendered by `helm template` without --include-crds)."""
+    args = [
+        str(HELM),
+        "template",
+        "r",
+        str(CHART),
+        "-n",
+        "dra-fake",
+        "--kube-version",
+        "1.37.0",
+        "--include-crds",
+    ]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120, check=True).stdout
+    crds = {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all(out)
+        if d and d["kind"] == "CustomResourceDefinition"
+    }
+    repo = {
+        d["metadata"]["name"]: d
+        for d in (yaml.safe_load(p.read_text()) for p in sorted((REPO / "crds").glob("*.yaml")))
+    }
+    assert crds == repo

@@ -89,6 +89,14 @@ def add_parsers(sub: Any, env_default: Any, add_plugin_flags: Any) -> None:
         help="run only while holding the Lease compute-domain-controller in the namespace",
     )
     ctrl.add_argument("--leader-elect-identity", action=env_default, env="POD_NAME", default="")
+    ctrl.add_argument(
+        "--metrics-port",
+        action=env_default,
+        env="METRICS_PORT",
+        type=int,
+        default=-1,
+        help="port of the Prometheus metrics endpoint, served from start-up on (negative: disabled)",
+    )
 
     daemon = sub.add_parser(
         "imex-daemon",

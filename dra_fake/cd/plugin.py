@@ -132,7 +132,9 @@ class ComputeDomainPlugin:
         kubelet.start()
         components: list[Any] = [_PublisherStopper(publisher), kubelet]
         if self.args.healthcheck_port >= 0:
-            health = HealthServer(kubelet, self.args.healthcheck_port)
+            health = HealthServer(  # on the pod IP in a pod (HEALTHCHECK_ADDRESS): the kubelet's gRPC probe
+                kubelet, self.args.healthcheck_port, host=self.args.healthcheck_address
+            )
             health.start()
             components.append(health)
         log.info(

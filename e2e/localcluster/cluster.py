@@ -91,8 +91,12 @@ class LocalCluster:
         inventory_config: Path | None = None,
         node_configs: dict[str, Path] | None = None,
         with_plugins: bool = True,
+        exec_kubeconfig: Path | None = None,
     ) -> None:
         self.root = root.resolve()
+        # The credentials of exec'd containers (the IMEX daemon pods): admin unless given, e.g. a
+        # token of the chart's daemon ServiceAccount (e2e/test_rbac.py; the file may come later).
+        self.exec_kubeconfig = exec_kubeconfig
         self.node_count = nodes
         self.with_plugins = with_plugins
         self.state = State.load(self.root) or State(root=str(self.root))
@@ -368,7 +372,7 @@ class LocalCluster:
                     "--v=2",
                     # The ComputeDomain daemon pods' `dra-fake imex-daemon` runs as a local process.
                     f"--exec=dra-fake={sys.executable} -m dra_fake",
-                    f"--exec-env=KUBECONFIG={self.kubeconfig}",
+                    f"--exec-env=KUBECONFIG={self.exec_kubeconfig or self.kubeconfig}",
                     f"--exec-dir={REPO}",
                 ],
                 self.logs,

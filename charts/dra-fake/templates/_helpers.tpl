@@ -30,6 +30,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-kubelet-plugin" (include "dra-fake.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- define "dra-fake.cdControllerServiceAccount" -}}
+{{- printf "%s-compute-domain-controller" (include "dra-fake.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Fixed by the controller (computedomain/main.py), as NVIDIA's: the daemon pods' ServiceAccount. */}}
+{{- define "dra-fake.cdDaemonServiceAccount" -}}
+compute-domain-daemon-service-account
+{{- end -}}
+
 {{- define "dra-fake.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
