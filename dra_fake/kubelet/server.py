@@ -127,65 +127,54 @@ class _DRAServicer:
 
     # gRPC method names are fixed by the proto.
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
-        method = f"{self._version}.NodePrepareResources"
+        response = self._pb.NodePrepareResourcesResponse()
+
+        def handle(claims: Sequence[ClaimRef]) -> int:
+            return self._fill_prepare(response, claims, self._handler.prepare(list(claims)))
+
+        return self._serve(
+            context, "prepare", request, response, handle, self._metrics.node_prepare_errors_total
+        )
+
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        response = self._pb.NodeUnprepareResourcesResponse()
+
+        def handle(claims: Sequence[ClaimRef]) -> int:
+            return self._fill_unprepare(response, claims, self._handler.unprepare(list(claims)))
+
+        return self._serve(
+            context, "unprepare", request, response, handle, self._metrics.node_unprepare_errors_total
+        )
+
+    def _serve(
+        self,
+        context: grpc.ServicerContext,
+        verb: str,
+        request: Any,
+        response: Any,
+        handle: Callable[[Sequence[ClaimRef]], int],
+        errors: Any,
+    ) -> Any:
+        """One Node(Un)PrepareResources call: metrics, the handler (which fills `response` and returns the
+        number of failed claims), and a gRPC error only when the whole call fails."""
+        name = f"Node{verb.capitalize()}Resources"
         claims = _claim_refs(request.claims)
-        with _Observed(self._metrics, method, enabled=bool(claims) and not _is_probe(context)) as obs:
-            response = self._pb.NodePrepareResourcesResponse()
+        fields = {"driver": self._driver, "api": self._version, "claims": _claim_names(claims)}
+        with _Observed(
+            self._metrics, f"{self._version}.{name}", enabled=bool(claims) and not _is_probe(context)
+        ) as obs:
             if not claims:  # health probe; the kubelet never sends empty batches
                 obs.result = RESULT_SUCCESS
                 return response
             try:
-                results = self._handler.prepare(list(claims))
-                failed = self._fill_prepare(response, claims, results)
+                failed = handle(claims)
             except Exception as exc:
-                self._metrics.node_prepare_errors_total.inc(len(claims))
-                log.exception(
-                    "NodePrepareResources failed",
-                    extra={"driver": self._driver, "api": self._version, "claims": _claim_names(claims)},
-                )
-                context.abort(grpc.StatusCode.INTERNAL, f"prepare resources: {type(exc).__name__}: {exc}")
-            self._metrics.node_prepare_errors_total.inc(failed)
+                errors.inc(len(claims))
+                log.exception(f"{name} failed", extra=fields)
+                context.abort(grpc.StatusCode.INTERNAL, f"{verb} resources: {type(exc).__name__}: {exc}")
+            errors.inc(failed)
             obs.result = RESULT_CLAIM_ERROR if failed else RESULT_SUCCESS
-            log.info(
-                "NodePrepareResources",
-                extra={
-                    "driver": self._driver,
-                    "api": self._version,
-                    "claims": _claim_names(claims),
-                    "failed": failed,
-                },
-            )
-            return response
-
-    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
-        method = f"{self._version}.NodeUnprepareResources"
-        claims = _claim_refs(request.claims)
-        with _Observed(self._metrics, method, enabled=bool(claims) and not _is_probe(context)) as obs:
-            response = self._pb.NodeUnprepareResourcesResponse()
-            if not claims:
-                obs.result = RESULT_SUCCESS
-                return response
-            try:
-                results = self._handler.unprepare(list(claims))
-                failed = self._fill_unprepare(response, claims, results)
-            except Exception as exc:
-                self._metrics.node_unprepare_errors_total.inc(len(claims))
-                log.exception(
-                    "NodeUnprepareResources failed",
-                    extra={"driver": self._driver, "api": self._version, "claims": _claim_names(claims)},
-                )
-                context.abort(grpc.StatusCode.INTERNAL, f"unprepare resources: {type(exc).__name__}: {exc}")
-            self._metrics.node_unprepare_errors_total.inc(failed)
-            obs.result = RESULT_CLAIM_ERROR if failed else RESULT_SUCCESS
-            log.info(
-                "NodeUnprepareResources",
-                extra={
-                    "driver": self._driver,
-                    "api": self._version,
-                    "claims": _claim_names(claims),
-                    "failed": failed,
-                },
-            )
+            log.info(name, extra={**fields, "failed": failed})
             return response
 
     def _warn_unrequested(self, method: str, claims: Sequence[ClaimRef], results: Iterable[str]) -> None:
