@@ -9,12 +9,14 @@ each open the file exclude each other as well.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -98,3 +100,26 @@ class PrepareUnprepareLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+class NodeSerializer:
+    """Serialises prepare/unprepare: threads of this process queue on a mutex, then the process
+    takes the node-wide flock (other plugin instances). One timeout bounds both waits."""
+
+    def __init__(self, data_dir: Path, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+        self.data_dir = data_dir
+        self.timeout = timeout
+        self._mutex = threading.Lock()
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Raises LockTimeoutError when either lock is not had within the timeout."""
+        start = time.monotonic()
+        if not self._mutex.acquire(timeout=self.timeout):
+            raise LockTimeoutError(f"timed out after {self.timeout:g}s waiting for the in-process lock")
+        try:
+            remaining = max(self.timeout - (time.monotonic() - start), 0.0)
+            with PrepareUnprepareLock(self.data_dir, timeout=remaining):
+                yield
+        finally:
+            self._mutex.release()

@@ -25,7 +25,7 @@ from .kubelet.api import ClaimRef, PreparedDevice, PrepareResult
 from .nvidia_smi import NvidiaSmi
 from .prepare import ClaimError, DeviceState
 from .publisher import Publisher
-from .slices import desired_slices
+from .slices import DesiredSlice, desired_slices
 
 log = logging.getLogger("dra_fake.plugin")
 T = TypeVar("T")
@@ -54,7 +54,7 @@ class ClaimPreparer:
 
     def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
         results = {ref.uid: self._prepare_one(ref) for ref in claims}
-        self._update_gauges()
+        self.update_gauges()
         return results
 
     def _prepare_one(self, ref: ClaimRef) -> PrepareResult:
@@ -92,10 +92,10 @@ class ClaimPreparer:
                 )
             except ClaimError as err:
                 results[ref.uid] = str(err)
-        self._update_gauges()
+        self.update_gauges()
         return results
 
-    def _update_gauges(self) -> None:
+    def update_gauges(self) -> None:
         metrics.PREPARED_CLAIMS.set(len(self.state.prepared_claims()))
         metrics.PREPARED_DEVICES.set(self.state.prepared_device_count())
 
@@ -198,9 +198,6 @@ class GpuPlugin:
         )
 
     def run(self) -> int:
-        from .kubelet.health import HealthServer
-        from .kubelet.server import KubeletPlugin, serve_forever
-
         started = time.monotonic()
         info: ServerInfo = with_backoff("API discovery", lambda: discover(self.api), self.stop_event)
         node_uid: str = with_backoff(
@@ -234,35 +231,51 @@ class GpuPlugin:
         report = state.startup()
         log.info("checkpoint recovered", extra={"report": str(report)})
 
-        if self.args.metrics_port >= 0:
-            metrics.start_metrics_server(self.args.metrics_port)
         slices = desired_slices(self.inventory, self.driver, info.version)
-        publisher = Publisher(resources, self.driver, self.node, node_uid, lambda: slices)
-        publisher.start()
-
-        handler = ClaimPreparer(resources, state)
-        handler._update_gauges()
-        kubelet = KubeletPlugin(
-            self.driver,
-            handler,
-            self.args.kubelet_registrar_directory_path,
-            self.args.kubelet_plugins_directory_path,
-            self.args.pod_uid or None,
+        return serve_driver(
+            self.args, resources, state, slices, node_uid, self.stop_event, "GPU kubelet plugin", started
         )
-        kubelet.start()
-        components: list[Any] = [_PublisherStopper(publisher), kubelet]
-        if self.args.healthcheck_port >= 0:
-            health = HealthServer(
-                kubelet,
-                self.args.healthcheck_port,
-                host=getattr(self.args, "healthcheck_address", "127.0.0.1"),
-            )
-            health.start()
-            components.append(health)
-        log.info("GPU kubelet plugin running", extra={"startupSeconds": round(time.monotonic() - started, 3)})
-        serve_forever(*components, stop_event=self.stop_event)
-        log.info("GPU kubelet plugin stopped")
-        return 0
+
+
+def serve_driver(
+    args: argparse.Namespace,
+    resources: ResourceApi,
+    state: ClaimState,
+    slices: list[DesiredSlice],
+    node_uid: str,
+    stop: threading.Event,
+    name: str,
+    started: float,
+) -> int:
+    """What every kubelet plugin of this driver does once its state is ready: metrics, its
+    ResourceSlices, the kubelet's sockets and the health service, until SIGTERM/SIGINT."""
+    from .kubelet.health import HealthServer
+    from .kubelet.server import KubeletPlugin, serve_forever
+
+    if args.metrics_port >= 0:
+        metrics.start_metrics_server(args.metrics_port)
+    publisher = Publisher(resources, args.driver_name, args.node_name, node_uid, lambda: slices)
+    publisher.start()
+    handler = ClaimPreparer(resources, state)
+    handler.update_gauges()  # initial values from the checkpoint
+    kubelet = KubeletPlugin(
+        args.driver_name,
+        handler,
+        args.kubelet_registrar_directory_path,
+        args.kubelet_plugins_directory_path,
+        args.pod_uid or None,
+    )
+    kubelet.start()
+    components: list[Any] = [_PublisherStopper(publisher), kubelet]
+    if args.healthcheck_port >= 0:
+        # In a pod HEALTHCHECK_ADDRESS is the pod IP, where the kubelet's gRPC liveness probe dials.
+        health = HealthServer(kubelet, args.healthcheck_port, host=args.healthcheck_address)
+        health.start()
+        components.append(health)
+    log.info(f"{name} running", extra={"startupSeconds": round(time.monotonic() - started, 3)})
+    serve_forever(*components, stop_event=stop)
+    log.info(f"{name} stopped")
+    return 0
 
 
 class _PublisherStopper:

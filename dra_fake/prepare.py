@@ -18,8 +18,6 @@ import contextlib
 import logging
 import os
 import signal
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +41,7 @@ from dra_fake.checkpoint import (
 from dra_fake.configs import FeatureGates, GateLookup
 from dra_fake.devices import AllocatableDevice, mig_uuid
 from dra_fake.kubelet.api import PreparedDevice
-from dra_fake.locking import DEFAULT_TIMEOUT_SECONDS, LockTimeoutError, PrepareUnprepareLock
+from dra_fake.locking import DEFAULT_TIMEOUT_SECONDS, LockTimeoutError, NodeSerializer
 from dra_fake.nvidia_smi import NvidiaSmi
 
 _log = logging.getLogger(__name__)
@@ -207,7 +205,7 @@ class DeviceState:
         self.gates: GateLookup = feature_gates or FeatureGates()
         self.data_dir = Path(plugin_data_dir)
         self.lock_timeout = lock_timeout
-        self._mutex = threading.Lock()  # threads of this process queue here, not on the flock
+        self._serializer = NodeSerializer(self.data_dir, self.lock_timeout)
         self.cdi = cdi.CdiSpecStore(Path(cdi_root), driver_name)
         self.nvidia_smi = nvidia_smi  # when set, every claim spec mounts nvidia-smi (docs/prepare.md)
         self.store = CheckpointStore(
@@ -371,22 +369,11 @@ class DeviceState:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """This process's mutex, then the node-wide flock; a timeout is a (retryable) ClaimError."""
-        start = time.monotonic()
-        if not self._mutex.acquire(timeout=self.lock_timeout):
-            raise ClaimError(f"timed out after {self.lock_timeout:g}s waiting for the in-process lock")
         try:
-            remaining = max(self.lock_timeout - (time.monotonic() - start), 0.0)
-            flock = PrepareUnprepareLock(self.data_dir, timeout=remaining)
-            try:
-                flock.acquire()
-            except LockTimeoutError as exc:
-                raise ClaimError(str(exc)) from exc
-            try:
+            with self._serializer.hold():
                 yield
-            finally:
-                flock.release()
-        finally:
-            self._mutex.release()
+        except LockTimeoutError as exc:
+            raise ClaimError(str(exc)) from exc
 
     def _load(self) -> tuple[CheckpointData, str]:
         result = self.store.load()

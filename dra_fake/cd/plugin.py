@@ -14,15 +14,14 @@ from typing import Any
 
 from kubernetes import client
 
-from dra_fake import logs, metrics
+from dra_fake import logs
 from dra_fake.apiserver import ResourceApi, ServerInfo, discover
 from dra_fake.cd import classes
 from dra_fake.cd.cdi import channel_major, write_base_spec
 from dra_fake.cd.domains import ComputeDomainApi
 from dra_fake.cd.state import ComputeDomainState
 from dra_fake.inventory import InventoryError, load_inventory
-from dra_fake.plugin import ClaimPreparer, StartupError, _PublisherStopper, load_kube_client, with_backoff
-from dra_fake.publisher import Publisher
+from dra_fake.plugin import StartupError, load_kube_client, serve_driver, with_backoff
 
 log = logging.getLogger("dra_fake.cd.plugin")
 
@@ -82,9 +81,6 @@ class ComputeDomainPlugin:
     def run(self) -> int:
         import threading
 
-        from dra_fake.kubelet.health import HealthServer
-        from dra_fake.kubelet.server import KubeletPlugin, serve_forever
-
         stop = threading.Event()
         started = time.monotonic()
         info: ServerInfo = with_backoff("API discovery", lambda: discover(self.api), stop)
@@ -116,30 +112,13 @@ class ComputeDomainPlugin:
                 "resourceApi": resources.version,
             },
         )
-        if self.args.metrics_port >= 0:
-            metrics.start_metrics_server(self.args.metrics_port)
-        slices = classes.desired_slices()
-        publisher = Publisher(resources, self.driver, self.node, node_uid, lambda: slices)
-        publisher.start()
-        handler = ClaimPreparer(resources, state)
-        kubelet = KubeletPlugin(
-            self.driver,
-            handler,
-            self.args.kubelet_registrar_directory_path,
-            self.args.kubelet_plugins_directory_path,
-            self.args.pod_uid or None,
+        return serve_driver(
+            self.args,
+            resources,
+            state,
+            classes.desired_slices(),
+            node_uid,
+            stop,
+            "compute-domain plugin",
+            started,
         )
-        kubelet.start()
-        components: list[Any] = [_PublisherStopper(publisher), kubelet]
-        if self.args.healthcheck_port >= 0:
-            health = HealthServer(  # on the pod IP in a pod (HEALTHCHECK_ADDRESS): the kubelet's gRPC probe
-                kubelet, self.args.healthcheck_port, host=self.args.healthcheck_address
-            )
-            health.start()
-            components.append(health)
-        log.info(
-            "compute-domain plugin running", extra={"startupSeconds": round(time.monotonic() - started, 3)}
-        )
-        serve_forever(*components, stop_event=stop)
-        log.info("compute-domain plugin stopped")
-        return 0

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ from dra_fake.checkpoint import (
 )
 from dra_fake.configs import main_request
 from dra_fake.kubelet.api import PreparedDevice
-from dra_fake.locking import DEFAULT_TIMEOUT_SECONDS, LockTimeoutError, PrepareUnprepareLock
+from dra_fake.locking import DEFAULT_TIMEOUT_SECONDS, LockTimeoutError, NodeSerializer
 from dra_fake.prepare import ClaimError, PermanentClaimError, parse_claim
 
 log = logging.getLogger(__name__)
@@ -109,7 +108,7 @@ class ComputeDomainState:
         self.lock_timeout = lock_timeout
         self.cdi = cdi.CdiSpecStore(Path(cdi_root), driver_name)
         self.store = CheckpointStore(self.data_dir, boot_id_path or DEFAULT_BOOT_ID_PATH)
-        self._mutex = threading.Lock()
+        self._serializer = NodeSerializer(self.data_dir, self.lock_timeout)
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -295,17 +294,8 @@ class ComputeDomainState:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        if not self._mutex.acquire(timeout=self.lock_timeout):
-            raise ClaimError(f"timed out after {self.lock_timeout:g}s waiting for the in-process lock")
         try:
-            flock = PrepareUnprepareLock(self.data_dir, timeout=self.lock_timeout)
-            try:
-                flock.acquire()
-            except LockTimeoutError as exc:
-                raise ClaimError(str(exc)) from exc
-            try:
+            with self._serializer.hold():
                 yield
-            finally:
-                flock.release()
-        finally:
-            self._mutex.release()
+        except LockTimeoutError as exc:
+            raise ClaimError(str(exc)) from exc
