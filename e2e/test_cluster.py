@@ -191,3 +191,20 @@ def _device_attr(kube: Kube, pool: str, device: str, attr: str) -> str:
             if d["name"] == device:
                 return str(d["attributes"][attr]["string"])
     raise AssertionError(f"device {device} not in pool {pool}")
+
+
+def test_the_driver_survives_an_api_server_restart(kube: Kube, ns: str, harness: LocalCluster) -> None:
+    node = harness.state.nodes[0]
+    harness.restart_apiserver()  # the plugin's watch breaks; it must reconnect with backoff
+    # The kubelet would wipe slices while the server was away; the plugin must put them back.
+    for s in poll("API server back", lambda: kube.slices(node=node), 60):
+        kube.custom.delete_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"]
+        )
+    poll(f"slices of {node} re-created after the restart", lambda: kube.slices(node=node), 60)
+    # And claims are still prepared through the restarted server.
+    kube.apply_yaml(GPU_TEMPLATE, ns)
+    pod = pod_with_claim_template("after-restart", "single-gpu")
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}  # type: ignore[index]
+    kube.create(pod, ns)
+    kube.wait_running(ns, "after-restart")

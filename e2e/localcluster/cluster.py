@@ -181,6 +181,11 @@ class LocalCluster:
             del self.state.processes[name]
             self.state.save()
 
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again (same port, token and etcd data)."""
+        self._stop("kube-apiserver")
+        self._start_apiserver()
+
     def add_node(self, node: str) -> None:
         if node not in self.state.nodes:
             self.state.nodes.append(node)
@@ -220,11 +225,11 @@ class LocalCluster:
         )
 
     def _start_apiserver(self) -> None:
-        port = free_port()
-        self.state.ports["apiserver"] = port
+        """Start kube-apiserver; a restart keeps its port, token and keys, so clients reconnect."""
+        port = self.state.ports.setdefault("apiserver", free_port())
         self.pki.mkdir(parents=True, exist_ok=True, mode=0o700)
         sa_key = write_service_account_key(self.pki)
-        self.state.admin_token = secrets.token_hex(24)
+        self.state.admin_token = self.state.admin_token or secrets.token_hex(24)
         tokens = self.pki / "tokens.csv"
         tokens.write_text(f'{self.state.admin_token},admin,admin-uid,"system:masters"\n')
         tokens.chmod(0o600)
