@@ -47,7 +47,7 @@ def main() -> int:
     results: dict[str, Any] = {"machine": machine_facts(), "sections": {}}
     log.info("building the reference driver and drabench (bench/refdriver/build.sh)")
     subprocess.run([str(REFDRIVER / "build.sh")], check=True)
-    work = ROOT / "work"
+    work = ROOT / "scratch"
     cluster = LocalCluster(ROOT, nodes=0)
     failed = False
     try:
