@@ -2,17 +2,21 @@
 # make image (docker or podman). The kubelet plugin runs as root via the chart's securityContext
 # (it writes the kubelet's and the CDI root's host directories); everything else runs as the
 # image's non-root user.
+#
+# Build arguments: PYTHON_IMAGE, any Debian-based image with python3 and python3-venv (default:
+# the public Python image); PIP_OFFLINE=1 installs from the wheels in build/wheels only (make
+# kind-images builds both offline: docs/kind.md).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv /opt/dra-fake
+RUN python3 -m venv /opt/dra-fake
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY dra_fake ./dra_fake
-COPY computedomain ./computedomain
+# pyproject.toml, README.md, dra_fake/, computedomain/ and, if present, build/wheels/ (.dockerignore)
+COPY . ./
+ARG PIP_OFFLINE=""
 # Runtime dependencies only (no [dev] extra); a regular (non-editable) install into the venv.
-RUN /opt/dra-fake/bin/pip install --no-compile . \
+RUN /opt/dra-fake/bin/pip install --no-compile ${PIP_OFFLINE:+--no-index --find-links /src/build/wheels} . \
  && /opt/dra-fake/bin/python -m compileall -q /opt/dra-fake/lib \
  && /opt/dra-fake/bin/dra-fake --help > /dev/null
 
