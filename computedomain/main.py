@@ -17,6 +17,7 @@ from computedomain.leader import LeaderElector
 from computedomain.objects import DaemonSettings
 from computedomain.reconcile import Reconciler
 from dra_fake import logs
+from dra_fake.apiserver import discover
 from dra_fake.cd.install import DAEMON_SERVICE_ACCOUNT
 
 log = logging.getLogger("computedomain")
@@ -35,6 +36,13 @@ def cleanup_loop(
         trigger.clear()
 
 
+def operator_identity(configured: str) -> str:
+    """Who this controller is (Lease holder, kopf's identity): the pod name, else host and pid.
+    Given explicitly because kopf's own guess asks the passwd database for the user name, which a
+    container running as a uid without a passwd entry (the chart's 65532) does not have."""
+    return configured or f"{socket.gethostname()}-{os.getpid()}"
+
+
 def run_controller(args: argparse.Namespace) -> int:
     logs.setup(args.log_level, args.log_format)
     logging.getLogger("kopf").setLevel(logging.WARNING)  # kopf's per-handler success lines are noise
@@ -44,7 +52,8 @@ def run_controller(args: argparse.Namespace) -> int:
         if args.kubeconfig:
             os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's login reads it
         api = load_kube_client(args.kubeconfig)
-    except StartupError as err:
+        resource_version = discover(api).resource_version
+    except (StartupError, RuntimeError) as err:
         print(f"dra-fake compute-domain-controller: error: {err}")
         return 2
     if args.metrics_port >= 0:  # before the election: a standby's liveness probe reads it too
@@ -52,8 +61,8 @@ def run_controller(args: argparse.Namespace) -> int:
 
         metrics.start_metrics_server(args.metrics_port)
     stop = threading.Event()
+    identity = operator_identity(args.leader_elect_identity)
     if args.leader_elect == "true":
-        identity = args.leader_elect_identity or f"{socket.gethostname()}-{os.getpid()}"
         elector = LeaderElector(api, args.namespace, identity)
         if not elector.acquire(stop):
             return 0
@@ -66,6 +75,9 @@ def run_controller(args: argparse.Namespace) -> int:
             service_account=DAEMON_SERVICE_ACCOUNT,
             max_nodes_per_imex_domain=args.max_nodes_per_imex_domain,
             log_level=args.log_level,
+            resource_version=resource_version,
+            daemon_uid=args.daemon_run_as_user,
+            daemon_gid=args.daemon_run_as_group,
         ),
     )
     trigger = threading.Event()
@@ -80,8 +92,19 @@ def run_controller(args: argparse.Namespace) -> int:
     configure(settings)
     log.info(
         "ComputeDomain controller starting",
-        extra={"namespace": args.namespace, "leaderElect": args.leader_elect, "image": args.daemon_image},
+        extra={
+            "namespace": args.namespace,
+            "leaderElect": args.leader_elect,
+            "image": args.daemon_image,
+            "resourceApi": resource_version,
+        },
     )
-    kopf.run(registry=registry, settings=settings, clusterwide=True, standalone=True)
+    kopf.run(
+        registry=registry,
+        settings=settings,
+        clusterwide=True,
+        standalone=True,
+        identity=identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str, not exported
+    )
     stop.set()
     return 0

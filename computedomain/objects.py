@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dra_fake.apiserver import ResourceApiVersion, claim_spec_as
 from dra_fake.cd import (
     API_VERSION,
     CD_LABEL,
@@ -26,7 +27,8 @@ from dra_fake.cd import (
 
 DAEMON_CLAIM_NAME = "compute-domain-daemon"
 DAEMON_CONTAINER = "compute-domain-daemon"
-RESOURCE_API = "resource.k8s.io/v1"
+# The image's non-root user; the compute-domain plugin hands each domain's IMEX directory to it.
+DEFAULT_DAEMON_UID = 65532
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class DaemonSettings:
     service_account: str
     max_nodes_per_imex_domain: int
     log_level: str = "info"
+    resource_version: ResourceApiVersion = "v1"  # of the claim templates: what the server serves
+    daemon_uid: int = DEFAULT_DAEMON_UID
+    daemon_gid: int = DEFAULT_DAEMON_UID
 
 
 def _meta(name: str, namespace: str, uid: str, target: str | None = None) -> dict[str, Any]:
@@ -49,47 +54,56 @@ def _opaque(parameters: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"opaque": {"driver": DRIVER_NAME, "parameters": parameters}}]
 
 
-def workload_template(cd: dict[str, Any]) -> dict[str, Any]:
+def _template(
+    name: str,
+    namespace: str,
+    uid: str,
+    target: str,
+    request: str,
+    device_class: str,
+    parameters: dict[str, Any],
+    version: ResourceApiVersion,
+) -> dict[str, Any]:
+    claim_spec = {
+        "devices": {
+            "requests": [{"name": request, "exactly": {"deviceClassName": device_class}}],
+            "config": _opaque(parameters),
+        }
+    }
+    return {
+        "apiVersion": f"resource.k8s.io/{version}",
+        "kind": "ResourceClaimTemplate",
+        "metadata": _meta(name, namespace, uid, target),
+        "spec": {"spec": claim_spec_as(version, claim_spec)},
+    }
+
+
+def workload_template(cd: dict[str, Any], version: ResourceApiVersion = "v1") -> dict[str, Any]:
     """The ResourceClaimTemplate named by spec.channel.resourceClaimTemplate.name, in the CD's namespace."""
     meta, channel = cd["metadata"], cd["spec"]["channel"]
-    return {
-        "apiVersion": RESOURCE_API,
-        "kind": "ResourceClaimTemplate",
-        "metadata": _meta(
-            channel["resourceClaimTemplate"]["name"], meta["namespace"], meta["uid"], TARGET_WORKLOAD
-        ),
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "channel", "exactly": {"deviceClassName": CHANNEL_CLASS}}],
-                    "config": _opaque(
-                        {
-                            "apiVersion": API_VERSION,
-                            "kind": CHANNEL_KIND,
-                            "domainID": meta["uid"],
-                            "allocationMode": channel.get("allocationMode") or "Single",
-                        }
-                    ),
-                }
-            }
-        },
+    parameters = {
+        "apiVersion": API_VERSION,
+        "kind": CHANNEL_KIND,
+        "domainID": meta["uid"],
+        "allocationMode": channel.get("allocationMode") or "Single",
     }
+    return _template(
+        channel["resourceClaimTemplate"]["name"],
+        meta["namespace"],
+        meta["uid"],
+        TARGET_WORKLOAD,
+        "channel",
+        CHANNEL_CLASS,
+        parameters,
+        version,
+    )
 
 
-def daemon_template(uid: str, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": RESOURCE_API,
-        "kind": "ResourceClaimTemplate",
-        "metadata": _meta(daemon_object_name(uid), namespace, uid, TARGET_DAEMON),
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "daemon", "exactly": {"deviceClassName": DAEMON_CLASS}}],
-                    "config": _opaque({"apiVersion": API_VERSION, "kind": DAEMON_KIND, "domainID": uid}),
-                }
-            }
-        },
-    }
+def daemon_template(uid: str, namespace: str, version: ResourceApiVersion = "v1") -> dict[str, Any]:
+    parameters = {"apiVersion": API_VERSION, "kind": DAEMON_KIND, "domainID": uid}
+    return _template(
+        daemon_object_name(uid), namespace, uid, TARGET_DAEMON, "daemon", DAEMON_CLASS, parameters, version
+    )
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:
@@ -118,6 +132,12 @@ def daemon_set(uid: str, settings: DaemonSettings) -> dict[str, Any]:
                 "spec": {
                     "nodeSelector": {CD_LABEL: uid},
                     "serviceAccountName": settings.service_account,
+                    # The uid the compute-domain plugin gives the domain's /imexd directory to.
+                    "securityContext": {
+                        "runAsNonRoot": settings.daemon_uid != 0,
+                        "runAsUser": settings.daemon_uid,
+                        "runAsGroup": settings.daemon_gid,
+                    },
                     "tolerations": [
                         {"operator": "Exists", "effect": effect}
                         for effect in ("NoSchedule", "NoExecute", "PreferNoSchedule")
@@ -142,6 +162,11 @@ def daemon_set(uid: str, settings: DaemonSettings) -> dict[str, Any]:
                                 {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
                             ],
                             "resources": {"claims": [{"name": DAEMON_CLAIM_NAME}]},
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
                             "startupProbe": _probe(1, 1200),
                             "livenessProbe": _probe(60, 20),
                             "readinessProbe": _probe(10, 1),

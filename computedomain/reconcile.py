@@ -19,7 +19,6 @@ from dra_fake.apiserver import as_dict
 from dra_fake.cd import CD_LABEL, CLIQUE_PLURAL, FINALIZER, GROUP, PLURAL, VERSION, daemon_object_name
 
 log = logging.getLogger("computedomain.reconcile")
-RESOURCE = ("resource.k8s.io", "v1")
 
 
 class NotDoneYet(Exception):
@@ -52,6 +51,8 @@ class Reconciler:
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.settings = settings
+        # ResourceClaimTemplates in the version the server serves (v1beta1 on 1.32, v1beta2 on 1.33).
+        self.resource = ("resource.k8s.io", settings.resource_version)
 
     @property
     def namespace(self) -> str:
@@ -65,7 +66,7 @@ class Reconciler:
         uid = cd["metadata"]["uid"]
         created = []
         if not self._daemon_sets(uid):
-            if self._create_rct(objects.daemon_template(uid, self.namespace)):
+            if self._create_rct(objects.daemon_template(uid, self.namespace, self.settings.resource_version)):
                 created.append(f"ResourceClaimTemplate {self.namespace}/{daemon_object_name(uid)}")
             try:
                 self.apps.create_namespaced_daemon_set(
@@ -75,7 +76,7 @@ class Reconciler:
                 created.append(f"DaemonSet {self.namespace}/{daemon_object_name(uid)}")
             except ApiException as err:
                 _ignore(err, 409)
-        workload = objects.workload_template(cd)
+        workload = objects.workload_template(cd, self.settings.resource_version)
         existing = self._get_rct(workload["metadata"]["namespace"], workload["metadata"]["name"])
         if existing is None:
             if self._create_rct(workload):
@@ -98,7 +99,7 @@ class Reconciler:
         client's `json.dumps` adds spaces) would make the finalizer impossible to remove. Sent as
         application/yaml because the client's JSON path would re-serialise the string."""
         namespace = obj["metadata"]["namespace"]
-        path = f"/apis/{RESOURCE[0]}/{RESOURCE[1]}/namespaces/{namespace}/resourceclaimtemplates"
+        path = f"/apis/{self.resource[0]}/{self.resource[1]}/namespaces/{namespace}/resourceclaimtemplates"
         method, url, headers, _, _ = self.api.param_serialize(
             "POST",
             path,
@@ -118,7 +119,9 @@ class Reconciler:
     def _get_rct(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return as_dict(
-                self.custom.get_namespaced_custom_object(*RESOURCE, namespace, "resourceclaimtemplates", name)
+                self.custom.get_namespaced_custom_object(
+                    *self.resource, namespace, "resourceclaimtemplates", name
+                )
             )
         except ApiException as err:
             _ignore(err, 404)
@@ -201,7 +204,9 @@ class Reconciler:
 
     def _delete_rct(self, namespace: str, name: str) -> None:
         try:
-            self.custom.delete_namespaced_custom_object(*RESOURCE, namespace, "resourceclaimtemplates", name)
+            self.custom.delete_namespaced_custom_object(
+                *self.resource, namespace, "resourceclaimtemplates", name
+            )
         except ApiException as err:
             _ignore(err, 404)
 
@@ -212,7 +217,7 @@ class Reconciler:
             return
         try:
             self.custom.patch_namespaced_custom_object(
-                *RESOURCE,
+                *self.resource,
                 namespace,
                 "resourceclaimtemplates",
                 name,
@@ -267,7 +272,7 @@ class Reconciler:
         done: dict[str, list[str]] = {"templates": [], "daemonSets": [], "cliques": [], "nodes": []}
         rcts = as_dict(
             self.custom.list_cluster_custom_object(
-                *RESOURCE, "resourceclaimtemplates", label_selector=CD_LABEL
+                *self.resource, "resourceclaimtemplates", label_selector=CD_LABEL
             )
         )["items"]
         for rct in rcts:

@@ -48,6 +48,23 @@ def discover(api: client.ApiClient) -> ServerInfo:
     return ServerInfo(version=(int(_minor(info.major)), _minor(info.minor)), resource_versions=versions)
 
 
+def claim_spec_as(version: ResourceApiVersion, spec: dict[str, Any]) -> dict[str, Any]:
+    """A ResourceClaim spec written in the v1 shape, in `version`'s shape. v1beta2 has v1's shape;
+    v1beta1 has no `exactly`: its fields sit on the request itself (subrequests of
+    `firstAvailable` are flat in every version)."""
+    if version != "v1beta1":
+        return spec
+    devices = dict(spec.get("devices") or {})
+    requests = []
+    for request in devices.get("requests") or []:
+        flat = {k: v for k, v in request.items() if k != "exactly"}
+        flat.update(request.get("exactly") or {})
+        requests.append(flat)
+    if requests:
+        devices["requests"] = requests
+    return {**spec, "devices": devices}
+
+
 def as_dict(obj: object) -> dict[str, Any]:
     """The kubernetes client types custom-object responses as `object`; they are JSON dicts."""
     if not isinstance(obj, dict):

@@ -138,6 +138,19 @@ def test_rbac_is_least_privilege() -> None:
     ]
 
 
+def test_plugins_may_post_node_events_in_the_default_namespace_only() -> None:
+    """The CheckpointCorrupt Event goes to `default`, where the kubelet records Node events."""
+    docs = render()
+    role = by_name(docs, "Role", "r-dra-fake-kubelet-plugin-node-events")
+    assert role["metadata"]["namespace"] == "default"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    binding = by_name(docs, "RoleBinding", "r-dra-fake-kubelet-plugin-node-events")
+    assert binding["metadata"]["namespace"] == "default"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "r-dra-fake-kubelet-plugin", "namespace": "dra-fake"}
+    ]
+
+
 def affinity_terms(ds: dict[str, Any]) -> list[list[tuple[str, str, str]]]:
     aff = ds["spec"]["template"]["spec"].get("affinity", {}).get("nodeAffinity", {})
     terms = aff.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
@@ -248,7 +261,12 @@ def test_compute_domains_on_by_default_and_off_when_disabled() -> None:
     on, off = render(), render(**{"computeDomains.enabled": "false"})
     assert kinds_and_names(on) >= CD_OBJECTS
     assert kinds_and_names(on) - kinds_and_names(off) == CD_OBJECTS
-    assert all(obj["metadata"].get("namespace") in (None, "dra-fake") for obj in on)
+    node_events = {"r-dra-fake-kubelet-plugin-node-events"}
+    assert all(
+        obj["metadata"].get("namespace") in (None, "dra-fake")
+        or (obj["metadata"]["name"] in node_events and obj["metadata"]["namespace"] == "default")
+        for obj in on
+    )
     [ds] = of_kind(off, "DaemonSet")
     assert [c["name"] for c in ds["spec"]["template"]["spec"]["containers"]] == ["gpus"]
     [svc] = of_kind(off, "Service")
@@ -268,9 +286,15 @@ def test_compute_domain_plugin_container() -> None:
     assert env["HEALTHCHECK_ADDRESS"] == "$(POD_IP)" and env["METRICS_PORT"] == "8081"
     assert cd["livenessProbe"]["grpc"]["port"] == int(env["HEALTHCHECK_PORT"]) == 51515
     assert "DRA_FAKE_IMEX_CLIQUE_ID" not in env  # from the inventory unless set
-    # same host paths, same mounts, same security context as the GPU plugin
+    # same host paths and mounts as the GPU plugin; its security context plus CHOWN only (it hands
+    # each domain's IMEX directory to the daemon's group), and the daemon's uid/gid
     assert cd["volumeMounts"] == gpus["volumeMounts"]
-    assert cd["securityContext"] == gpus["securityContext"]
+    assert {k: v for k, v in cd["securityContext"].items() if k != "capabilities"} == {
+        k: v for k, v in gpus["securityContext"].items() if k != "capabilities"
+    }
+    assert gpus["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert cd["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert (env["DAEMON_RUN_AS_USER"], env["DAEMON_RUN_AS_GROUP"]) == ("65532", "65532")
     assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     clique = "0b0f0c2d-6c67-4bba-9b6b-2a2f1e7ef7a1.7"
     [ds] = of_kind(render(**{"computeDomains.imexCliqueID": clique}), "DaemonSet")

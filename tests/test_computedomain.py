@@ -3,6 +3,10 @@ state with a fake API side, the controller's manifests and the daemon's clique i
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +14,8 @@ import pytest
 
 from computedomain import objects, status
 from dra_fake.cd import config as cdconfig
-from dra_fake.cd.cdi import channel_major
+from dra_fake.cd import imex
+from dra_fake.cd.cdi import channel_major, write_channel_placeholders
 from dra_fake.cd.daemon import DaemonError, smallest_free_index
 from dra_fake.cd.domains import LABEL_OWNED, NAMESPACE_MISMATCH, DomainRef, NodeOwnedError
 from dra_fake.cd.state import ComputeDomainState, DaemonNotReady
@@ -152,7 +157,9 @@ def claim(device: str = "channel-0", namespace: str = "team", **cfg: Any) -> dic
     }
 
 
-def make_state(tmp_path: Path, domains: FakeDomains, clique: str = CLIQUE) -> ComputeDomainState:
+def make_state(
+    tmp_path: Path, domains: FakeDomains, clique: str = CLIQUE, major: int | None = 235
+) -> ComputeDomainState:
     boot = tmp_path / "boot_id"
     boot.write_text("boot-1")
     return ComputeDomainState(
@@ -162,7 +169,7 @@ def make_state(tmp_path: Path, domains: FakeDomains, clique: str = CLIQUE) -> Co
         tmp_path / "plugin",
         domains,
         clique,
-        235,
+        major,
         boot_id_path=boot,
     )
 
@@ -222,11 +229,33 @@ def test_daemon_prepare_writes_the_imex_dir_and_env(tmp_path: Path) -> None:
     assert f"CLIQUE_ID={CLIQUE}" in env and "COMPUTE_DOMAIN_NAMESPACE=team" in env
 
 
-def test_channel_major_from_proc_devices(tmp_path: Path) -> None:
+def test_channel_major_only_from_the_kernels_character_devices(tmp_path: Path) -> None:
     devices = tmp_path / "devices"
-    devices.write_text("Character devices:\n195 nvidia\n508 nvidia-caps-imex-channels\n")
+    devices.write_text("Character devices:\n195 nvidia\n508 nvidia-caps-imex-channels\n\nBlock devices:\n")
     assert channel_major(devices) == 508
-    assert channel_major(tmp_path / "missing") == 235
+    devices.write_text("Character devices:\n195 nvidia\n\nBlock devices:\n 8 nvidia-caps-imex-channels\n")
+    assert channel_major(devices) is None  # a block major of that name is not the channel driver
+    assert channel_major(tmp_path / "missing") is None  # no guessed major: no device node
+
+
+def test_without_the_channel_driver_channels_are_placeholder_files_not_devices(tmp_path: Path) -> None:
+    state = make_state(tmp_path, FakeDomains(ready=True), major=None)
+    write_channel_placeholders(tmp_path / "plugin")
+    state.prepare(claim())
+    edits = (state.cdi.read("claim-channel-0") or {})["devices"][0]["containerEdits"]
+    assert "deviceNodes" not in edits
+    [mount] = edits["mounts"]
+    assert mount["containerPath"] == "/dev/nvidia-caps-imex-channels"
+    assert {"ro", "nosuid", "nodev", "noexec"} <= set(mount["options"])
+    source = Path(mount["hostPath"])
+    assert sorted(p.name for p in source.iterdir()) == ["channel0"]
+    assert all(
+        p.is_file() and p.stat().st_mode & 0o777 == 0o444 and not p.stat().st_size for p in source.iterdir()
+    )
+    state.unprepare("claim-channel-0")
+    state.prepare(claim(allocationMode="All"))
+    [mount] = (state.cdi.read("claim-channel-0") or {})["devices"][0]["containerEdits"]["mounts"]
+    assert len(list(Path(mount["hostPath"]).iterdir())) == 2048
 
 
 def test_clique_index_is_the_smallest_free_one_below_the_maximum() -> None:
@@ -242,3 +271,97 @@ def test_daemon_set_is_pinned_to_labelled_nodes() -> None:
     assert pod["nodeSelector"] == {"resource.nvidia.com/computeDomain": UID}
     assert pod["containers"][0]["readinessProbe"]["exec"]["command"] == ["dra-fake", "imex-daemon", "check"]
     assert ds["metadata"]["finalizers"] == ["resource.nvidia.com/computeDomain"]
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("needs root (to act as the daemon's uid)")
+
+
+def test_the_imex_directory_is_writable_by_the_daemons_non_root_user(tmp_path: Path) -> None:
+    """The plugin runs as root without capabilities but CHOWN; the daemon as the image's uid 65532.
+    Daemon prepare must leave it a directory that uid can write (it writes its config there)."""
+    require_root()
+    base = Path(tempfile.mkdtemp(prefix="dra-fake-imex-"))  # traversable by 65532, unlike tmp_path
+    try:
+        base.chmod(0o755)
+        state = make_state(base, FakeDomains())
+        state.prepare(claim("daemon-0"))
+        directory = base / "plugin" / "domains" / UID
+        assert directory.stat().st_gid == 65532 and directory.stat().st_mode & 0o777 == 0o770
+        for parent in (base / "plugin", base / "plugin" / "domains"):  # the bind mount skips these
+            parent.chmod(0o755)
+        pid = os.fork()
+        if pid == 0:  # the daemon: uid/gid 65532, no passwd entry
+            try:
+                os.setgroups([])
+                os.setgid(65532)
+                os.setuid(65532)
+                imex.render_config(directory, "10.0.0.7")
+                os._exit(0)
+            except BaseException:
+                traceback.print_exc()
+                os._exit(1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the daemon's uid could not write its config"
+        assert "IMEX_CMD_BIND_INTERFACE_IP=10.0.0.7" in (directory / imex.CONFIG_NAME).read_text()
+        state.prepare(claim("daemon-0"))  # idempotent
+    finally:
+        shutil.rmtree(base)
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta2", "v1beta1"])
+def test_claim_templates_are_written_in_the_served_resource_version(version: str) -> None:
+    cd = {
+        "metadata": {"uid": UID, "name": "cd", "namespace": "team"},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": "imex-channel-0"}}},
+    }
+    for template in (objects.workload_template(cd, version), objects.daemon_template(UID, "drv", version)):  # type: ignore[arg-type]
+        assert template["apiVersion"] == f"resource.k8s.io/{version}"
+        [request] = template["spec"]["spec"]["devices"]["requests"]
+        if version == "v1beta1":  # 1.32: no `exactly`, the class sits on the request
+            assert "exactly" not in request and request["deviceClassName"].endswith(".nvidia.com")
+        else:
+            assert request["exactly"]["deviceClassName"].endswith(".nvidia.com")
+
+
+def test_the_controller_starts_as_a_uid_without_a_passwd_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf names its operator after getpass.getuser(), which raises for a uid without a passwd
+    entry (the chart runs the controller as 65532): the controller passes its own identity."""
+    import argparse
+    import getpass
+
+    from computedomain import main
+
+    def no_passwd_entry() -> str:
+        raise KeyError("getpwuid(): uid not found: 65532")
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(getpass, "getuser", no_passwd_entry)
+    monkeypatch.setattr("dra_fake.plugin.load_kube_client", lambda _: object())
+    monkeypatch.setattr(main, "discover", lambda _: type("Info", (), {"resource_version": "v1beta1"})())
+    monkeypatch.setattr(main, "Reconciler", lambda api, settings: seen.setdefault("settings", settings))
+    monkeypatch.setattr(main.threading, "Thread", lambda **_: type("T", (), {"start": lambda self: None})())
+    monkeypatch.setattr(main.kopf, "run", lambda **kwargs: seen.setdefault("kopf", kwargs))
+    args = argparse.Namespace(
+        log_level="info",
+        log_format="text",
+        kubeconfig="",
+        metrics_port=-1,
+        leader_elect="false",
+        leader_elect_identity="",
+        namespace="drv",
+        daemon_image="img",
+        max_nodes_per_imex_domain=18,
+        status_sync_seconds=2.0,
+        cleanup_interval_seconds=600.0,
+        daemon_run_as_user=65532,
+        daemon_run_as_group=65532,
+    )
+    assert main.run_controller(args) == 0
+    assert seen["kopf"]["identity"]  # explicit: kopf never asks the passwd database
+    assert seen["settings"].resource_version == "v1beta1"
+    args.leader_elect_identity = "controller-pod-0"
+    seen.clear()
+    main.run_controller(args)
+    assert seen["kopf"]["identity"] == "controller-pod-0"

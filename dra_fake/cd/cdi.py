@@ -1,10 +1,13 @@
 """CDI specs of compute-domain.nvidia.com claims (§7.1): what the channel and daemon get.
 
-IMEX channels are character devices `/dev/nvidia-caps-imex-channels/channel<N>` (major of
-`nvidia-caps-imex-channels` in /proc/devices, minor N, mode 0666). A machine without the NVIDIA
-driver has no such node to stat, so each is written fully specified (`type: c`, major, minor,
-fileMode): the CDI library then creates it from the spec without looking at the host
-(docs/computedomain.md).
+IMEX channels are character devices `/dev/nvidia-caps-imex-channels/channel<N>`: major of
+`nvidia-caps-imex-channels` in /proc/devices, minor N, mode 0666, written fully specified (`type:
+c`, major, minor, fileMode) so the CDI library creates them without a host node to stat.
+
+Only a kernel that registered that major gets device nodes. Anywhere else (every machine without
+NVIDIA's driver) a guessed major could name some other driver's device, so the container gets
+read-only placeholder files at the same paths instead: `ls /dev/nvidia-caps-imex-channels` shows
+its channels, and nothing in it can reach a host device (docs/computedomain.md).
 """
 
 from __future__ import annotations
@@ -20,25 +23,44 @@ from dra_fake.cd import ALLOCATION_ALL, IMEX_CHANNEL_COUNT
 
 CHANNEL_DEVICE_DIR = "/dev/nvidia-caps-imex-channels"
 CHANNEL_PROC_NAME = "nvidia-caps-imex-channels"
-# No /proc/devices entry (no NVIDIA driver): the major NVIDIA's mock-NVML CI mknods (§9).
-DEFAULT_CHANNEL_MAJOR = 235
 CHANNEL_FILE_MODE = 0o666
+PLACEHOLDER_DIR = "imex-channels"  # in the plugin's data directory: single/channel0, all/channel*
 IMEX_CONTAINER_DIR = "/imexd"
 BASE_CLASS = "device"
 BASE_DEVICE = "all"
 
 
-def channel_major(proc_devices: Path | None = None) -> int:
-    """The character major of IMEX channels: /proc/devices (or $ALT_PROC_DEVICES_PATH), else 235."""
+def channel_major(proc_devices: Path | None = None) -> int | None:
+    """The character major the kernel gave the IMEX channels driver (/proc/devices, or
+    $ALT_PROC_DEVICES_PATH), or None: no such driver, no device nodes."""
     path = proc_devices or Path(os.environ.get("ALT_PROC_DEVICES_PATH") or "/proc/devices")
+    in_char_section = False
     try:
         for line in path.read_text().splitlines():
+            if line.strip().endswith("devices:"):
+                in_char_section = line.strip() == "Character devices:"
+                continue
             parts = line.split()
-            if len(parts) == 2 and parts[1] == CHANNEL_PROC_NAME and parts[0].isdigit():
+            if in_char_section and len(parts) == 2 and parts[1] == CHANNEL_PROC_NAME and parts[0].isdigit():
                 return int(parts[0])
     except OSError:
         pass
-    return DEFAULT_CHANNEL_MAJOR
+    return None
+
+
+def placeholder_dir(data_dir: Path, allocation_mode: str) -> Path:
+    return data_dir / PLACEHOLDER_DIR / ("all" if allocation_mode == ALLOCATION_ALL else "single")
+
+
+def write_channel_placeholders(data_dir: Path) -> None:
+    """Empty read-only files channel<N> for both allocation modes (idempotent)."""
+    for mode in ("Single", ALLOCATION_ALL):
+        directory = placeholder_dir(data_dir, mode)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+        for n in channel_ids(mode):
+            path = directory / f"channel{n}"
+            if not path.exists():
+                path.touch(mode=0o444)
 
 
 def channel_ids(allocation_mode: str) -> range:
@@ -68,15 +90,29 @@ def domain_env(uid: str, name: str, namespace: str) -> list[str]:
 
 
 def channel_edits(
-    uid: str, name: str, namespace: str, allocation_mode: str, clique_id: str, major: int
+    uid: str,
+    name: str,
+    namespace: str,
+    allocation_mode: str,
+    clique_id: str,
+    major: int | None,
+    data_dir: Path,
 ) -> dict[str, Any]:
-    """A channel claim: the channel nodes (none when the node is not fabric-attached, as NVIDIA)
-    and the COMPUTE_DOMAIN_* environment."""
+    """A channel claim: the channel nodes (none when the node is not fabric-attached, as NVIDIA;
+    placeholder files when the kernel has no IMEX channels driver) and the COMPUTE_DOMAIN_* env."""
     ids = channel_ids(allocation_mode)
     env = [*domain_env(uid, name, namespace), f"DRA_FAKE_IMEX_CHANNELS={ids[0]}-{ids[-1]}"]
     edits: dict[str, Any] = {"env": env}
-    if clique_id:
+    if clique_id and major is not None:
         edits["deviceNodes"] = channel_nodes(allocation_mode, major)
+    elif clique_id:
+        edits["mounts"] = [
+            {
+                "hostPath": str(placeholder_dir(data_dir, allocation_mode)),
+                "containerPath": CHANNEL_DEVICE_DIR,
+                "options": ["ro", "nosuid", "nodev", "noexec", "bind"],
+            }
+        ]
     return edits
 
 

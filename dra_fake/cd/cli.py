@@ -25,6 +25,29 @@ def _common(p: argparse.ArgumentParser, env_default: Any) -> None:
     )
 
 
+def add_daemon_identity(p: argparse.ArgumentParser, env_default: Any) -> None:
+    """The uid/gid IMEX daemon pods run as: the controller sets it on their DaemonSets, the plugin
+    gives each domain's IMEX directory to it (the daemon writes its config there)."""
+    from computedomain.objects import DEFAULT_DAEMON_UID
+
+    p.add_argument(
+        "--daemon-run-as-user",
+        action=env_default,
+        env="DAEMON_RUN_AS_USER",
+        type=int,
+        default=DEFAULT_DAEMON_UID,
+        help="uid of the IMEX daemon containers",
+    )
+    p.add_argument(
+        "--daemon-run-as-group",
+        action=env_default,
+        env="DAEMON_RUN_AS_GROUP",
+        type=int,
+        default=DEFAULT_DAEMON_UID,
+        help="gid of the IMEX daemon containers",
+    )
+
+
 def add_parsers(sub: Any, env_default: Any, add_plugin_flags: Any) -> None:
     from dra_fake.cd.plugin import add_arguments
 
@@ -35,6 +58,7 @@ def add_parsers(sub: Any, env_default: Any, add_plugin_flags: Any) -> None:
     )
     add_plugin_flags(plugin, DRIVER_NAME)
     add_arguments(plugin, env_default)
+    add_daemon_identity(plugin, env_default)
 
     ctrl = sub.add_parser(
         "compute-domain-controller",
@@ -89,6 +113,7 @@ def add_parsers(sub: Any, env_default: Any, add_plugin_flags: Any) -> None:
         help="run only while holding the Lease compute-domain-controller in the namespace",
     )
     ctrl.add_argument("--leader-elect-identity", action=env_default, env="POD_NAME", default="")
+    add_daemon_identity(ctrl, env_default)
     ctrl.add_argument(
         "--metrics-port",
         action=env_default,

@@ -8,6 +8,7 @@ simulated IMEX daemon's state in `imex.state`, which `imex-daemon check` reads.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from dra_fake.atomic import atomic_write
@@ -40,8 +41,18 @@ def domain_dir(plugin_data_dir: Path, cd_uid: str) -> Path:
     return plugin_data_dir / "domains" / cd_uid
 
 
-def write_template(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+DIRECTORY_MODE = 0o770  # the plugin (owner) writes the template, the daemon (group) its files
+
+
+def write_template(directory: Path, daemon_gid: int) -> None:
+    """The domain's directory, writable by the daemon's group (the daemon runs as a non-root uid
+    while the plugin runs as root without capabilities but CHOWN), with the config template."""
+    directory.mkdir(parents=True, exist_ok=True, mode=DIRECTORY_MODE)
+    st = directory.stat()
+    if st.st_gid != daemon_gid:
+        os.chown(directory, -1, daemon_gid)
+    if st.st_mode & 0o777 != DIRECTORY_MODE:
+        directory.chmod(DIRECTORY_MODE)
     atomic_write(directory / TEMPLATE_NAME, TEMPLATE.encode(), 0o644)
 
 

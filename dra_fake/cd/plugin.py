@@ -17,7 +17,7 @@ from kubernetes import client
 from dra_fake import logs
 from dra_fake.apiserver import ResourceApi, ServerInfo, discover
 from dra_fake.cd import classes
-from dra_fake.cd.cdi import channel_major, write_base_spec
+from dra_fake.cd.cdi import CHANNEL_PROC_NAME, channel_major, write_base_spec, write_channel_placeholders
 from dra_fake.cd.domains import ComputeDomainApi
 from dra_fake.cd.state import ComputeDomainState
 from dra_fake.inventory import InventoryError, load_inventory
@@ -93,6 +93,12 @@ class ComputeDomainPlugin:
         data_dir = Path(self.args.kubelet_plugins_directory_path) / self.driver
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
         major = channel_major()
+        if major is None:
+            write_channel_placeholders(data_dir)
+            log.info(
+                f"no {CHANNEL_PROC_NAME} driver in /proc/devices: IMEX channels are injected as "
+                "read-only placeholder files, never as device nodes (docs/computedomain.md)"
+            )
         write_base_spec(Path(self.args.cdi_root), self.driver)
         state = ComputeDomainState(
             self.driver,
@@ -102,13 +108,14 @@ class ComputeDomainPlugin:
             ComputeDomainApi(self.api, self.args.namespace),
             self.clique_id,
             major,
+            daemon_gid=self.args.daemon_run_as_group,
         )
         state.startup()
         log.info(
             "compute-domain plugin starting",
             extra={
                 "cliqueID": self.clique_id or "-",
-                "channelMajor": major,
+                "channelMajor": major if major is not None else "-",
                 "resourceApi": resources.version,
             },
         )

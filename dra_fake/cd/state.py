@@ -95,7 +95,8 @@ class ComputeDomainState:
         plugin_data_dir: Path,
         domains: Domains,
         clique_id: str,
-        channel_major: int,
+        channel_major: int | None,
+        daemon_gid: int = 65532,
         boot_id_path: Path | None = None,
         lock_timeout: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> None:
@@ -105,6 +106,7 @@ class ComputeDomainState:
         self.domains = domains
         self.clique_id = clique_id
         self.channel_major = channel_major
+        self.daemon_gid = daemon_gid
         self.lock_timeout = lock_timeout
         self.cdi = cdi.CdiSpecStore(Path(cdi_root), driver_name)
         self.store = CheckpointStore(self.data_dir, boot_id_path or DEFAULT_BOOT_ID_PATH)
@@ -138,7 +140,15 @@ class ComputeDomainState:
                     f"the IMEX daemon on node {self.node} is not Ready yet (retrying)"
                 )
         else:
-            imex.write_template(imex.domain_dir(self.data_dir, plan.domain.uid))
+            directory = imex.domain_dir(self.data_dir, plan.domain.uid)
+            try:
+                imex.write_template(directory, self.daemon_gid)
+            except PermissionError as err:
+                raise ClaimError(
+                    f"error preparing daemon for ComputeDomain {plan.domain.namespace}/{plan.domain.name}: "
+                    f"cannot give {directory} to the daemon's group {self.daemon_gid} "
+                    f"(the plugin needs the CHOWN capability): {err}"
+                ) from None
         return self._complete(parsed.uid, plan)
 
     def unprepare(self, claim_uid: str) -> None:
@@ -241,6 +251,7 @@ class ComputeDomainState:
                 plan.config.allocation_mode,
                 self.clique_id,
                 self.channel_major,
+                self.data_dir,
             )
         else:
             edits = daemon_edits(
