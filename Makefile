@@ -8,7 +8,8 @@ CONFIG ?=
 KEEP ?=
 BIN := e2e/cluster/bin
 
-.PHONY: help venv cluster-build cluster-up cluster-down demo test unit e2e lint proto bench clean chart-check tools image
+.PHONY: help venv cluster-build cluster-up cluster-down demo test unit e2e lint proto bench clean chart-check tools image \
+	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind demo-kind
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -36,7 +37,7 @@ demo: venv cluster-build ## the main job: cluster, driver, example workloads, su
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy dra_fake computedomain e2e/localcluster
+	$(VENV)/bin/mypy dra_fake computedomain e2e/localcluster e2e/kindcluster
 
 unit: venv ## unit tests (no cluster)
 	$(VENV)/bin/pytest -q tests
@@ -60,6 +61,35 @@ image: ## build the container image IMAGE (docker or podman; not possible withou
 	@test -n "$(CONTAINER_TOOL)" || { echo "make image: no docker or podman on this machine (hadolint checks the Dockerfile in make chart-check)"; exit 1; }
 	$(CONTAINER_TOOL) build -t $(IMAGE) --build-arg VERSION=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) \
 		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) .
+
+# ---- kind: real clusters built offline for every pinned release (docs/kind.md) --------------
+# K8S: a minor (1.33) or release (1.33.13); default: the local control plane's release.
+K8S ?= $(shell cat e2e/cluster/K8S_VERSION)
+KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
+
+kind-host: ## prepare this host for kind where a probe shows it is needed (undo: make kind-host-reset)
+	hack/kind/host.sh setup
+
+kind-host-reset: ## undo everything kind-host changed on this host
+	hack/kind/host.sh reset
+
+kind-images: venv ## node image of K8S, driver and shell images, offline (seconds when up to date)
+	PYTHON=$(PY) hack/kind/images.sh $(K8S)
+
+kind-up: kind-images ## kind cluster dra-fake-<minor>, chart installed by Helm: K8S=1.33 NODES=2 CONFIG=inventory.yaml
+	hack/install-tools.sh helm
+	$(PY) -m e2e.kindcluster up --k8s $(K8S) --nodes $(KIND_NODES) $(if $(CONFIG),--config $(CONFIG))
+
+kind-down: ## delete the kind cluster of K8S
+	@if [ -x $(PY) ]; then $(PY) -m e2e.kindcluster down --k8s $(K8S); fi
+
+e2e-kind: kind-images ## the e2e suite in real containers on the kind cluster of K8S (brought up if not running)
+	hack/install-tools.sh helm
+	$(PY) -m e2e.kindcluster up --if-missing --k8s $(K8S) --nodes $(KIND_NODES)
+	KIND_K8S=$(K8S) $(VENV)/bin/pytest -q -rs -p no:cacheprovider e2e
+
+demo-kind: venv ## make demo's workloads on a kind cluster: what nvidia-smi -L printed in each pod
+	$(PY) -m e2e.demo --kind $(K8S) $(if $(KEEP),--keep)
 
 proto: venv ## regenerate the gRPC stubs from proto/dra
 	PYTHON=$(PY) hack/gen-proto.sh

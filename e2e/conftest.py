@@ -1,22 +1,32 @@
 """The e2e suite's cluster: the local control plane (started once per run, or reused when
-`make cluster-up` is running), or any cluster named by $KUBECONFIG (kind in users' CI), where
-tests marked `harness` are skipped."""
+`make cluster-up` is running), a kind cluster of ours (`make e2e-kind`: real containers), or any
+cluster named by $KUBECONFIG. e2e/testbed.py says what differs between them.
+
+Tests declare what they need with `@pytest.mark.needs(...)`: "harness" (the local harness's
+internals), "kind" (Helm and real containers of our kind cluster), "node" (node files and
+processes: harness or kind), "partitionable" (dynamic MIG: counters in ResourceSlices). Tests a
+cluster cannot run are deselected at collection, with the reason printed, never skipped: in CI
+a skip is a failure.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from e2e.kube import Kube
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
+from e2e.testbed import ApiOnlyBed, HarnessBed, KindBed, TestBed, kind_cluster_of
 
 E2E_NODES = 2
 REPO = Path(__file__).resolve().parents[1]
-# node-1: the default 8 x H100; node-2: two H100s with pre-created MIG devices and one with dynamic MIG.
+# node-1: the default 8 x H100; node-2: two H100s with pre-created MIG devices and one with dynamic
+# MIG. Kind clusters of ours have the same topology (e2e/kindcluster/cluster.py).
 E2E_NODE_CONFIGS = {"node-2": REPO / "examples" / "inventory" / "mixed-mig.yaml"}
 
 
@@ -26,6 +36,81 @@ def require(condition: object, reason: str) -> None:
         if os.environ.get("CI"):
             pytest.fail(f"CI cluster lacks: {reason}")
         pytest.skip(reason)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What the suite knows before any fixture runs: which test bed, and what the server offers."""
+
+    bed: str  # harness | kind | api
+    capabilities: frozenset[str]
+    resource_versions: tuple[str, ...]
+    partitionable: bool
+
+    @classmethod
+    def detect(cls) -> Environment:
+        kubeconfig = os.environ.get("KUBECONFIG")
+        if not kubeconfig:  # the local control plane: the pinned release, every version served
+            return cls("harness", HarnessBed.capabilities, ("v1", "v1beta2", "v1beta1"), True)
+        kube = Kube(Path(kubeconfig))
+        devices = [d for s in kube.slices() for d in s["spec"]["devices"]]
+        partitionable = any(d.get("consumesCounters") for d in devices)
+        if kind_cluster_of(Path(kubeconfig)):
+            return cls("kind", KindBed.capabilities, kube.info.resource_versions, partitionable)
+        return cls("api", ApiOnlyBed.capabilities, kube.info.resource_versions, partitionable)
+
+    def missing(self, item: pytest.Item) -> str | None:
+        for marker in item.iter_markers("needs"):
+            for need in marker.args:
+                if need == "partitionable" and not self.partitionable:
+                    return "the server has no partitionable devices (dynamic MIG)"
+                if need != "partitionable" and need not in self.capabilities:
+                    return f"needs the {need} test bed (this is {self.bed})"
+        params = getattr(item, "callspec", None)
+        version = params.params.get("api_version") if params else None
+        if version and version not in self.resource_versions:
+            return f"the server does not serve resource.k8s.io/{version}"
+        return None
+
+
+ENVIRONMENT: Environment | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs(*what): harness | kind | node | partitionable (see conftest)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    global ENVIRONMENT
+    e2e_items = [i for i in items if "e2e" in Path(str(i.fspath)).parts]
+    for item in e2e_items:
+        item.add_marker(pytest.mark.e2e)
+    if not e2e_items:
+        return
+    ENVIRONMENT = env = Environment.detect()
+    kept, deselected = [], []
+    reasons: dict[str, int] = {}
+    for item in items:
+        reason = env.missing(item) if item in e2e_items else None
+        if reason:
+            deselected.append(item)
+            reasons[reason] = reasons.get(reason, 0) + 1
+        else:
+            kept.append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+        config._dra_fake_deselected = reasons  # type: ignore[attr-defined]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    reasons = getattr(config, "_dra_fake_deselected", {})
+    if ENVIRONMENT:
+        terminalreporter.write_line(
+            f"e2e test bed: {ENVIRONMENT.bed}; resource.k8s.io {', '.join(ENVIRONMENT.resource_versions)}"
+        )
+    for reason, count in sorted(reasons.items()):
+        terminalreporter.write_line(f"deselected {count}: {reason}")
 
 
 @pytest.fixture(scope="session")
@@ -56,18 +141,26 @@ def kube(kubeconfig: Path) -> Kube:
     return Kube(kubeconfig)
 
 
+@pytest.fixture(scope="session")
+def bed(kube: Kube, kubeconfig: Path, local_cluster: LocalCluster | None) -> TestBed:
+    if local_cluster:
+        return HarnessBed(kube, local_cluster)
+    cluster = kind_cluster_of(kubeconfig)
+    if cluster:
+        return KindBed(kube, cluster)
+    return ApiOnlyBed(kube)
+
+
 @pytest.fixture
 def harness(local_cluster: LocalCluster | None) -> LocalCluster:
-    if local_cluster is None:
-        pytest.skip("needs the local dra-kubelet harness (KUBECONFIG points at another cluster)")
+    """The local cluster; for tests marked needs("harness"), which run nowhere else."""
+    assert local_cluster is not None, "a harness test was not deselected"
     return local_cluster
 
 
 @pytest.fixture(scope="session")
-def nodes(kube: Kube, local_cluster: LocalCluster | None) -> list[str]:
-    if local_cluster:
-        return list(local_cluster.state.nodes)
-    return sorted({s["spec"]["nodeName"] for s in kube.slices()})
+def nodes(bed: TestBed) -> list[str]:
+    return bed.workers
 
 
 @pytest.fixture
@@ -87,9 +180,3 @@ def components_alive(local_cluster: LocalCluster | None) -> Iterator[None]:
         dead = local_cluster.dead_processes()
         if dead:
             pytest.fail("components died: " + "; ".join(f"{p.name}:\n{p.tail(15)}" for p in dead))
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "e2e" in Path(str(item.fspath)).parts:
-            item.add_marker(pytest.mark.e2e)

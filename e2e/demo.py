@@ -1,9 +1,17 @@
-"""`make demo`: a local cluster, the driver, the demo workloads in demo/, and what each pod got."""
+"""`make demo` / `make demo-kind`: a cluster, the driver, the workloads in demo/, and what each pod got.
+
+`make demo` runs on the local control plane (harness nodes: no containers, so "inside the pod"
+is what the kubelet's CDI library injected, with our nvidia-smi run against it); `make demo-kind`
+on a kind cluster of ours, where every pod is a real container.
+
+Deterministic on purpose: node 1 has 8 full H100s, node 2 the MIG GPUs (pre-created and dynamic
+MIG); pods that want full GPUs select node 1 by its `dra-fake.dev/gpu-pool` label, so no full-GPU
+pod can take the GPU whose partitions the MIG notebooks need.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -12,11 +20,14 @@ from typing import Any
 
 import yaml
 
-from e2e.kube import Kube
+from e2e.kube import Kube, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
+from e2e.testbed import GPU_DRIVER, NODE_CDI_ROOT, HarnessBed, KindBed, TestBed, pod_claims
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "demo"
+POOL_LABEL = "dra-fake.dev/gpu-pool"
+NEEDS_ANNOTATION = "demo.dra-fake.dev/needs"  # "partitionable-devices": skipped where the server has none
 
 
 def main() -> int:
@@ -24,63 +35,86 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--config", type=Path)
+    parser.add_argument("--kind", metavar="K8S", help="on the kind cluster of this release (make demo-kind)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-
-    # Without CONFIG, node-2 shows MIG: two H100s with pre-created instances, one with dynamic MIG.
-    node_configs = {} if args.config else {"node-2": REPO / "examples" / "inventory" / "mixed-mig.yaml"}
-    cluster = LocalCluster(
-        DEFAULT_ROOT, nodes=args.nodes, inventory_config=args.config, node_configs=node_configs
-    )
-    started = not cluster.is_up()
     t0 = time.monotonic()
-    if started:
-        print(
-            f"==> starting a local cluster with {args.nodes} node(s) (real etcd, kube-apiserver, "
-            "kube-scheduler, kube-controller-manager, dra-kubelet harness, GPU plugin)"
+    if args.kind:
+        from e2e.kindcluster import KindCluster, resolve
+
+        kind = KindCluster(resolve(args.kind))
+        started = not (kind.exists() and kind.kubeconfig.exists())
+        if started:
+            print(f"==> creating kind cluster {kind.name}: 2 GPU workers, chart installed with Helm")
+            kind.up(workers=2)
+        kube = Kube(kind.kubeconfig)
+        bed: TestBed = KindBed(kube, kind.name)
+        stop, where = kind.down, f"export KUBECONFIG={kind.kubeconfig}; delete it with `make kind-down`"
+    else:
+        # Without CONFIG, node-2 shows MIG: two H100s with pre-created instances, one with dynamic MIG.
+        node_configs = {} if args.config else {"node-2": REPO / "examples" / "inventory" / "mixed-mig.yaml"}
+        labels = {
+            f"node-{i}": {POOL_LABEL: "mig" if i == 2 and not args.config else "h100"} for i in range(1, 9)
+        }
+        cluster = LocalCluster(
+            DEFAULT_ROOT,
+            nodes=args.nodes,
+            inventory_config=args.config,
+            node_configs=node_configs,
+            node_labels=labels,
         )
-        cluster.up()
+        started = not cluster.is_up()
+        if started:
+            print(
+                f"==> starting a local cluster with {args.nodes} node(s) (real etcd, kube-apiserver, "
+                "kube-scheduler, kube-controller-manager, dra-kubelet harness, GPU plugin)"
+            )
+            cluster.up()
+        kube = Kube(cluster.kubeconfig)
+        bed = HarnessBed(kube, cluster)
+        stop, where = (
+            cluster.down,
+            f"export KUBECONFIG={cluster.kubeconfig}; stop it with `make cluster-down`",
+        )
     print(f"==> cluster ready in {time.monotonic() - t0:.0f}s")
     try:
-        kube = Kube(cluster.kubeconfig)
-        kube.core.create_namespace({"metadata": {"name": NAMESPACE}})
-        kube._has_default_sa(NAMESPACE)
-        from e2e.kube import poll
-
-        poll("default service account", lambda: kube._has_default_sa(NAMESPACE), 30)
-        pods: list[str] = []
-        for path in sorted((REPO / "demo").glob("*.yaml")):
-            print(f"==> kubectl apply -f {path.relative_to(REPO)}")
-            for obj in kube.apply_yaml(path.read_text(), NAMESPACE):
-                if obj.get("kind") == "Pod":
-                    pods.append(obj["metadata"]["name"])
-        for name in pods:
-            kube.wait_running(NAMESPACE, name, timeout=120)
-        print(f"==> all {len(pods)} pods Running\n")
-        print(summary(kube, cluster, pods))
+        pods = run_workloads(kube)
+        print(summary(bed, pods))
     finally:
         if args.keep or not started:
-            print(
-                f"\ncluster left running: export KUBECONFIG={cluster.kubeconfig}; "
-                "stop it with `make cluster-down`"
-            )
+            print(f"\ncluster left running: {where}")
         else:
             print("\n==> tearing down (KEEP=1 keeps the cluster)")
-            cluster.down()
+            stop()
     return 0
 
 
-def pod_claim_names(pod: dict[str, Any]) -> list[str]:
-    """Claims a pod uses: named directly, or generated from a template (pod status)."""
-    generated = {
-        s["name"]: s.get("resourceClaimName") for s in pod["status"].get("resourceClaimStatuses") or []
-    }
-    names = []
-    for ref in pod["spec"].get("resourceClaims") or []:
-        name = ref.get("resourceClaimName") or generated.get(ref["name"])
-        if name:
-            names.append(name)
-    return names
+def partitionable(kube: Kube) -> bool:
+    return any(d.get("consumesCounters") for s in kube.slices() for d in s["spec"]["devices"])
+
+
+def run_workloads(kube: Kube) -> list[str]:
+    kube.core.create_namespace({"metadata": {"name": NAMESPACE}})
+    poll("default service account", lambda: kube._has_default_sa(NAMESPACE), 30)
+    dynamic_mig = partitionable(kube)
+    pods: list[str] = []
+    for path in sorted((REPO / "demo").glob("*.yaml")):
+        print(f"==> kubectl apply -f {path.relative_to(REPO)}")
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc:
+                continue
+            needs = (doc["metadata"].get("annotations") or {}).get(NEEDS_ANNOTATION)
+            if needs == "partitionable-devices" and not dynamic_mig:
+                what = f"{doc['kind']} {doc['metadata']['name']}"
+                print(f"    skipped {what}: this release has no partitionable devices")
+                continue
+            obj = kube.create(doc, NAMESPACE)
+            if obj.get("kind") == "Pod":
+                pods.append(obj["metadata"]["name"])
+    for name in pods:
+        kube.wait_running(NAMESPACE, name, timeout=180)
+    print(f"==> all {len(pods)} pods Running\n")
+    return pods
 
 
 def describe(device: dict[str, Any]) -> str:
@@ -91,20 +125,20 @@ def describe(device: dict[str, Any]) -> str:
     return "  ".join(f"{k}={v}" for k, v in sorted(attrs.items()))
 
 
-def summary(kube: Kube, cluster: LocalCluster, pods: list[str]) -> str:
-    listing = kube.custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")
-    all_slices = listing["items"]  # type: ignore[index]
+def summary(bed: TestBed, pods: list[str]) -> str:
+    kube = bed.kube
     devices = {
         (s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"]): d
-        for s in all_slices
-        for d in s["spec"].get("devices", [])
+        for driver in (GPU_DRIVER, "compute-domain.nvidia.com")
+        for s in kube.slices(driver=driver)
+        for d in s["spec"]["devices"]
     }
     lines = []
     for name in pods:
         pod = kube.pod(NAMESPACE, name)
         node = pod["spec"]["nodeName"]
         lines.append(f"pod {NAMESPACE}/{name} -> node {node}")
-        for claim_name in pod_claim_names(pod):
+        for claim_name in pod_claims(pod):
             claim = kube.claim(NAMESPACE, claim_name)
             uid = claim["metadata"]["uid"]
             for result in claim["status"]["allocation"]["devices"]["results"]:
@@ -113,15 +147,27 @@ def summary(kube: Kube, cluster: LocalCluster, pods: list[str]) -> str:
                 lines.append(
                     f"  claim {claim_name} request {request}: {result['device']}  {describe(device)}"
                 )
-            for spec_file in sorted((cluster.node_dir(node) / "cdi").glob(f"*-claim_{uid}.yaml")):
-                lines.append(f"  CDI spec {spec_file.relative_to(REPO)}")
-                spec = yaml.safe_load(spec_file.read_text())
+            for prefix in ("k8s.gpu.nvidia.com", "k8s.compute-domain.nvidia.com"):
+                spec_path = f"{NODE_CDI_ROOT}/{prefix}-claim_{uid}.yaml"
+                text = bed.read_node_file(node, spec_path)
+                if text is None:
+                    continue
+                lines.append(f"  CDI spec {spec_path} on {node}")
+                spec = yaml.safe_load(text)
                 env = list(spec.get("containerEdits", {}).get("env", []))
                 for d in spec["devices"]:
                     env += d.get("containerEdits", {}).get("env", [])
                 lines.extend(f"    env {e}" for e in env)
-        for ctr, ids in kube.cdi_devices(pod).items():
-            lines.append(f"  container {ctr}: CDI devices {json.dumps(ids)}")
+        for ctr in pod["spec"]["containers"]:
+            view = bed.container(NAMESPACE, name, ctr["name"])
+            smi = view.nvidia_smi("-L")
+            if smi.code == 0:
+                lines.append(f"  container {ctr['name']}: nvidia-smi -L")
+                lines.extend(f"    {line}" for line in smi.output.splitlines())
+            channels = view.run("ls", "/dev/nvidia-caps-imex-channels")
+            if channels.code == 0:
+                listed = " ".join(channels.output.split())
+                lines.append(f"  container {ctr['name']}: ls /dev/nvidia-caps-imex-channels: {listed}")
     return "\n".join(lines)
 
 

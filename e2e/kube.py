@@ -13,14 +13,55 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from dra_fake.apiserver import ServerInfo, claim_spec_as, discover
+
 T = TypeVar("T")
-RESOURCE = ("resource.k8s.io", "v1")
+RESOURCE_GROUP = "resource.k8s.io"
 CDI_ANNOTATION = "dra-fake.dev/cdi-devices"
 # What test pods run: on kind a real container (it must keep running, and needs only a POSIX
-# shell for the injected nvidia-smi); on the local harness nothing is executed.
-WORKLOAD_IMAGE = "busybox:1.36"
-WORKLOAD_COMMAND = ["sh", "-c", "nvidia-smi -L; exec sleep 2147483647"]
+# shell for the injected nvidia-smi): Debian's busybox, built offline by make kind-images; on the
+# local harness nothing is executed.
+WORKLOAD_IMAGE = "dra-fake-shell:e2e"
+# The shell is PID 1: it must handle SIGTERM itself, or every pod deletion waits out the grace period.
+WORKLOAD_COMMAND = ["sh", "-c", "nvidia-smi -L; trap 'exit 0' TERM; sleep 2147483647 & wait"]
 CLUSTER_SCOPED = {"DeviceClass", "ResourceSlice", "DeviceTaintRule"}
+
+
+def workload_container(name: str = "ctr", claims: list[str] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": name,
+        "image": WORKLOAD_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "command": WORKLOAD_COMMAND,
+    }
+    if claims:
+        container["resources"] = {"claims": [{"name": c} for c in claims]}
+    return container
+
+
+def in_version(obj: dict[str, Any], version: str) -> dict[str, Any]:
+    """A resource.k8s.io object written as v1, in the shape of `version` (v1beta2, v1beta1)."""
+    group, _, written = obj["apiVersion"].partition("/")
+    if group != RESOURCE_GROUP or written == version:
+        return obj
+    if written != "v1":
+        raise ValueError(f"test manifests are written in resource.k8s.io/v1, not {written}")
+    out = {**obj, "apiVersion": f"{RESOURCE_GROUP}/{version}"}
+    kind = obj["kind"]
+    if kind == "ResourceClaim":
+        out["spec"] = claim_spec_as(version, obj["spec"])  # type: ignore[arg-type]
+    elif kind == "ResourceClaimTemplate":
+        out["spec"] = {**obj["spec"], "spec": claim_spec_as(version, obj["spec"]["spec"])}  # type: ignore[arg-type]
+    elif kind == "DeviceClass":  # extendedResourceName exists in v1 only
+        out["spec"] = {k: v for k, v in obj["spec"].items() if k != "extendedResourceName"}
+    return out
+
+
+def v1_device(device: dict[str, Any]) -> dict[str, Any]:
+    """A ResourceSlice device as v1 has it (v1beta1 nests everything but the name in `basic`)."""
+    if "basic" in device:
+        return {"name": device["name"], **device["basic"]}
+    return device
 
 
 def poll(what: str, fn: Callable[[], T | None], timeout: float = 60.0, every: float = 0.25) -> T:
@@ -45,6 +86,22 @@ class Kube:
         self.api = config.new_client_from_config(config_file=str(kubeconfig))
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self._info: ServerInfo | None = None
+
+    @property
+    def info(self) -> ServerInfo:
+        if self._info is None:
+            self._info = discover(self.api)
+        return self._info
+
+    @property
+    def resource_version(self) -> str:
+        """The resource.k8s.io version the server prefers: v1 (1.34+), v1beta2 (1.33), v1beta1 (1.32)."""
+        return self.info.resource_version
+
+    @property
+    def resource(self) -> tuple[str, str]:
+        return (RESOURCE_GROUP, self.resource_version)
 
     # ---- namespaces and generic objects ------------------------------------------------
     def namespace(self, prefix: str = "e2e") -> str:
@@ -82,6 +139,7 @@ class Kube:
 
     def create(self, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         """Create a core/v1 Pod or any namespaced or cluster-scoped object of an API group."""
+        obj = in_version(obj, self.resource_version)
         kind = obj["kind"]
         ns = namespace or obj["metadata"].get("namespace")
         if kind == "Pod":
@@ -109,20 +167,24 @@ class Kube:
             raise
 
     def claim(self, ns: str, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(*RESOURCE, ns, "resourceclaims", name)  # type: ignore[no-any-return]
+        return self.custom.get_namespaced_custom_object(*self.resource, ns, "resourceclaims", name)  # type: ignore[no-any-return]
 
     def claims(self, ns: str) -> list[dict[str, Any]]:
-        return list(self.custom.list_namespaced_custom_object(*RESOURCE, ns, "resourceclaims")["items"])
+        return list(self.custom.list_namespaced_custom_object(*self.resource, ns, "resourceclaims")["items"])
 
-    def slices(
-        self, driver: str = "gpu.nvidia.com", node: str | None = None, version: str = "v1"
-    ) -> list[dict[str, Any]]:
+    def slices(self, driver: str = "gpu.nvidia.com", node: str | None = None) -> list[dict[str, Any]]:
+        """ResourceSlices of a driver (and node), their devices in the v1 shape whatever was served."""
         selector = f"spec.driver={driver}" + (f",spec.nodeName={node}" if node else "")
-        return list(
-            self.custom.list_cluster_custom_object(
-                "resource.k8s.io", version, "resourceslices", field_selector=selector
-            )["items"]
+        items = self.custom.list_cluster_custom_object(
+            *self.resource, "resourceslices", field_selector=selector
         )
+        slices = list(items["items"])
+        for s in slices:
+            s["spec"]["devices"] = [v1_device(d) for d in s["spec"].get("devices") or []]
+        return slices
+
+    def delete_slice(self, name: str) -> None:
+        self.custom.delete_cluster_custom_object(*self.resource, "resourceslices", name)
 
     def events(self, ns: str, name: str) -> list[dict[str, Any]]:
         evs = self.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
@@ -162,13 +224,6 @@ def pod_with_claim_template(name: str, template: str, requests: int = 1) -> dict
         "metadata": {"name": name},
         "spec": {
             "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
-            "containers": [
-                {
-                    "name": "ctr",
-                    "image": WORKLOAD_IMAGE,
-                    "command": WORKLOAD_COMMAND,
-                    "resources": {"claims": [{"name": "gpu"}]},
-                }
-            ],
+            "containers": [workload_container(claims=["gpu"])],
         },
     }

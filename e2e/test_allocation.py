@@ -1,9 +1,9 @@
 """The real scheduler allocates our ResourceSlices as hardware would (issue 3 §7): capacity
-limits, MIG placements and their counters, and CEL selectors from NVIDIA's documentation."""
+limits, MIG placements and their counters, and CEL selectors from NVIDIA's documentation; each
+container then sees exactly its devices."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from dra_fake.inventory import load_inventory
-from dra_fake.slices import desired_slices, slice_manifest, slice_spec
+from dra_fake.slices import PARTITIONABLE_DEVICES_SINCE, desired_slices, slice_manifest, slice_spec
 from e2e.conftest import E2E_NODE_CONFIGS, require
-from e2e.kube import WORKLOAD_COMMAND, WORKLOAD_IMAGE, Kube, poll
-from e2e.localcluster import LocalCluster
+from e2e.kube import Kube, poll, workload_container
+from e2e.testbed import TestBed, assert_sees_its_gpus
 
 DRIVER = "gpu.nvidia.com"
 
@@ -49,14 +49,7 @@ def template(
 def pod(name: str, template_name: str, node: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": template_name}],
-        "containers": [
-            {
-                "name": "ctr",
-                "image": WORKLOAD_IMAGE,
-                "command": WORKLOAD_COMMAND,
-                "resources": {"claims": [{"name": "dev"}]},
-            }
-        ],
+        "containers": [workload_container(claims=["dev"])],
     }
     if node:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
@@ -112,7 +105,9 @@ def dynamic_mig_gpu(kube: Kube, nodes: list[str]) -> tuple[str, dict[str, Any]]:
     raise AssertionError
 
 
-def test_eight_gpus_fit_and_a_ninth_claim_pends(kube: Kube, ns: str, full_gpu_node: str) -> None:
+def test_eight_gpus_fit_and_a_ninth_claim_pends(
+    kube: Kube, ns: str, full_gpu_node: str, bed: TestBed
+) -> None:
     kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
     for i in range(9):
         kube.create(pod(f"p{i}", "one", full_gpu_node), ns)
@@ -122,10 +117,13 @@ def test_eight_gpus_fit_and_a_ninth_claim_pends(kube: Kube, ns: str, full_gpu_no
         f"gpu-{i}" for i in range(8)
     )
     assert "cannot allocate all claims" in unschedulable(kube, ns, "p8")
+    seen = [assert_sees_its_gpus(bed, ns, f"p{i}") for i in range(8)]
+    assert len(set(seen)) == 8  # each container sees its own GPU, no two the same
 
 
+@pytest.mark.needs("partitionable")
 def test_dynamic_mig_placements_exclude_each_other_and_the_full_gpu(
-    kube: Kube, ns: str, dynamic_mig_gpu: tuple[str, dict[str, Any]], local_cluster: LocalCluster | None
+    kube: Kube, ns: str, dynamic_mig_gpu: tuple[str, dict[str, Any]], bed: TestBed
 ) -> None:
     node, gpu = dynamic_mig_gpu
     bus = attr(gpu, "resource.kubernetes.io/pciBusID")
@@ -152,10 +150,9 @@ def test_dynamic_mig_placements_exclude_each_other_and_the_full_gpu(
     kube.create(pod("full", "whole", node), ns)
     unschedulable(kube, ns, "full")
 
-    if local_cluster:  # prepare "created" each MIG device: a MIG UUID reached the container
-        record = json.loads(next((local_cluster.node_dir(node) / "pods").glob(f"{ns}_m0_*.json")).read_text())
-        env = record["containers"]["ctr"]["env"]
-        assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=MIG-") for e in env), env
+    # prepare "created" each MIG device: the container sees one MIG device of that GPU
+    output = assert_sees_its_gpus(bed, ns, "m0")
+    assert "MIG 1g.10gb" in output and attr(gpu, "uuid") in output, output
 
     # Release every partition (the pending one too): the full GPU becomes allocatable, and then
     # a partition is not.
@@ -198,13 +195,16 @@ CEL_CASES = [
 
 
 @pytest.mark.parametrize("case", CEL_CASES, ids=[c[0] for c in CEL_CASES])
-def test_nvidia_cel_selectors_pick_matching_devices(kube: Kube, ns: str, case: tuple[Any, ...]) -> None:
+def test_nvidia_cel_selectors_pick_matching_devices(
+    kube: Kube, ns: str, case: tuple[Any, ...], bed: TestBed
+) -> None:
     name, device_class, selector, check = case
     kube.apply_yaml(template(name, device_class, selector), ns)
     kube.create(pod("p", name), ns)
     running = kube.wait_running(ns, "p")
     [device] = devices_of(kube, ns, "p")
     assert check(published(kube, running["spec"]["nodeName"])[device]), device
+    assert_sees_its_gpus(bed, ns, "p")
 
 
 @pytest.mark.parametrize(
@@ -222,8 +222,9 @@ def test_selector_matching_no_device_pends(kube: Kube, ns: str, selector: str) -
     assert "cannot allocate all claims" in unschedulable(kube, ns, "p")
 
 
+@pytest.mark.needs("partitionable")
 def test_match_attribute_parent_uuid_keeps_mig_devices_on_one_gpu(
-    kube: Kube, ns: str, dynamic_mig_gpu: tuple[str, dict[str, Any]]
+    kube: Kube, ns: str, dynamic_mig_gpu: tuple[str, dict[str, Any]], bed: TestBed
 ) -> None:
     kube.apply_yaml(
         template(
@@ -240,15 +241,23 @@ def test_match_attribute_parent_uuid_keeps_mig_devices_on_one_gpu(
     devs = published(kube, running["spec"]["nodeName"])
     parents = {attr(devs[d], "parentUUID") for d in devices_of(kube, ns, "p")}
     assert len(parents) == 1, parents
+    assert_sees_its_gpus(bed, ns, "p")
 
 
 @pytest.mark.parametrize("api_version", ["v1", "v1beta2", "v1beta1"])
-def test_slices_round_trip_unchanged_through_the_api_server(kube: Kube, api_version: str) -> None:
+def test_slices_round_trip_unchanged_through_the_api_server(
+    kube: Kube, api_version: str, tmp_path: Path
+) -> None:
     """Every slice we would publish is accepted by the real API server and read back identical."""
-    config = E2E_NODE_CONFIGS["node-2"]
+    server = kube.info.version
+    doc = yaml.safe_load(E2E_NODE_CONFIGS["node-2"].read_text())
+    if server < PARTITIONABLE_DEVICES_SINCE:  # no counters before 1.33: no dynamic MIG
+        doc["gpus"] = [g for g in doc["gpus"] if g.get("mig") != "dynamic"]
     pool = f"roundtrip-{api_version}"
-    inventory = load_inventory(Path(config), pool)
-    desired = desired_slices(inventory, DRIVER, (1, 37))
+    config = tmp_path / "inventory.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    inventory = load_inventory(config, pool)
+    desired = desired_slices(inventory, DRIVER, server)
     created = []
     try:
         for i, d in enumerate(desired):

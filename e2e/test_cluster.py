@@ -1,15 +1,15 @@
-"""The local test bed end to end: real scheduler allocation, the kubelet's DRA manager calling
-our plugin, CDI specs resolved by the official CDI library (issue 2 §5)."""
+"""The driver end to end: real scheduler allocation, the kubelet's DRA manager calling our plugin,
+CDI specs applied (by the official CDI library in the harness, by containerd on kind), and what
+the container sees."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
+import pytest
 import yaml
 
-from e2e.kube import Kube, pod_with_claim_template, poll
+from e2e.kube import Kube, pod_with_claim_template, poll, workload_container
 from e2e.localcluster import LocalCluster
+from e2e.testbed import NODE_CDI_ROOT, TestBed, assert_sees_its_gpus, assert_sees_no_gpu
 
 GPU_TEMPLATE = """
 apiVersion: resource.k8s.io/v1
@@ -41,6 +41,10 @@ def pod_with_claim(name: str, claim: str) -> dict[str, object]:
     return pod
 
 
+def cdi_spec_path(uid: str) -> str:
+    return f"{NODE_CDI_ROOT}/k8s.gpu.nvidia.com-claim_{uid}.yaml"
+
+
 def test_slices_published_for_each_node(kube: Kube, nodes: list[str]) -> None:
     assert nodes, "no nodes"
     for node in nodes:
@@ -51,60 +55,78 @@ def test_slices_published_for_each_node(kube: Kube, nodes: list[str]) -> None:
         assert (owner["kind"], owner["name"], owner.get("controller")) == ("Node", node, True)
 
 
-def test_claim_from_template_is_allocated_prepared_and_resolved(
-    kube: Kube, ns: str, local_cluster: LocalCluster | None
+def test_claim_from_template_is_allocated_prepared_and_seen_by_its_container_only(
+    kube: Kube, ns: str, bed: TestBed
 ) -> None:
     kube.apply_yaml(GPU_TEMPLATE, ns)
-    kube.create(pod_with_claim_template("p1", "single-gpu"), ns)
-    pod = kube.wait_running(ns, "p1")
+    pod = pod_with_claim_template("p1", "single-gpu")
+    pod["spec"]["containers"].append(workload_container("sidecar"))  # type: ignore[index]
+    kube.create(pod, ns)
+    running = kube.wait_running(ns, "p1")
 
-    claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim_name = running["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     claim = kube.claim(ns, claim_name)
     [(request, pool, device)] = kube.allocated_devices(claim)
-    assert (request, pool) == ("gpu", pod["spec"]["nodeName"])
+    assert (request, pool) == ("gpu", running["spec"]["nodeName"])
     assert device.startswith("gpu-")
     assert claim["status"]["reservedFor"][0]["name"] == "p1"
 
     uid = claim["metadata"]["uid"]
-    assert kube.cdi_devices(pod) == {"ctr": [f"k8s.gpu.nvidia.com/claim={uid}-{device}"]}
-
-    if local_cluster:  # the CDI spec on the node, and what the runtime would inject
-        node_dir = local_cluster.node_dir(pod["spec"]["nodeName"])
-        spec = yaml.safe_load((node_dir / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.yaml").read_text())
+    if "node" in bed.capabilities:
+        spec = yaml.safe_load(bed.read_node_file(pool, cdi_spec_path(uid)) or "{}")
         assert spec["kind"] == "k8s.gpu.nvidia.com/claim"
         assert [d["name"] for d in spec["devices"]] == [f"{uid}-{device}"]
-        record = json.loads(_pod_record(node_dir, ns, "p1").read_text())
-        env = record["containers"]["ctr"]["env"]
-        gpu_uuid = _device_attr(kube, pool, device, "uuid")
-        assert f"NVIDIA_VISIBLE_DEVICES={gpu_uuid}" in env, env
+    if bed.name == "harness":  # the CDI IDs the kubelet handed to the runtime
+        assert kube.cdi_devices(running)["ctr"] == [f"k8s.gpu.nvidia.com/claim={uid}-{device}"]
+    output = assert_sees_its_gpus(bed, ns, "p1")
+    assert _device_attr(kube, pool, device, "uuid") in output
+    assert_sees_no_gpu(bed, ns, "p1", "sidecar")
 
 
-def test_two_pods_sharing_a_claim_get_the_same_device(kube: Kube, ns: str) -> None:
+def test_two_pods_sharing_a_claim_get_the_same_device(kube: Kube, ns: str, bed: TestBed) -> None:
     kube.apply_yaml(SHARED_CLAIM, ns)
     kube.create(pod_with_claim("a", "shared-gpu"), ns)
     kube.create(pod_with_claim("b", "shared-gpu"), ns)
     a, b = kube.wait_running(ns, "a"), kube.wait_running(ns, "b")
     assert a["spec"]["nodeName"] == b["spec"]["nodeName"]
-    assert kube.cdi_devices(a)["ctr"] == kube.cdi_devices(b)["ctr"] != []
+    assert assert_sees_its_gpus(bed, ns, "a") == assert_sees_its_gpus(bed, ns, "b")
     reserved = {r["name"] for r in kube.claim(ns, "shared-gpu")["status"]["reservedFor"]}
     assert reserved == {"a", "b"}
 
 
-def test_pod_deletion_unprepares_and_removes_the_cdi_spec(kube: Kube, ns: str, harness: LocalCluster) -> None:
+@pytest.mark.needs("node")
+def test_pod_deletion_unprepares_and_removes_the_cdi_spec(kube: Kube, ns: str, bed: TestBed) -> None:
     kube.apply_yaml(GPU_TEMPLATE, ns)
     kube.create(pod_with_claim_template("p", "single-gpu"), ns)
     pod = kube.wait_running(ns, "p")
     claim = kube.claim(ns, pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
-    spec_file = (
-        harness.node_dir(pod["spec"]["nodeName"])
-        / "cdi"
-        / f"k8s.gpu.nvidia.com-claim_{claim['metadata']['uid']}.yaml"
-    )
-    assert spec_file.exists()
+    node, path = pod["spec"]["nodeName"], cdi_spec_path(claim["metadata"]["uid"])
+    assert bed.read_node_file(node, path)
     kube.delete_pod(ns, "p")
-    poll("CDI spec removed after unprepare", lambda: not spec_file.exists(), 60)
+    poll("CDI spec removed after unprepare", lambda: bed.read_node_file(node, path) is None, 60)
     # The resourceclaim controller deletes the generated claim once its pod is gone.
     poll("generated claim deleted", lambda: not kube.claims(ns), 60)
+
+
+@pytest.mark.needs("node")
+def test_a_crashed_plugin_comes_back_and_its_claims_stay_usable(kube: Kube, ns: str, bed: TestBed) -> None:
+    """SIGKILL the GPU plugin while a pod holds a GPU: the kubelet (or harness) restarts it, the
+    pod keeps its GPU, a new pod on that node gets one, and the old claim still unprepares."""
+    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(pod_with_claim_template("before", "single-gpu"), ns)
+    node = kube.wait_running(ns, "before")["spec"]["nodeName"]
+    claim = kube.claim(ns, kube.pod(ns, "before")["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
+    bed.crash_plugin(node)
+    poll(f"slices of {node} published", lambda: kube.slices(node=node), 60)
+    assert_sees_its_gpus(bed, ns, "before")
+    after = pod_with_claim_template("after", "single-gpu")
+    after["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}  # type: ignore[index]
+    kube.create(after, ns)
+    kube.wait_running(ns, "after", timeout=120)
+    assert_sees_its_gpus(bed, ns, "after")
+    kube.delete_pod(ns, "before")
+    path = cdi_spec_path(claim["metadata"]["uid"])
+    poll("the old claim unprepared after the crash", lambda: bed.read_node_file(node, path) is None, 60)
 
 
 def test_unsatisfiable_claim_stays_pending_with_the_schedulers_reason(kube: Kube, ns: str) -> None:
@@ -139,6 +161,7 @@ spec:
     assert kube.pod(ns, "greedy")["status"]["phase"] == "Pending"
 
 
+@pytest.mark.needs("harness")
 def test_harness_restart_wipes_slices_and_the_driver_recreates_them(
     kube: Kube, harness: LocalCluster
 ) -> None:
@@ -156,6 +179,7 @@ def test_harness_restart_wipes_slices_and_the_driver_recreates_them(
     )
 
 
+@pytest.mark.needs("harness")
 def test_plugin_restart_republishes_and_answers_prepared_claims_idempotently(
     kube: Kube, ns: str, harness: LocalCluster
 ) -> None:
@@ -171,18 +195,11 @@ def test_plugin_restart_republishes_and_answers_prepared_claims_idempotently(
 
     harness.stop_plugin(node, kill=True)  # crash, not a graceful stop
     for s in kube.slices(node=node):  # as the kubelet would 30 s after the plugin vanished
-        kube.custom.delete_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"]
-        )
+        kube.delete_slice(s["metadata"]["name"])
     harness.start_plugin(node)  # waits until slices are back
     assert kube.slices(node=node)
     assert prepare(socket, claim) == first
     assert kube.cdi_devices(kube.pod(ns, "p")) == {"ctr": first["cdi_device_ids"]}
-
-
-def _pod_record(node_dir: Path, ns: str, name: str) -> Path:
-    [path] = (node_dir / "pods").glob(f"{ns}_{name}_*.json")
-    return path
 
 
 def _device_attr(kube: Kube, pool: str, device: str, attr: str) -> str:
@@ -193,14 +210,13 @@ def _device_attr(kube: Kube, pool: str, device: str, attr: str) -> str:
     raise AssertionError(f"device {device} not in pool {pool}")
 
 
+@pytest.mark.needs("harness")
 def test_the_driver_survives_an_api_server_restart(kube: Kube, ns: str, harness: LocalCluster) -> None:
     node = harness.state.nodes[0]
     harness.restart_apiserver()  # the plugin's watch breaks; it must reconnect with backoff
     # The kubelet would wipe slices while the server was away; the plugin must put them back.
     for s in poll("API server back", lambda: kube.slices(node=node), 60):
-        kube.custom.delete_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"]
-        )
+        kube.delete_slice(s["metadata"]["name"])
     poll(f"slices of {node} re-created after the restart", lambda: kube.slices(node=node), 60)
     # And claims are still prepared through the restarted server.
     kube.apply_yaml(GPU_TEMPLATE, ns)

@@ -1,15 +1,12 @@
-"""ComputeDomains through the real control plane (issue 4 §5): the CRDs' validation, the controller's
-objects and status, the compute-domain kubelet plugin's channel/daemon prepare with the readiness
-chain through simulated IMEX daemons, deletion, and a controller restart. Two nodes."""
+"""ComputeDomains end to end (issue 4 §5): the CRDs' validation, the controller's objects and
+status, the compute-domain kubelet plugin's channel/daemon prepare with the readiness chain
+through simulated IMEX daemons (harness processes, or real daemon pods on kind), what the
+workload's container sees, deletion, and a controller restart. Two GPU nodes."""
 
 from __future__ import annotations
 
-import glob
 import json
-import os
-import signal
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,11 +14,10 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_fake.cd import CD_LABEL, CLIQUE_PLURAL, GROUP, PLURAL, VERSION, daemon_object_name
 from dra_fake.cd.domains import LABEL_OWNED, NAMESPACE_MISMATCH
-from e2e.kube import Kube, poll
-from e2e.localcluster import LocalCluster
-from e2e.localcluster.cluster import CD_NAMESPACE
+from e2e.kube import WORKLOAD_IMAGE, Kube, poll
+from e2e.testbed import TestBed
 
-RESOURCE = ("resource.k8s.io", "v1")
+CHANNELS = "/dev/nvidia-caps-imex-channels"
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -54,7 +50,7 @@ def get_cd(kube: Kube, ns: str, name: str) -> dict[str, Any]:
 
 def get_template(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
     try:
-        return kube.custom.get_namespaced_custom_object(*RESOURCE, ns, "resourceclaimtemplates", name)  # type: ignore[no-any-return]
+        return kube.custom.get_namespaced_custom_object(*kube.resource, ns, "resourceclaimtemplates", name)  # type: ignore[no-any-return]
     except ApiException as err:
         if err.status == 404:
             return None
@@ -68,8 +64,9 @@ def channel_pod(name: str, template: str, node: str | None = None, app: str = "m
         "containers": [
             {
                 "name": "ctr",
-                "image": "ubuntu:24.04",
-                "command": ["bash", "-c", "ls /dev/nvidia-caps-imex-channels; sleep inf"],
+                "image": WORKLOAD_IMAGE,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", f"ls {CHANNELS}; trap 'exit 0' TERM; sleep 2147483647 & wait"],
                 "resources": {"claims": [{"name": "imex-channel"}]},
             }
         ],
@@ -92,15 +89,11 @@ def channel_pod(name: str, template: str, node: str | None = None, app: str = "m
     }
 
 
-def pod_record(cluster: LocalCluster, ns: str, pod: dict[str, Any]) -> dict[str, Any]:
-    """What the harness resolved from the CDI specs for the pod's container (env, device nodes)."""
-    node = pod["spec"]["nodeName"]
-    pattern = str(
-        cluster.node_dir(node) / "pods" / f"{ns}_{pod['metadata']['name']}_{pod['metadata']['uid']}.json"
-    )
-    files = glob.glob(pattern)
-    assert files, f"no pod record {pattern}"
-    return json.loads(Path(files[0]).read_text())["containers"]["ctr"]  # type: ignore[no-any-return]
+def channels_seen(bed: TestBed, ns: str, pod: str) -> list[str]:
+    """What `ls /dev/nvidia-caps-imex-channels` shows in the pod's container."""
+    result = bed.container(ns, pod).run("ls", CHANNELS)
+    assert result.code == 0, result.output
+    return result.output.split()
 
 
 def node_statuses(kube: Kube, ns: str, name: str) -> tuple[str, dict[str, str]]:
@@ -124,28 +117,28 @@ def prepare_failures(kube: Kube, ns: str, pod: str) -> str:
     return poll(f"FailedPrepareDynamicResources on {ns}/{pod}", failed, 60)
 
 
-def leftovers(kube: Kube, uid: str) -> list[str]:
+def leftovers(kube: Kube, driver_ns: str, uid: str) -> list[str]:
     """Every object or label the ComputeDomain with this UID caused that still exists."""
     selector = f"{CD_LABEL}={uid}"
     found = [
         f"template {t['metadata']['namespace']}/{t['metadata']['name']}"
         for t in kube.custom.list_cluster_custom_object(
-            *RESOURCE, "resourceclaimtemplates", label_selector=selector
+            *kube.resource, "resourceclaimtemplates", label_selector=selector
         )["items"]
     ]
     found += [
         f"daemonset {d.metadata.name}"
-        for d in kube_apps(kube).list_namespaced_daemon_set(CD_NAMESPACE, label_selector=selector).items
+        for d in kube_apps(kube).list_namespaced_daemon_set(driver_ns, label_selector=selector).items
     ]
     found += [
         f"clique {c['metadata']['name']}"
         for c in kube.custom.list_namespaced_custom_object(
-            GROUP, VERSION, CD_NAMESPACE, CLIQUE_PLURAL, label_selector=selector
+            GROUP, VERSION, driver_ns, CLIQUE_PLURAL, label_selector=selector
         )["items"]
     ]
     found += [
         f"daemon pod {p.metadata.name}"
-        for p in kube.core.list_namespaced_pod(CD_NAMESPACE, label_selector=selector).items
+        for p in kube.core.list_namespaced_pod(driver_ns, label_selector=selector).items
     ]
     found += [f"label on {n}" for n, v in node_labels(kube).items() if v == uid]
     return found
@@ -157,7 +150,8 @@ def kube_apps(kube: Kube) -> Any:
     return client.AppsV1Api(kube.api)
 
 
-def delete_cd_and_wait_clean(kube: Kube, ns: str, name: str, uid: str) -> None:
+def delete_cd_and_wait_clean(bed: TestBed, ns: str, name: str, uid: str) -> None:
+    kube = bed.kube
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
 
     def gone() -> bool:
@@ -168,15 +162,18 @@ def delete_cd_and_wait_clean(kube: Kube, ns: str, name: str, uid: str) -> None:
             return err.status == 404
 
     poll(f"ComputeDomain {ns}/{name} gone", gone, 90)
-    poll(f"nothing left of ComputeDomain {uid}", lambda: not leftovers(kube, uid) or None, 60)
+    poll(
+        f"nothing left of ComputeDomain {uid}",
+        lambda: not leftovers(kube, bed.driver_namespace, uid) or None,
+        90,
+    )
 
 
 @pytest.fixture
-def controller(harness: LocalCluster) -> Iterator[LocalCluster]:
-    """The local cluster, with the ComputeDomain controller guaranteed running afterwards."""
-    yield harness
-    if "cd-controller" not in harness.state.processes:
-        harness.start_cd_controller()
+def controller(bed: TestBed) -> Iterator[TestBed]:
+    """The test bed, with the ComputeDomain controller guaranteed running afterwards."""
+    yield bed
+    bed.start_controller()
 
 
 # ---- tests -----------------------------------------------------------------------------------
@@ -214,7 +211,7 @@ def test_api_server_rejects_invalid_specs(kube: Kube, ns: str, spec: dict[str, A
     assert message in json.loads(err.value.body)["message"]
 
 
-def test_defaults_and_spec_immutability(kube: Kube, ns: str) -> None:
+def test_defaults_and_spec_immutability(kube: Kube, ns: str, bed: TestBed) -> None:
     cd = create_cd(kube, ns, cd_manifest("immutable", "imm-channel"))
     assert cd["spec"]["numNodes"] == 0 and cd["spec"]["channel"]["allocationMode"] == "Single"
     with pytest.raises(ApiException) as err:
@@ -238,7 +235,9 @@ def test_defaults_and_spec_immutability(kube: Kube, ns: str) -> None:
         "daemon DaemonSet",
         lambda: (
             kube_apps(kube)
-            .list_namespaced_daemon_set(CD_NAMESPACE, label_selector=f"{CD_LABEL}={cd['metadata']['uid']}")
+            .list_namespaced_daemon_set(
+                bed.driver_namespace, label_selector=f"{CD_LABEL}={cd['metadata']['uid']}"
+            )
             .items
         ),
     )
@@ -246,125 +245,129 @@ def test_defaults_and_spec_immutability(kube: Kube, ns: str) -> None:
     assert ds[0].spec.template.spec.node_selector == {CD_LABEL: cd["metadata"]["uid"]}
 
 
+@pytest.mark.needs("node")
 def test_two_node_workload_readiness_daemon_failure_and_deletion(
-    kube: Kube, ns: str, harness: LocalCluster
+    kube: Kube, ns: str, bed: TestBed, nodes: list[str]
 ) -> None:
+    first, second = nodes[:2]
     cd = create_cd(kube, ns, cd_manifest("cd", "imex-channel-0", num_nodes=2))
     uid = cd["metadata"]["uid"]
     poll("workload template", lambda: get_template(kube, ns, "imex-channel-0"))
     for name in ("worker-0", "worker-1"):
         kube.core.create_namespaced_pod(ns, channel_pod(name, "imex-channel-0"))
-    pods = [kube.wait_running(ns, name, timeout=120) for name in ("worker-0", "worker-1")]
-    assert {p["spec"]["nodeName"] for p in pods} == {"node-1", "node-2"}
-    for pod in pods:
-        record = pod_record(harness, ns, pod)
-        assert record["deviceNodes"] == ["/dev/nvidia-caps-imex-channels/channel0"]
-        assert f"COMPUTE_DOMAIN_UUID={uid}" in record["env"]
-        assert f"COMPUTE_DOMAIN_NAMESPACE={ns}" in record["env"]
-        assert "COMPUTE_DOMAIN_NAME=cd" in record["env"]
+    pods = [kube.wait_running(ns, name, timeout=180) for name in ("worker-0", "worker-1")]
+    assert {p["spec"]["nodeName"] for p in pods} == {first, second}
+    for name in ("worker-0", "worker-1"):
+        assert channels_seen(bed, ns, name) == ["channel0"]
+        env = bed.container(ns, name).env()
+        assert env["COMPUTE_DOMAIN_UUID"] == uid
+        assert env["COMPUTE_DOMAIN_NAMESPACE"] == ns and env["COMPUTE_DOMAIN_NAME"] == "cd"
     assert poll(
         "CD Ready on both nodes",
-        lambda: node_statuses(kube, ns, "cd") == ("Ready", {"node-1": "Ready", "node-2": "Ready"}),
-        30,
+        lambda: node_statuses(kube, ns, "cd") == ("Ready", {first: "Ready", second: "Ready"}),
+        60,
     )
-    assert node_labels(kube) == {"node-1": uid, "node-2": uid}
+    assert {n: v for n, v in node_labels(kube).items() if v} == {first: uid, second: uid}
 
-    # Stop the IMEX daemon on node-1: that node turns NotReady, and with it the global status.
-    pid_files = glob.glob(
-        str(harness.node_dir("node-1") / "exec" / f"{CD_NAMESPACE}_{daemon_object_name(uid)}-*.pid")
-    )
-    assert len(pid_files) == 1, pid_files
-    os.kill(int(Path(pid_files[0]).read_text()), signal.SIGKILL)
+    # Kill the IMEX daemon on the first node: that node turns NotReady, and with it the global status.
+    bed.crash_imex_daemon(first, uid)
     assert poll(
-        "node-1 NotReady",
-        lambda: node_statuses(kube, ns, "cd") == ("NotReady", {"node-1": "NotReady", "node-2": "Ready"}),
-        30,
+        f"{first} NotReady",
+        lambda: node_statuses(kube, ns, "cd") == ("NotReady", {first: "NotReady", second: "Ready"}),
+        60,
     )
-    # The harness restarts it (CrashLoopBackOff), and the domain becomes Ready again.
-    assert poll("CD Ready again", lambda: node_statuses(kube, ns, "cd")[0] == "Ready", 60)
+    # It is restarted (CrashLoopBackOff), and the domain becomes Ready again.
+    assert poll("CD Ready again", lambda: node_statuses(kube, ns, "cd")[0] == "Ready", 120)
 
     for name in ("worker-0", "worker-1"):
         kube.delete_pod(ns, name)
-    delete_cd_and_wait_clean(kube, ns, "cd", uid)
+    delete_cd_and_wait_clean(bed, ns, "cd", uid)
 
 
-def test_allocation_mode_all_injects_every_channel(kube: Kube, ns: str, harness: LocalCluster) -> None:
+def test_allocation_mode_all_injects_every_channel(
+    kube: Kube, ns: str, bed: TestBed, nodes: list[str]
+) -> None:
     cd = create_cd(kube, ns, cd_manifest("all", "all-channels", mode="All"))
     poll("workload template", lambda: get_template(kube, ns, "all-channels"))
-    kube.core.create_namespaced_pod(ns, channel_pod("p", "all-channels", node="node-2"))
-    record = pod_record(harness, ns, kube.wait_running(ns, "p", timeout=120))
-    nodes = record["deviceNodes"]
-    assert len(nodes) == 2048
-    assert {
-        "/dev/nvidia-caps-imex-channels/channel0",
-        "/dev/nvidia-caps-imex-channels/channel222",
-        "/dev/nvidia-caps-imex-channels/channel2047",
-    } <= set(nodes)
-    assert "DRA_FAKE_IMEX_CHANNELS=0-2047" in record["env"]
+    kube.core.create_namespaced_pod(ns, channel_pod("p", "all-channels", node=nodes[-1]))
+    kube.wait_running(ns, "p", timeout=180)
+    channels = channels_seen(bed, ns, "p")
+    assert len(channels) == 2048
+    assert {"channel0", "channel222", "channel2047"} <= set(channels)
+    assert bed.container(ns, "p").env()["DRA_FAKE_IMEX_CHANNELS"] == "0-2047"
     kube.delete_pod(ns, "p")
-    delete_cd_and_wait_clean(kube, ns, "all", cd["metadata"]["uid"])
+    delete_cd_and_wait_clean(bed, ns, "all", cd["metadata"]["uid"])
 
 
-def test_claim_from_another_namespace_is_refused(kube: Kube, ns: str) -> None:
+def test_claim_from_another_namespace_is_refused(kube: Kube, ns: str, bed: TestBed, nodes: list[str]) -> None:
     cd = create_cd(kube, ns, cd_manifest("home", "home-channel"))
     template = poll("workload template", lambda: get_template(kube, ns, "home-channel"))
     other = kube.namespace("e2e-other")
     try:
         copy = {
-            "apiVersion": "resource.k8s.io/v1",
+            "apiVersion": f"resource.k8s.io/{kube.resource_version}",
             "kind": "ResourceClaimTemplate",
             "metadata": {"name": "stolen"},
             "spec": template["spec"],
         }
         kube.create(copy, other)
-        kube.core.create_namespaced_pod(other, channel_pod("thief", "stolen", node="node-1"))
+        kube.core.create_namespaced_pod(other, channel_pod("thief", "stolen", node=nodes[0]))
         assert NAMESPACE_MISMATCH in prepare_failures(kube, other, "thief")
         assert kube.pod(other, "thief")["status"]["phase"] == "Pending"
-        assert node_labels(kube)["node-1"] is None  # refused before the node was claimed
+        assert node_labels(kube)[nodes[0]] is None  # refused before the node was claimed
     finally:
         kube.delete_namespace(other, wait=True)
-    delete_cd_and_wait_clean(kube, ns, "home", cd["metadata"]["uid"])
+    delete_cd_and_wait_clean(bed, ns, "home", cd["metadata"]["uid"])
 
 
-def test_second_domain_on_an_owned_node_is_refused(kube: Kube, ns: str) -> None:
-    """node-1 belongs to `first` (its label, as `first`'s channel prepare sets it; channel-0 itself
-    stays free, or the scheduler alone would keep `second` away): `second`'s channel is refused."""
+def test_second_domain_on_an_owned_node_is_refused(
+    kube: Kube, ns: str, bed: TestBed, nodes: list[str]
+) -> None:
+    """The first node belongs to `first` (its label, as `first`'s channel prepare sets it; channel-0
+    itself stays free, or the scheduler alone would keep `second` away): `second`'s channel is refused."""
+    node = nodes[0]
     first = create_cd(kube, ns, cd_manifest("first", "first-channel"))
     second = create_cd(kube, ns, cd_manifest("second", "second-channel"))
     poll("template", lambda: get_template(kube, ns, "second-channel"))
-    kube.core.patch_node("node-1", {"metadata": {"labels": {CD_LABEL: first["metadata"]["uid"]}}})
-    kube.core.create_namespaced_pod(ns, channel_pod("b", "second-channel", node="node-1", app="b"))
+    kube.core.patch_node(node, {"metadata": {"labels": {CD_LABEL: first["metadata"]["uid"]}}})
+    kube.core.create_namespaced_pod(ns, channel_pod("b", "second-channel", node=node, app="b"))
     assert LABEL_OWNED in prepare_failures(kube, ns, "b")
     assert kube.pod(ns, "b")["status"]["phase"] == "Pending"
-    assert node_labels(kube)["node-1"] == first["metadata"]["uid"]
+    assert node_labels(kube)[node] == first["metadata"]["uid"]
     kube.delete_pod(ns, "b")
-    delete_cd_and_wait_clean(kube, ns, "first", first["metadata"]["uid"])  # removes first's label
-    delete_cd_and_wait_clean(kube, ns, "second", second["metadata"]["uid"])
+    delete_cd_and_wait_clean(bed, ns, "first", first["metadata"]["uid"])  # removes first's label
+    delete_cd_and_wait_clean(bed, ns, "second", second["metadata"]["uid"])
 
 
-def test_controller_restart_mid_flow_converges(kube: Kube, ns: str, controller: LocalCluster) -> None:
+@pytest.mark.needs("node")
+def test_controller_restart_mid_flow_converges(
+    kube: Kube, ns: str, controller: TestBed, nodes: list[str]
+) -> None:
+    node = nodes[0]
     cd = create_cd(kube, ns, cd_manifest("restart", "restart-channel"))
     uid = cd["metadata"]["uid"]
     poll("workload template", lambda: get_template(kube, ns, "restart-channel"))
-    controller.stop_cd_controller(kill=True)  # SIGKILL: no chance to finish anything
-    kube.core.create_namespaced_pod(ns, channel_pod("p", "restart-channel", node="node-1"))
+    controller.stop_controller()  # harness: SIGKILL; kind: scaled to 0, its pod killed
+    kube.core.create_namespaced_pod(ns, channel_pod("p", "restart-channel", node=node))
     # Without a controller the node's daemon joins, but nobody publishes the CD status.
     poll(
         "daemon pod running",
         lambda: [
             p
-            for p in kube.core.list_namespaced_pod(CD_NAMESPACE, label_selector=f"{CD_LABEL}={uid}").items
+            for p in kube.core.list_namespaced_pod(
+                controller.driver_namespace, label_selector=f"{CD_LABEL}={uid}"
+            ).items
             if p.status.phase == "Running"
         ],
-        60,
+        120,
     )
     assert not (get_cd(kube, ns, "restart").get("status") or {}).get("nodes")
-    controller.start_cd_controller()
-    kube.wait_running(ns, "p", timeout=120)
+    controller.start_controller()
+    kube.wait_running(ns, "p", timeout=180)
     assert poll(
-        "status Ready with node-1",
-        lambda: node_statuses(kube, ns, "restart") == ("Ready", {"node-1": "Ready"}),
+        f"status Ready with {node}",
+        lambda: node_statuses(kube, ns, "restart") == ("Ready", {node: "Ready"}),
         60,
     )
     kube.delete_pod(ns, "p")
-    delete_cd_and_wait_clean(kube, ns, "restart", uid)
+    delete_cd_and_wait_clean(controller, ns, "restart", uid)

@@ -26,6 +26,8 @@ GPU_TEMPLATE = {
     },
 }
 NODES = 3
+# Fleet nodes send no heartbeats: a real node lifecycle controller (kind) would taint them.
+pytestmark = pytest.mark.needs("harness")
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.kube import WORKLOAD_COMMAND, WORKLOAD_IMAGE, Kube, poll
-from e2e.localcluster import LocalCluster
+from e2e.kube import Kube, poll, workload_container
+from e2e.testbed import GPU_DRIVER, NODE_PLUGINS_DIR, TestBed, assert_sees_its_gpus
 
 
 def claim_with_config(name: str, parameters: dict[str, Any]) -> str:
@@ -39,14 +39,7 @@ def pod_for_claim(name: str, claim: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-            "containers": [
-                {
-                    "name": "ctr",
-                    "image": WORKLOAD_IMAGE,
-                    "command": WORKLOAD_COMMAND,
-                    "resources": {"claims": [{"name": "gpu"}]},
-                }
-            ],
+            "containers": [workload_container(claims=["gpu"])],
         },
     }
 
@@ -99,7 +92,7 @@ BAD_CONFIGS = [
 
 @pytest.mark.parametrize("case", BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS])
 def test_a_bad_opaque_config_fails_that_claim_with_a_message_naming_the_problem(
-    kube: Kube, ns: str, case: tuple[str, dict[str, Any], str]
+    kube: Kube, ns: str, case: tuple[str, dict[str, Any], str], bed: TestBed
 ) -> None:
     _, parameters, expected = case
     kube.apply_yaml(claim_with_config("bad", parameters), ns)
@@ -111,17 +104,21 @@ def test_a_bad_opaque_config_fails_that_claim_with_a_message_naming_the_problem(
     message = prepare_failure(kube, ns, "bad", expected)
     assert "NodePrepareResources failed for ResourceClaim bad" in message, message
     kube.wait_running(ns, "good")  # only that claim fails
+    assert_sees_its_gpus(bed, ns, "good")
     assert kube.pod(ns, "bad")["status"]["phase"] == "Pending"
 
 
+@pytest.mark.needs("node")
 def test_a_corrupt_checkpoint_is_reported_on_the_node_and_the_plugin_recovers(
-    kube: Kube, ns: str, harness: LocalCluster
+    kube: Kube, ns: str, bed: TestBed
 ) -> None:
-    node = harness.state.nodes[0]
-    harness.stop_plugin(node, kill=True)
-    checkpoint = harness.node_dir(node) / "plugins" / "gpu.nvidia.com" / "checkpoint.json"
-    checkpoint.write_text('{"version": 1, "checksum": "0", "payload": {"garbage')
-    harness.start_plugin(node)
+    """On kind this also proves the chart's RBAC lets the plugin post the Node Event."""
+    node = bed.workers[0]
+    plugin_dir = f"{NODE_PLUGINS_DIR}/{GPU_DRIVER}"
+    bed.write_node_file(
+        node, f"{plugin_dir}/checkpoint.json", '{"version": 1, "checksum": "0", "payload": {"garbage'
+    )
+    bed.crash_plugin(node)  # it restarts and reads the corrupt file
 
     def corrupt_event() -> dict[str, Any] | None:
         for e in kube.core.list_namespaced_event(
@@ -131,9 +128,10 @@ def test_a_corrupt_checkpoint_is_reported_on_the_node_and_the_plugin_recovers(
                 return kube.api.sanitize_for_serialization(e)  # type: ignore[no-any-return]
         return None
 
-    event = poll("CheckpointCorrupt event on the Node", corrupt_event, 30)
+    event = poll("CheckpointCorrupt event on the Node", corrupt_event, 60)
     assert event["involvedObject"]["kind"] == "Node" and event["type"] == "Warning"
-    assert list(checkpoint.parent.glob("checkpoint.json.corrupt-*")), "the bad file is kept for inspection"
+    kept = [f for f in bed.node_files(node, plugin_dir) if f.startswith("checkpoint.json.corrupt-")]
+    assert kept, "the bad file is kept for inspection"
     kube.apply_yaml(
         claim_with_config("after", {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}), ns
     )
@@ -141,3 +139,4 @@ def test_a_corrupt_checkpoint_is_reported_on_the_node_and_the_plugin_recovers(
     pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     kube.create(pod, ns)
     kube.wait_running(ns, "after")
+    assert_sees_its_gpus(bed, ns, "after")

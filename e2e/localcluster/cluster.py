@@ -66,6 +66,7 @@ class State:
     nodes: list[str] = field(default_factory=list)
     inventory_config: str | None = None  # every node's GPU plugin, unless node_configs names the node
     node_configs: dict[str, str] = field(default_factory=dict)
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # extra labels per node
     admin_token: str = ""
 
     @classmethod
@@ -90,6 +91,7 @@ class LocalCluster:
         nodes: int = 1,
         inventory_config: Path | None = None,
         node_configs: dict[str, Path] | None = None,
+        node_labels: dict[str, dict[str, str]] | None = None,
         with_plugins: bool = True,
         exec_kubeconfig: Path | None = None,
     ) -> None:
@@ -104,6 +106,7 @@ class LocalCluster:
             self.state.inventory_config = str(inventory_config.resolve())
         for node, path in (node_configs or {}).items():
             self.state.node_configs[node] = str(path.resolve())
+        self.state.node_labels.update(node_labels or {})
 
     # ---- paths -------------------------------------------------------------------------
     @property
@@ -156,6 +159,7 @@ class LocalCluster:
             root=str(self.root),
             inventory_config=self.state.inventory_config,
             node_configs=self.state.node_configs,
+            node_labels=self.state.node_labels,
         )
         try:
             self._start_etcd()
@@ -374,6 +378,8 @@ class LocalCluster:
                     f"--kubeconfig={self.kubeconfig}",
                     f"--node-name={node}",
                     f"--state-dir={nd}",
+                    "--labels="
+                    + ",".join(f"{k}={v}" for k, v in self.state.node_labels.get(node, {}).items()),
                     "--v=2",
                     # The ComputeDomain daemon pods' `dra-fake imex-daemon` runs as a local process.
                     f"--exec=dra-fake={sys.executable} -m dra_fake",

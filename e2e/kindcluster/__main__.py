@@ -1,0 +1,70 @@
+"""python -m e2e.kindcluster up|down|config|versions (make kind-up, kind-down; e2e/kind/run.sh)"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from e2e.kindcluster.cluster import KindCluster
+from e2e.kindcluster.config import HostFacts, kind_config
+from e2e.kindcluster.versions import newest, pinned, resolve
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="kindcluster", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="create the cluster dra-fake-<minor> and install the chart")
+    down = sub.add_parser("down", help="delete the cluster")
+    cfg = sub.add_parser("config", help="print the kind configuration (e2e/kind/run.sh: public images)")
+    sub.add_parser("versions", help="the pinned releases, one per line")
+    for p in (up, down, cfg):
+        p.add_argument("--k8s", default=newest().short, help="minor (1.33) or release (1.33.13)")
+    up.add_argument("--nodes", type=int, default=2, help="GPU workers (default 2)")
+    up.add_argument("--config", type=Path, help="inventory file for every worker (default: see docs/kind.md)")
+    up.add_argument("--if-missing", action="store_true", help="keep a running cluster of that release")
+    cfg.add_argument("--nodes", type=int, default=1)
+    cfg.add_argument("--public", action="store_true", help="for public kindest/node images (kindnetd)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+    if args.cmd == "versions":
+        print("\n".join(r.tag for r in pinned()))
+        return 0
+    release = resolve(args.k8s)
+    if args.cmd == "config":
+        workers = [{"nvidia.com/gpu.present": "true"}] * args.nodes
+        print(
+            yaml.safe_dump(
+                kind_config(release, workers, HostFacts.detect(), offline=not args.public), sort_keys=False
+            )
+        )
+        return 0
+    cluster = KindCluster(release)
+    if args.cmd == "down":
+        if cluster.exists():
+            cluster.down()
+            print(f"kind cluster {cluster.name} deleted")
+        else:
+            print(f"no kind cluster {cluster.name}")
+        return 0
+    if args.if_missing and cluster.exists() and cluster.kubeconfig.exists():
+        print(f"kind cluster {cluster.name} is running: export KUBECONFIG={cluster.kubeconfig}")
+        return 0
+    start = time.monotonic()
+    cluster.up(workers=args.nodes, inventory=args.config)
+    print(
+        f"\nkind cluster {cluster.name} ({release}, {args.nodes} GPU worker(s)) up in "
+        f"{time.monotonic() - start:.0f}s, dra-fake installed with Helm in namespace dra-fake\n\n"
+        f"  export KUBECONFIG={cluster.kubeconfig}\n  kubectl get nodes,resourceslices\n"
+        f"\n(delete: make kind-down K8S={release.short})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""A kind cluster of one pinned release with dra-fake installed by Helm, as users run it.
+
+`up`: kind create cluster from the offline node image (make kind-images), routes between nodes
+(kindnetd's job, see config.py), our images loaded, `helm install charts/dra-fake` with the chart's
+own ServiceAccounts and RBAC, then wait until every worker's GPU ResourceSlices are published.
+State lives in .kind/<minor>/ (kubeconfig, kind config, Helm values).
+
+Default topology without an inventory file: worker 1 (and 3, 4, ...) the chart's default 8 x H100,
+worker 2 examples/inventory/mixed-mig.yaml (pre-created and dynamic MIG; dynamic only where the
+release has partitionable devices), as the local e2e cluster and `make demo` have it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.kindcluster.config import HostFacts, kind_config
+from e2e.kindcluster.versions import REPO, Release, partitionable_devices
+from e2e.localcluster.cluster import CD_CLIQUE_ID
+
+log = logging.getLogger("kindcluster")
+
+ROOT = REPO / ".kind"
+KIND = ROOT / "bin" / "kind"
+HELM = REPO / ".tools" / "bin" / "helm"
+NODE_IMAGE = "dra-fake-kind/node"
+DRIVER_IMAGE = ("dra-fake", "kind")
+SHELL_IMAGE = "dra-fake-shell:e2e"
+RELEASE = "dra-fake"
+NAMESPACE = "dra-fake"
+POOL_LABEL = "dra-fake.dev/gpu-pool"  # h100 | mig: which inventory a worker has (demo node selectors)
+MIG_INVENTORY = REPO / "examples" / "inventory" / "mixed-mig.yaml"
+# Every worker is in the local cluster's NVLink clique, so ComputeDomain channels are injected.
+IMEX_CLIQUE_ID = CD_CLIQUE_ID
+GPU_DRIVER = "gpu.nvidia.com"
+
+
+def run(*cmd: str | Path, timeout: float = 600, input: bytes | None = None, check: bool = True) -> str:
+    """Run a command; on failure raise with its output (which is otherwise only logged at debug)."""
+    args = [str(c) for c in cmd]
+    log.debug("$ %s", " ".join(args))
+    proc = subprocess.run(args, input=input, capture_output=True, timeout=timeout)
+    out = proc.stdout.decode(errors="replace")
+    if check and proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(args)} failed ({proc.returncode}):\n{out}{proc.stderr.decode(errors='replace')}"
+        )
+    return out
+
+
+def mig_inventory(release: Release) -> dict[str, Any]:
+    """The MIG worker's inventory: without partitionable devices (1.32), its static-MIG GPUs only."""
+    doc: dict[str, Any] = yaml.safe_load(MIG_INVENTORY.read_text())
+    if not partitionable_devices(release):
+        doc["gpus"] = [g for g in doc["gpus"] if g.get("mig") != "dynamic"]
+    return doc
+
+
+class KindCluster:
+    def __init__(self, release: Release, root: Path = ROOT) -> None:
+        self.release = release
+        self.name = f"dra-fake-{release.short}"
+        self.dir = root / release.short
+        self.node_image = f"{NODE_IMAGE}:{release.tag}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    # ---- queries --------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.name in run(KIND, "get", "clusters").split()
+
+    def nodes(self) -> list[str]:
+        return sorted(run(KIND, "get", "nodes", "--name", self.name).split())
+
+    def workers(self) -> list[str]:
+        """Worker node names in kind's order (worker, worker2, ...)."""
+        names = [n for n in self.nodes() if not n.endswith("-control-plane")]
+        return sorted(names, key=lambda n: int(n.rsplit("worker", 1)[1] or 1))
+
+    def kubectl(self, *args: str, timeout: float = 120) -> str:
+        return run(self.kubectl_path(), "--kubeconfig", self.kubeconfig, *args, timeout=timeout)
+
+    def kubectl_path(self) -> Path:
+        return ROOT / "k8s" / self.release.tag / "bin" / "kubectl"
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def up(self, workers: int = 2, inventory: Path | None = None) -> None:
+        t0 = time.monotonic()
+        for image in (self.node_image, ":".join(DRIVER_IMAGE), SHELL_IMAGE):
+            if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode:
+                raise RuntimeError(f"image {image} is missing: make kind-images K8S={self.release.short}")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        labels = [self._worker_labels(i, inventory) for i in range(1, workers + 1)]
+        config = kind_config(self.release, labels, HostFacts.detect(), offline=True)
+        config_path = self.dir / "kind-config.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        if self.exists():
+            log.info("deleting the existing cluster %s", self.name)
+            self.down()
+        log.info("kind create cluster %s (%s, %d worker(s))", self.name, self.node_image, workers)
+        run(
+            KIND,
+            "create",
+            "cluster",
+            "--name",
+            self.name,
+            "--image",
+            self.node_image,
+            "--config",
+            config_path,
+            "--kubeconfig",
+            self.kubeconfig,
+            "--wait",
+            "0s",
+            timeout=600,
+        )
+        self.wait_nodes_ready()
+        self.add_routes()
+        log.info("loading images %s, %s", ":".join(DRIVER_IMAGE), SHELL_IMAGE)
+        run(
+            KIND,
+            "load",
+            "docker-image",
+            "--name",
+            self.name,
+            ":".join(DRIVER_IMAGE),
+            SHELL_IMAGE,
+            timeout=600,
+        )
+        self.helm_install(inventory, workers)
+        self.wait_slices()
+        log.info("cluster %s ready in %.0fs", self.name, time.monotonic() - t0)
+
+    def down(self) -> None:
+        run(KIND, "delete", "cluster", "--name", self.name, timeout=300)
+
+    def _worker_labels(self, index: int, inventory: Path | None) -> dict[str, str]:
+        if inventory:
+            return {POOL_LABEL: "custom"}
+        return {POOL_LABEL: "mig" if index == 2 else "h100"}
+
+    def wait_nodes_ready(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+            not_ready = [
+                n["metadata"]["name"]
+                for n in nodes
+                if not any(
+                    c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", [])
+                )
+                or not n["spec"].get("podCIDR")
+            ]
+            if nodes and not not_ready:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nodes not Ready after {timeout:.0f}s: {not_ready}")
+            time.sleep(1)
+
+    def add_routes(self) -> None:
+        """A route on every node to every other node's pod CIDR (what kindnetd would do)."""
+        nodes = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+        table = [
+            (
+                n["metadata"]["name"],
+                next(a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP"),
+                n["spec"]["podCIDR"],
+            )
+            for n in nodes
+        ]
+        for node, _, _ in table:
+            for other, ip, cidr in table:
+                if other != node:
+                    run("docker", "exec", node, "ip", "route", "replace", cidr, "via", ip)
+
+    # ---- the driver -----------------------------------------------------------------------
+    def helm_values(self, inventory: Path | None, workers: int) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "image": {"repository": DRIVER_IMAGE[0], "tag": DRIVER_IMAGE[1], "pullPolicy": "Never"},
+            "computeDomains": {"imexCliqueID": IMEX_CLIQUE_ID},
+        }
+        if inventory:
+            values["inventory"] = {"config": yaml.safe_load(inventory.read_text())}
+        elif workers >= 2:
+            values["nodePools"] = [
+                {
+                    "name": "mig",
+                    "nodeSelector": {POOL_LABEL: "mig"},
+                    "inventory": {"config": mig_inventory(self.release)},
+                }
+            ]
+        return values
+
+    def helm_install(self, inventory: Path | None, workers: int, *, upgrade: bool = False) -> None:
+        """`helm install` (or `upgrade`) of charts/dra-fake, as a user would run it."""
+        values_path = self.dir / "values.yaml"
+        values_path.write_text(yaml.safe_dump(self.helm_values(inventory, workers), sort_keys=False))
+        self.helm(
+            "upgrade" if upgrade else "install",
+            RELEASE,
+            str(REPO / "charts" / "dra-fake"),
+            "--namespace",
+            NAMESPACE,
+            *([] if upgrade else ["--create-namespace"]),
+            "--values",
+            str(values_path),
+            "--wait",
+            "--timeout",
+            "5m",
+        )
+
+    def helm(self, *args: str, timeout: float = 600) -> str:
+        helm = HELM if HELM.exists() else shutil.which("helm")
+        if not helm:
+            raise RuntimeError("helm not found: make tools (builds it into .tools/bin)")
+        log.info("helm %s", " ".join(a for a in args[:3]))
+        return run(helm, "--kubeconfig", self.kubeconfig, *args, timeout=timeout)
+
+    def wait_slices(self, timeout: float = 180) -> None:
+        """Every worker has published its GPU ResourceSlices."""
+        deadline = time.monotonic() + timeout
+        workers = set(self.workers())
+        while True:
+            out = self.kubectl(
+                "get",
+                "resourceslices",
+                "-o",
+                'jsonpath={range .items[*]}{.spec.driver} {.spec.nodeName}{"\\n"}{end}',
+            )
+            published = {line.split()[1] for line in out.splitlines() if line.split()[:1] == [GPU_DRIVER]}
+            if workers <= published:
+                return
+            if time.monotonic() > deadline:
+                pods = self.kubectl("get", "pods", "-A", "-o", "wide")
+                raise RuntimeError(
+                    f"no ResourceSlices from {sorted(workers - published)} after {timeout:.0f}s\n{pods}"
+                )
+            time.sleep(1)

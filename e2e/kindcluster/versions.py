@@ -1,0 +1,97 @@
+"""The Kubernetes releases the kind lanes build, and what each minor needs switched on.
+
+One pinned patch release per minor: e2e/kind/k8s/<minor>/K8S_VERSION (the Go module the node
+image's binaries come from), and e2e/cluster/K8S_VERSION for the local control plane's release.
+Feature gates come from each release's pkg/features/kube_features.go (docs/kind.md has the table).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+MODULE_DIRS = [REPO / "e2e" / "cluster", *sorted((REPO / "e2e" / "kind" / "k8s").glob("*"))]
+
+
+@dataclass(frozen=True, order=True)
+class Release:
+    major: int
+    minor: int
+    patch: int
+
+    @classmethod
+    def parse(cls, text: str) -> Release:
+        m = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)", text.strip())
+        if not m:
+            raise ValueError(f"not a Kubernetes release: {text!r} (expected vX.Y.Z)")
+        return cls(*map(int, m.groups()))
+
+    @property
+    def tag(self) -> str:
+        return f"v{self.major}.{self.minor}.{self.patch}"
+
+    @property
+    def short(self) -> str:
+        """The minor, e.g. "1.33": names the cluster and its state directory."""
+        return f"{self.major}.{self.minor}"
+
+    def __str__(self) -> str:
+        return self.tag
+
+
+def pinned() -> list[Release]:
+    releases = {
+        Release.parse((d / "K8S_VERSION").read_text()) for d in MODULE_DIRS if (d / "K8S_VERSION").exists()
+    }
+    return sorted(releases)
+
+
+def resolve(spec: str) -> Release:
+    """ "1.33", "1.33.13" or "v1.33.13" -> the pinned release of that minor (or that exact one)."""
+    spec = spec.strip().removeprefix("v")
+    for release in pinned():
+        if spec in (release.short, release.tag.removeprefix("v")):
+            return release
+    known = ", ".join(r.tag for r in pinned())
+    raise ValueError(f"Kubernetes {spec} is not pinned for kind (pinned: {known})")
+
+
+def newest() -> Release:
+    return pinned()[-1]
+
+
+def feature_gates(release: Release) -> dict[str, bool]:
+    """Kubernetes gates of the DRA features dra-fake simulates, where they are not on by default.
+
+    1.32/1.33: DRA is beta and off (DynamicResourceAllocation on every component); 1.33 also has
+    partitionable devices (dynamic MIG) and device taints as alpha. 1.34/1.35: DRA is GA; partitionable
+    devices, device taints, consumable capacity and extended resources are alpha. 1.36+: all beta
+    or GA and on; setting them true stays valid (also for the gates locked on in 1.37).
+    """
+    if release.minor <= 32:
+        return {"DynamicResourceAllocation": True}
+    if release.minor == 33:
+        return {"DynamicResourceAllocation": True, "DRAPartitionableDevices": True, "DRADeviceTaints": True}
+    return {
+        "DRAPartitionableDevices": True,
+        "DRADeviceTaints": True,
+        "DRAConsumableCapacity": True,
+        "DRAExtendedResource": True,
+    }
+
+
+def runtime_config(release: Release) -> dict[str, str]:
+    """resource.k8s.io versions to serve: 1.32 has only v1beta1, 1.33 adds v1beta2 (both off by
+    default); from 1.34 v1 is served by default and the betas stay off, as on users' clusters."""
+    if release.minor <= 32:
+        return {"resource.k8s.io/v1beta1": "true"}
+    if release.minor == 33:
+        return {"resource.k8s.io/v1beta1": "true", "resource.k8s.io/v1beta2": "true"}
+    return {}
+
+
+def partitionable_devices(release: Release) -> bool:
+    """Whether dynamic MIG (counters in ResourceSlices) is available with feature_gates()."""
+    return release.minor >= 33

@@ -1,0 +1,491 @@
+"""Where the e2e suite runs: the local harness, a kind cluster of ours, or any KUBECONFIG cluster.
+
+Tests ask the test bed for what differs between them:
+- `workers`: the GPU nodes in topology order (first: 8 x H100; second: MIG GPUs);
+- `container(...)`: what a container got: its environment, `nvidia-smi`, a directory listing. On
+  kind that is a real container (exec through the API server); on the harness, which runs no
+  containers, it is what the kubelet's CDI library injected (the harness's pod record), with our
+  nvidia-smi script run against the mounted files;
+- node files (CDI specs, checkpoints) and node processes (kill a plugin or an IMEX daemon);
+- `driver_namespace`: where the driver's ComputeDomain daemons run.
+
+Tests declare what they need with `@pytest.mark.needs(...)`; conftest deselects (does not skip)
+the tests a bed or the server cannot run, so a skip in CI is always a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes.stream import stream
+
+from e2e.kube import Kube, poll
+from e2e.localcluster import LocalCluster
+from e2e.localcluster.cluster import CD_NAMESPACE
+
+GPU_DRIVER = "gpu.nvidia.com"
+CD_DRIVER = "compute-domain.nvidia.com"
+# Paths on a real node (kind): the chart's defaults.
+NODE_CDI_ROOT = "/var/run/cdi"
+NODE_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+
+
+@dataclass(frozen=True)
+class Exec:
+    code: int
+    output: str
+
+
+class Container(ABC):
+    @abstractmethod
+    def env(self) -> dict[str, str]:
+        """Environment variables the container runtime set (CDI edits included)."""
+
+    @abstractmethod
+    def run(self, *argv: str) -> Exec:
+        """Run `nvidia-smi ...` or `ls ...` in the container (exit code, stdout + stderr)."""
+
+    def nvidia_smi(self, *args: str) -> Exec:
+        return self.run("nvidia-smi", *args)
+
+
+class TestBed(ABC):
+    name: str
+    capabilities: frozenset[str]
+    driver_namespace: str
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    @property
+    def workers(self) -> list[str]:
+        """GPU nodes, first the 8 x H100 one, then the MIG one (e2e topology, docs/kind.md)."""
+        nodes = {s["spec"]["nodeName"] for s in self.kube.slices(driver=GPU_DRIVER)}
+        return sorted(nodes, key=self._order)
+
+    def _order(self, node: str) -> tuple[int, str]:
+        return (0, node)
+
+    @abstractmethod
+    def container(self, ns: str, pod: str, container: str = "ctr") -> Container: ...
+
+    @abstractmethod
+    def read_node_file(self, node: str, path: str) -> str | None:
+        """A file on the node, by its path there (NODE_CDI_ROOT, NODE_PLUGINS_DIR); None if absent."""
+
+    @abstractmethod
+    def write_node_file(self, node: str, path: str, content: str) -> None: ...
+
+    @abstractmethod
+    def node_files(self, node: str, directory: str) -> list[str]:
+        """Names in a directory of the node."""
+
+    @abstractmethod
+    def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
+        """SIGKILL the driver's kubelet plugin on the node and wait until it serves again."""
+
+    @abstractmethod
+    def crash_imex_daemon(self, node: str, cd_uid: str) -> None:
+        """SIGKILL the IMEX daemon of a ComputeDomain on the node (it is restarted)."""
+
+    @abstractmethod
+    def stop_controller(self) -> None: ...
+
+    @abstractmethod
+    def start_controller(self) -> None: ...
+
+
+# ---- the local harness ---------------------------------------------------------------------------
+
+
+class HarnessContainer(Container):
+    """What the CDI-enabled runtime would have done: the harness's record of the container."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+
+    def env(self) -> dict[str, str]:
+        return dict(e.split("=", 1) for e in self.record.get("env") or [])
+
+    def _mounts(self) -> dict[str, str]:
+        return {m["destination"]: m["source"] for m in self.record.get("mounts") or []}
+
+    def run(self, *argv: str) -> Exec:
+        mounts = self._mounts()
+        if argv[0] == "ls":
+            directory = argv[-1].rstrip("/")
+            names = {p[len(directory) + 1 :].split("/")[0] for p in mounts if p.startswith(directory + "/")}
+            names |= {
+                d[len(directory) + 1 :].split("/")[0]
+                for d in self.record.get("deviceNodes") or []
+                if d.startswith(directory + "/")
+            }
+            if directory in mounts and Path(mounts[directory]).is_dir():
+                names |= {p.name for p in Path(mounts[directory]).iterdir()}
+            if not names:
+                return Exec(1, f"ls: {directory}: No such file or directory\n")
+            return Exec(0, "".join(f"{n}\n" for n in sorted(names)))
+        if argv[0] != "nvidia-smi":
+            raise NotImplementedError(f"the harness runs no containers: cannot run {argv}")
+        script = mounts.get("/usr/bin/nvidia-smi")
+        if not script:
+            return Exec(127, "sh: nvidia-smi: not found\n")
+        # Rebuild the container's view of the mounted device files under a temporary root.
+        with tempfile.TemporaryDirectory() as root:
+            for dest, source in mounts.items():
+                link = Path(root + dest)
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(source)
+            env = {**self.env(), "DRA_FAKE_ROOT": root, "PATH": os.environ.get("PATH", "")}
+            proc = subprocess.run(
+                ["sh", script, *argv[1:]], env=env, capture_output=True, text=True, timeout=30
+            )
+        return Exec(proc.returncode, proc.stdout + proc.stderr)
+
+
+class HarnessBed(TestBed):
+    name = "harness"
+    capabilities = frozenset({"harness", "node"})
+    driver_namespace = CD_NAMESPACE
+
+    def __init__(self, kube: Kube, cluster: LocalCluster) -> None:
+        super().__init__(kube)
+        self.cluster = cluster
+
+    def _order(self, node: str) -> tuple[int, str]:
+        return (int(node.rsplit("-", 1)[1]), node)
+
+    def container(self, ns: str, pod: str, container: str = "ctr") -> Container:
+        obj = self.kube.pod(ns, pod)
+        node, uid = obj["spec"]["nodeName"], obj["metadata"]["uid"]
+        path = self.cluster.node_dir(node) / "pods" / f"{ns}_{pod}_{uid}.json"
+        record = poll(
+            f"harness record of {ns}/{pod}", lambda: path.exists() and json.loads(path.read_text()), 30
+        )
+        return HarnessContainer(record["containers"].get(container) or {})
+
+    def _host_path(self, node: str, path: str) -> Path:
+        for prefix, local in ((NODE_CDI_ROOT, "cdi"), (NODE_PLUGINS_DIR, "plugins")):
+            if path == prefix or path.startswith(prefix + "/"):
+                return self.cluster.node_dir(node) / local / path[len(prefix) :].lstrip("/")
+        raise ValueError(f"the harness keeps no {path}")
+
+    def read_node_file(self, node: str, path: str) -> str | None:
+        local = self._host_path(node, path)
+        return local.read_text() if local.exists() else None
+
+    def write_node_file(self, node: str, path: str, content: str) -> None:
+        self._host_path(node, path).write_text(content)
+
+    def node_files(self, node: str, directory: str) -> list[str]:
+        local = self._host_path(node, directory)
+        return sorted(p.name for p in local.iterdir()) if local.is_dir() else []
+
+    def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
+        if driver == GPU_DRIVER:
+            self.cluster.stop_plugin(node, kill=True)
+            self.cluster.start_plugin(node)
+        else:
+            self.cluster.stop_cd_plugin(node, kill=True)
+            self.cluster.start_cd_plugin(node)
+
+    def crash_imex_daemon(self, node: str, cd_uid: str) -> None:
+        import glob
+        import signal
+
+        from dra_fake.cd import daemon_object_name
+
+        pattern = self.cluster.node_dir(node) / "exec" / f"{CD_NAMESPACE}_{daemon_object_name(cd_uid)}-*.pid"
+        [pid_file] = glob.glob(str(pattern))
+        os.kill(int(Path(pid_file).read_text()), signal.SIGKILL)
+
+    def stop_controller(self) -> None:
+        self.cluster.stop_cd_controller(kill=True)
+
+    def start_controller(self) -> None:
+        if "cd-controller" not in self.cluster.state.processes:
+            self.cluster.start_cd_controller()
+
+
+# ---- kind ------------------------------------------------------------------------------------------
+
+
+class KindContainer(Container):
+    def __init__(self, kube: Kube, ns: str, pod: str, container: str) -> None:
+        self.kube, self.ns, self.pod, self.container_name = kube, ns, pod, container
+
+    def _exec(self, command: list[str]) -> Exec:
+        # The shell's exit status is appended to the output: the websocket API reports it apart.
+        script = " ".join(shlex.quote(c) for c in command) + ' 2>&1; echo "@exit=$?"'
+        out = stream(
+            self.kube.core.connect_get_namespaced_pod_exec,
+            self.pod,
+            self.ns,
+            container=self.container_name,
+            command=["sh", "-c", script],
+            stderr=True,
+            stdout=True,
+            stdin=False,
+            tty=False,
+            _request_timeout=60,
+        )
+        text, _, code = str(out).rpartition("@exit=")
+        return Exec(int(code.strip()), text)
+
+    def env(self) -> dict[str, str]:
+        result = self._exec(["env"])
+        return dict(line.split("=", 1) for line in result.output.splitlines() if "=" in line)
+
+    def run(self, *argv: str) -> Exec:
+        return self._exec(list(argv))
+
+
+class KindBed(TestBed):
+    name = "kind"
+    capabilities = frozenset({"kind", "node"})
+
+    def __init__(self, kube: Kube, cluster: str, namespace: str = "dra-fake") -> None:
+        super().__init__(kube)
+        self.cluster = cluster
+        self.driver_namespace = namespace
+
+    def _order(self, node: str) -> tuple[int, str]:
+        suffix = node.rsplit("worker", 1)[-1]
+        return (int(suffix or 1), node)
+
+    def container(self, ns: str, pod: str, container: str = "ctr") -> Container:
+        return KindContainer(self.kube, ns, pod, container)
+
+    def _docker(self, node: str, *cmd: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["docker", "exec", "-i", node, *cmd], input=input, capture_output=True, text=True, timeout=60
+        )
+
+    def read_node_file(self, node: str, path: str) -> str | None:
+        proc = self._docker(node, "cat", path)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def write_node_file(self, node: str, path: str, content: str) -> None:
+        proc = self._docker(node, "sh", "-c", f"cat > {shlex.quote(path)}", input=content)
+        assert proc.returncode == 0, proc.stderr
+
+    def node_files(self, node: str, directory: str) -> list[str]:
+        proc = self._docker(node, "ls", "-1", directory)
+        return sorted(proc.stdout.split()) if proc.returncode == 0 else []
+
+    def _plugin_pod(self, node: str) -> dict[str, Any]:
+        pods = self.kube.core.list_namespaced_pod(
+            self.driver_namespace,
+            label_selector="app.kubernetes.io/component=kubelet-plugin",
+            field_selector=f"spec.nodeName={node}",
+        ).items
+        [pod] = pods
+        return self.kube.api.sanitize_for_serialization(pod)  # type: ignore[no-any-return]
+
+    def _restarts(self, node: str, container: str) -> int:
+        statuses = self._plugin_pod(node)["status"].get("containerStatuses") or []
+        return next((s["restartCount"] for s in statuses if s["name"] == container), 0)
+
+    def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
+        command, container = (
+            ("gpu-kubelet-plugin", "gpus")
+            if driver == GPU_DRIVER
+            else ("compute-domain-kubelet-plugin", "compute-domains")
+        )
+        before = self._restarts(node, container)
+        proc = self._docker(node, "pkill", "-KILL", "-f", f"dra-fake {command}")
+        assert proc.returncode == 0, f"no {command} process on {node}: {proc.stderr}"
+
+        def serving_again() -> bool:
+            statuses = self._plugin_pod(node)["status"].get("containerStatuses") or []
+            status = next(s for s in statuses if s["name"] == container)
+            return bool(status["restartCount"] > before and status.get("ready"))
+
+        poll(f"{container} on {node} restarted and ready", serving_again, 120)
+
+    def crash_imex_daemon(self, node: str, cd_uid: str) -> None:
+        proc = self._docker(node, "pkill", "-KILL", "-f", "dra-fake imex-daemon run")
+        assert proc.returncode == 0, f"no IMEX daemon on {node}: {proc.stderr}"
+
+    def _scale_controller(self, replicas: int) -> None:
+        from kubernetes import client
+
+        apps = client.AppsV1Api(self.kube.api)
+        [deploy] = apps.list_namespaced_deployment(
+            self.driver_namespace, label_selector="app.kubernetes.io/component=compute-domain-controller"
+        ).items
+        apps.patch_namespaced_deployment_scale(
+            deploy.metadata.name, self.driver_namespace, {"spec": {"replicas": replicas}}
+        )
+        label = "app.kubernetes.io/component=compute-domain-controller"
+
+        def settled() -> bool:
+            pods = self.kube.core.list_namespaced_pod(self.driver_namespace, label_selector=label).items
+            if replicas == 0:
+                return not pods
+            return any(
+                any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
+                for p in pods
+            )
+
+        poll(f"controller scaled to {replicas}", settled, 120)
+
+    def stop_controller(self) -> None:
+        self._scale_controller(0)
+
+    def start_controller(self) -> None:
+        self._scale_controller(1)
+
+
+class ApiOnlyBed(TestBed):
+    """Any other cluster: the API server only (tests needing nodes are deselected)."""
+
+    name = "api"
+    capabilities = frozenset()
+    driver_namespace = os.environ.get("DRA_FAKE_NAMESPACE", "dra-fake")
+
+    def container(self, ns: str, pod: str, container: str = "ctr") -> Container:
+        return KindContainer(self.kube, ns, pod, container)
+
+    def read_node_file(self, node: str, path: str) -> str | None:
+        raise NotImplementedError
+
+    def write_node_file(self, node: str, path: str, content: str) -> None:
+        raise NotImplementedError
+
+    def node_files(self, node: str, directory: str) -> list[str]:
+        raise NotImplementedError
+
+    def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
+        raise NotImplementedError
+
+    def crash_imex_daemon(self, node: str, cd_uid: str) -> None:
+        raise NotImplementedError
+
+    def stop_controller(self) -> None:
+        raise NotImplementedError
+
+    def start_controller(self) -> None:
+        raise NotImplementedError
+
+
+def kind_cluster_of(kubeconfig: Path) -> str | None:
+    """The kind cluster a kubeconfig points at (context kind-<name>) if its nodes run here."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(kubeconfig.read_text())
+    except OSError:
+        return None
+    context = str(config.get("current-context") or "")
+    if not context.startswith("kind-"):
+        return None
+    name = context.removeprefix("kind-")
+    proc = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=io.x-k8s.kind.cluster={name}"],
+        capture_output=True,
+        text=True,
+    )
+    return name if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+# ---- what a container must see ------------------------------------------------------------------
+
+UUID_RE = re.compile(r"\(UUID: ((?:GPU|MIG)-[^)]+)\)")
+
+
+def pod_claims(pod: dict[str, Any], container: str | None = None) -> list[str]:
+    """ResourceClaim names a pod (or one of its containers) uses: named, or generated from a template."""
+    generated = {
+        s["name"]: s.get("resourceClaimName") for s in pod["status"].get("resourceClaimStatuses") or []
+    }
+    wanted = None
+    if container is not None:
+        [ctr] = [c for c in pod["spec"]["containers"] if c["name"] == container]
+        wanted = {c["name"] for c in (ctr.get("resources") or {}).get("claims") or []}
+    names = []
+    for ref in pod["spec"].get("resourceClaims") or []:
+        if wanted is not None and ref["name"] not in wanted:
+            continue
+        name = ref.get("resourceClaimName") or generated.get(ref["name"])
+        if name:
+            names.append(name)
+    return names
+
+
+def expected_gpus(kube: Kube, ns: str, claims: list[str]) -> tuple[set[str], set[str], int]:
+    """(GPU UUIDs, known MIG UUIDs, MIG device count) that nvidia-smi -L must show for the claims."""
+    devices = {
+        (s["spec"]["pool"]["name"], d["name"]): d
+        for s in kube.slices(driver=GPU_DRIVER)
+        for d in s["spec"]["devices"]
+    }
+    gpus: set[str] = set()
+    migs: set[str] = set()
+    mig_count = 0
+    for name in claims:
+        claim = kube.claim(ns, name)
+        for result in claim["status"]["allocation"]["devices"]["results"]:
+            if result["driver"] != GPU_DRIVER:
+                continue
+            attrs = {
+                k: next(iter(v.values()))
+                for k, v in devices[(result["pool"], result["device"])]["attributes"].items()
+            }
+            if attrs.get("type") == "mig":
+                mig_count += 1
+                gpus.add(str(attrs["parentUUID"]))
+                if "uuid" in attrs:  # pre-created; a dynamic MIG device gets its UUID at prepare
+                    migs.add(str(attrs["uuid"]))
+            else:
+                gpus.add(str(attrs["uuid"]))
+    return gpus, migs, mig_count
+
+
+def assert_sees_its_gpus(bed: TestBed, ns: str, pod_name: str, container: str = "ctr") -> str:
+    """Inside the container: `nvidia-smi -L` names exactly the GPUs and MIG devices allocated to its
+    claims, and the environment of the claims' CDI specs is set. Returns what nvidia-smi printed."""
+    kube = bed.kube
+    pod = kube.pod(ns, pod_name)
+    claims = pod_claims(pod, container)
+    gpus, migs, mig_count = expected_gpus(kube, ns, claims)
+    view = bed.container(ns, pod_name, container)
+    result = view.nvidia_smi("-L")
+    assert result.code == 0, f"nvidia-smi -L in {ns}/{pod_name}/{container}: {result.output}"
+    printed = UUID_RE.findall(result.output)
+    assert {u for u in printed if u.startswith("GPU-")} == gpus, result.output
+    printed_migs = [u for u in printed if u.startswith("MIG-")]
+    assert len(printed_migs) == mig_count and migs <= set(printed_migs), result.output
+    if "node" in bed.capabilities:
+        env = view.env()
+        node = pod["spec"]["nodeName"]
+        for name in claims:
+            uid = kube.claim(ns, name)["metadata"]["uid"]
+            text = bed.read_node_file(node, f"{NODE_CDI_ROOT}/k8s.gpu.nvidia.com-claim_{uid}.yaml")
+            assert text, f"no CDI spec of claim {name} on {node}"
+            spec = yaml.safe_load(text)
+            wanted = list(spec.get("containerEdits", {}).get("env", []))
+            for device in spec["devices"]:
+                wanted += device.get("containerEdits", {}).get("env", [])
+            missing = [e for e in wanted if env.get(e.split("=", 1)[0]) != e.split("=", 1)[1]]
+            assert not missing, f"CDI environment missing in {ns}/{pod_name}/{container}: {missing}"
+    return result.output
+
+
+def assert_sees_no_gpu(bed: TestBed, ns: str, pod_name: str, container: str) -> None:
+    """A container without a claim has no nvidia-smi and none of the driver's environment."""
+    view = bed.container(ns, pod_name, container)
+    result = view.nvidia_smi("-L")
+    assert result.code == 127, f"{container} without a claim ran nvidia-smi: {result.output}"
+    leaked = [k for k in view.env() if k.startswith(("NVIDIA_", "DRA_FAKE_"))]
+    assert not leaked, f"{container} without a claim has {leaked}"
