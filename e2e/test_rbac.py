@@ -57,13 +57,17 @@ NODES = ("node-1", "node-2")
 # Rendered with leader election on, so its Lease rules are exercised too.
 VALUES = ["--set", "computeDomains.controller.leaderElection.enabled=true"]
 
-if not (HELM.exists() and KUBECONFORM.exists()):
-    reason = f"needs {HELM} and {KUBECONFORM}: run hack/install-tools.sh (make chart-check does)"
-    if os.environ.get("DRA_FAKE_REQUIRE_TOOLS") == "1":
-        raise RuntimeError(reason)
-    pytest.skip(reason, allow_module_level=True)
 # A dedicated local control plane; on kind the plugins run with the chart's RBAC anyway.
 pytestmark = pytest.mark.needs("harness")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tools() -> None:
+    if not (HELM.exists() and KUBECONFORM.exists()):
+        reason = f"needs {HELM} and {KUBECONFORM}: run hack/install-tools.sh (make chart-check does)"
+        if os.environ.get("DRA_FAKE_REQUIRE_TOOLS") == "1":
+            raise RuntimeError(reason)
+        pytest.skip(reason)
 
 
 def helm_template(kube_version: str, api_versions: list[str], *extra: str) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from dra_fake.kubelet import sockets
 from dra_fake.kubelet.api import ClaimRef, PreparedDevice, PrepareResult
-from dra_fake.kubelet.health import NOT_SERVING, SERVING, HealthServer
+from dra_fake.kubelet.health import NOT_SERVING, READINESS_SERVICE, SERVING, HealthServer
 from dra_fake.kubelet.pb.dra.v1 import api_pb2 as v1
 from dra_fake.kubelet.pb.dra.v1 import api_pb2_grpc as v1_grpc
 from dra_fake.kubelet.pb.dra.v1beta1 import api_pb2 as v1beta1
@@ -634,6 +634,9 @@ def test_health_transitions(env: Env) -> None:
             assert status() == SERVING
             named = health_pb2.HealthCheckRequest(service=DRA_V1_SERVICE)
             assert h.Check(named, timeout=10).status == SERVING
+            # Readiness: serving, but not registered with the kubelet yet.
+            ready = health_pb2.HealthCheckRequest(service=READINESS_SERVICE)
+            assert h.Check(ready, timeout=10).status == NOT_SERVING
             with pytest.raises(grpc.RpcError) as err:
                 h.Check(health_pb2.HealthCheckRequest(service="nope"), timeout=10)
             assert err.value.code() == grpc.StatusCode.NOT_FOUND
@@ -650,8 +653,10 @@ def test_health_transitions(env: Env) -> None:
                     regpb.RegistrationStatus(plugin_registered=False, error="x"), timeout=5
                 )
             assert status() == NOT_SERVING
+            assert h.Check(ready, timeout=10).status == NOT_SERVING
             reg.NotifyRegistrationStatus(regpb.RegistrationStatus(plugin_registered=True), timeout=5)
             assert status() == SERVING
+            assert h.Check(ready, timeout=10).status == SERVING
 
             env.plugin.dra_server.stop(grace=0)
             assert status() == NOT_SERVING

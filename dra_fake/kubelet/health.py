@@ -6,8 +6,10 @@
 2. an empty ``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources`` on the DRA socket.
 
 SERVING only when both succeed and the kubelet has not reported a failed registration
-(NotifyRegistrationStatus with plugin_registered=false); otherwise NOT_SERVING. ``Watch`` is not
-implemented (UNIMPLEMENTED), which the health protocol allows.
+(NotifyRegistrationStatus with plugin_registered=false); otherwise NOT_SERVING. The service name
+``kubelet-registered`` (the chart's readiness probe) also needs the kubelet to have confirmed the
+registration: a new plugin pod of a rolling update is Ready only once the kubelet can call it.
+``Watch`` is not implemented (UNIMPLEMENTED), which the health protocol allows.
 
 The messages come from our own proto/dra/health/v1/health.proto (same package, names and field
 numbers as grpc/grpc-proto's health.proto), so no grpcio-health-checking dependency is needed.
@@ -43,8 +45,10 @@ ServingStatus = health_pb2.HealthCheckResponse.ServingStatus
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
-# Service names Check answers for; "" is the server as a whole. All share the end-to-end result.
-KNOWN_SERVICES = frozenset({"", REGISTRATION_SERVICE, DRA_V1_SERVICE, DRA_V1BETA1_SERVICE})
+# Service names Check answers for; "" is the server as a whole. All share the end-to-end result;
+# READINESS_SERVICE additionally needs the kubelet's confirmation of the registration.
+READINESS_SERVICE = "kubelet-registered"
+KNOWN_SERVICES = frozenset({"", REGISTRATION_SERVICE, DRA_V1_SERVICE, DRA_V1BETA1_SERVICE, READINESS_SERVICE})
 
 _PROBE_METADATA = ((PROBE_METADATA_KEY, "1"),)
 _StubFactory = Any  # generated stub classes are untyped
@@ -75,12 +79,14 @@ class HealthServer:
 
     # -- probing -------------------------------------------------------------------------------
 
-    def check(self) -> ServingStatus:
+    def check(self, service: str = "") -> ServingStatus:
         """Run the end-to-end probe; SERVING or NOT_SERVING."""
         state = self.plugin.registration_status
         if state.registered is False:
             log.warning("health: kubelet reported failed registration", extra={"error": state.error})
             return NOT_SERVING
+        if service == READINESS_SERVICE and state.registered is not True:
+            return NOT_SERVING  # not registered with the kubelet yet
         # Fresh channels per probe: a long-lived channel would sit in reconnect backoff after a
         # failure and report NOT_SERVING for a while after the server is back.
         with (
@@ -120,7 +126,7 @@ class HealthServer:
     def Check(self, request: Any, context: grpc.ServicerContext) -> Any:
         if request.service not in KNOWN_SERVICES:
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
-        return health_pb2.HealthCheckResponse(status=self.check())
+        return health_pb2.HealthCheckResponse(status=self.check(request.service))
 
     def Watch(self, request: Any, context: grpc.ServicerContext) -> Any:
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "Watch is not implemented; use Check")
