@@ -20,6 +20,7 @@ for old in $(go mod edit -json | python3 -c 'import json,sys; [print(r["Old"]["P
 done
 served() { local out; out=$(cd / && go mod download -json "$1" 2>/dev/null || true); [[ $out == *'"Zip"'* && $out != *'"Error"'* ]]; }
 count=0
+# shellcheck disable=SC2013  # module paths have no spaces
 for name in $(awk '/=> \.\/staging\/src\/k8s.io\//{print $1}' "$gomod" | sort -u); do
   want=$staging
   # The module proxy here refuses a few staging modules at some patch releases (e.g.

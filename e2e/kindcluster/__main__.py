@@ -8,10 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 from e2e.kindcluster.cluster import KindCluster
-from e2e.kindcluster.config import HostFacts, kind_config
+from e2e.kindcluster.config import HostFacts, dump, kind_config
 from e2e.kindcluster.versions import newest, pinned, resolve
 
 
@@ -27,6 +25,7 @@ def main() -> int:
     up.add_argument("--nodes", type=int, default=2, help="GPU workers (default 2)")
     up.add_argument("--config", type=Path, help="inventory file for every worker (default: see docs/kind.md)")
     up.add_argument("--if-missing", action="store_true", help="keep a running cluster of that release")
+    up.add_argument("--node-image", help="a public kindest/node image instead of ours (e2e/kind/run.sh)")
     cfg.add_argument("--nodes", type=int, default=1)
     cfg.add_argument("--public", action="store_true", help="for public kindest/node images (kindnetd)")
     args = parser.parse_args()
@@ -35,16 +34,12 @@ def main() -> int:
     if args.cmd == "versions":
         print("\n".join(r.tag for r in pinned()))
         return 0
-    release = resolve(args.k8s)
+    release = resolve(args.k8s, pinned_only=not (args.cmd == "config" or getattr(args, "node_image", None)))
     if args.cmd == "config":
         workers = [{"nvidia.com/gpu.present": "true"}] * args.nodes
-        print(
-            yaml.safe_dump(
-                kind_config(release, workers, HostFacts.detect(), offline=not args.public), sort_keys=False
-            )
-        )
+        print(dump(kind_config(release, workers, HostFacts.detect(), offline=not args.public)), end="")
         return 0
-    cluster = KindCluster(release)
+    cluster = KindCluster(release, node_image=getattr(args, "node_image", None))
     if args.cmd == "down":
         if cluster.exists():
             cluster.down()

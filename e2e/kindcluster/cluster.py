@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from e2e.kindcluster.config import HostFacts, kind_config
+from e2e.kindcluster.config import HostFacts, dump, kind_config
 from e2e.kindcluster.versions import REPO, Release, partitionable_devices
 from e2e.localcluster.cluster import CD_CLIQUE_ID
 
@@ -65,11 +65,13 @@ def mig_inventory(release: Release) -> dict[str, Any]:
 
 
 class KindCluster:
-    def __init__(self, release: Release, root: Path = ROOT) -> None:
+    def __init__(self, release: Release, root: Path = ROOT, node_image: str | None = None) -> None:
+        """node_image: a public kindest/node image (it has kindnetd) instead of ours (make kind-images)."""
         self.release = release
         self.name = f"dra-fake-{release.short}"
         self.dir = root / release.short
-        self.node_image = f"{NODE_IMAGE}:{release.tag}"
+        self.node_image = node_image or f"{NODE_IMAGE}:{release.tag}"
+        self.offline = node_image is None
 
     @property
     def kubeconfig(self) -> Path:
@@ -96,14 +98,19 @@ class KindCluster:
     # ---- lifecycle ------------------------------------------------------------------------
     def up(self, workers: int = 2, inventory: Path | None = None) -> None:
         t0 = time.monotonic()
-        for image in (self.node_image, ":".join(DRIVER_IMAGE), SHELL_IMAGE):
+        images = (
+            (self.node_image, ":".join(DRIVER_IMAGE), SHELL_IMAGE)
+            if self.offline
+            else (":".join(DRIVER_IMAGE), SHELL_IMAGE)
+        )
+        for image in images:
             if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode:
                 raise RuntimeError(f"image {image} is missing: make kind-images K8S={self.release.short}")
         self.dir.mkdir(parents=True, exist_ok=True)
         labels = [self._worker_labels(i, inventory) for i in range(1, workers + 1)]
-        config = kind_config(self.release, labels, HostFacts.detect(), offline=True)
+        config = kind_config(self.release, labels, HostFacts.detect(), offline=self.offline)
         config_path = self.dir / "kind-config.yaml"
-        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        config_path.write_text(dump(config))
         if self.exists():
             log.info("deleting the existing cluster %s", self.name)
             self.down()
@@ -125,7 +132,8 @@ class KindCluster:
             timeout=600,
         )
         self.wait_nodes_ready()
-        self.add_routes()
+        if self.offline:  # public node images route with kindnetd
+            self.add_routes()
         log.info("loading images %s, %s", ":".join(DRIVER_IMAGE), SHELL_IMAGE)
         run(
             KIND,

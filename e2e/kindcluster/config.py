@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from e2e.kindcluster.versions import Release, feature_gates, runtime_config
 
 CAP_SYS_RESOURCE = 24
@@ -75,3 +77,17 @@ def kind_config(
     if host.cgroup_v1 and release.minor >= 35:
         config["kubeadmConfigPatches"] = ["kind: KubeletConfiguration\nfailCgroupV1: false\n"]
     return config
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (containerd and kubeadm patches) as literal blocks, as people write them."""
+
+
+_Dumper.add_representer(
+    str,
+    lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|" if "\n" in v else None),
+)
+
+
+def dump(config: dict[str, Any]) -> str:
+    return yaml.dump(config, Dumper=_Dumper, sort_keys=False)

@@ -48,12 +48,15 @@ def pinned() -> list[Release]:
     return sorted(releases)
 
 
-def resolve(spec: str) -> Release:
-    """ "1.33", "1.33.13" or "v1.33.13" -> the pinned release of that minor (or that exact one)."""
+def resolve(spec: str, pinned_only: bool = True) -> Release:
+    """ "1.33", "1.33.13" or "v1.33.13" -> the pinned release of that minor (or that exact one).
+    With pinned_only=False a full version that is not pinned is taken as is (public node images)."""
     spec = spec.strip().removeprefix("v")
     for release in pinned():
         if spec in (release.short, release.tag.removeprefix("v")):
             return release
+    if not pinned_only and re.fullmatch(r"\d+\.\d+\.\d+", spec):
+        return Release.parse(spec)
     known = ", ".join(r.tag for r in pinned())
     raise ValueError(f"Kubernetes {spec} is not pinned for kind (pinned: {known})")
 

@@ -30,6 +30,7 @@ import (
 GO
 "$REPO/hack/gen-k8s-replaces.sh" "$version" "$dir"
 # etcd: the server release k8s.io/kubernetes itself requires (its integration tests run it).
+# shellcheck disable=SC2016  # $1/$2 are awk's
 etcd=$(go mod download -json "k8s.io/kubernetes@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])' \
   | xargs awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}')
 [ -n "$etcd" ] && go mod edit -require "go.etcd.io/etcd/server/v3@$etcd"

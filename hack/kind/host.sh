@@ -190,7 +190,7 @@ reset() {
 
 status() {
   echo "docker daemon:   $(docker_up && echo running || echo 'not running')$( [ -f "$STATE/dockerd.pid" ] && echo ' (started by setup)')"
-  echo "default runtime: $(docker info --format '{{.DefaultRuntime}}' 2>/dev/null || echo '?')"
+  echo "default runtime: $(docker_up && docker info --format '{{.DefaultRuntime}}' || echo '-')"
   echo "wrapper:         $( [ -f "$WRAPPER" ] && echo "$WRAPPER" || echo none)"
   echo "bounding set lacks: $(missing_caps)"
   for name in "${!SYSCTL_MIN[@]}"; do echo "sysctl $name = $(sysctl -n "$name")$( [ -f "$STATE/sysctl.$name" ] && echo " (was $(cat "$STATE/sysctl.$name"))")"; done

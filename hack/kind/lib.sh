@@ -1,6 +1,6 @@
 # Sourced by the hack/kind scripts: paths, pins, progress and freshness stamps.
 # Everything is built offline from Debian packages and Go modules (docs/kind.md).
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # its pins and names are used by the scripts sourcing it
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 KIND_WORK=${KIND_WORK:-$REPO/.kind}          # git-ignored: binaries, rootfs, stamps, kubeconfigs

@@ -14,7 +14,8 @@ source "$(dirname "$0")/lib.sh"
 read -r module version < <(k8s_module "${1:?usage: node-image.sh VERSION (e.g. 1.33 or 1.33.13)}") \
   || die "no pinned Kubernetes release for $1; pinned: $(k8s_versions | tr '\n' ' ')"
 minor=$(minor_of "$version")
-base=$(cat "$KIND_WORK/node-base-image" 2>/dev/null) && image_exists "$base" || die "build the node base first (hack/kind/node-base.sh)"
+base=$(cat "$KIND_WORK/node-base-image" 2>/dev/null || true)
+if [ -z "$base" ] || ! image_exists "$base"; then die "build the node base first (hack/kind/node-base.sh)"; fi
 out=$KIND_WORK/k8s/$version; bin=$out/bin; mkdir -p "$bin"
 
 # 1. binaries

@@ -7,9 +7,12 @@ LOG_NAME=kind-tools
 source "$(dirname "$0")/lib.sh"
 goversion=$(go version | cut -d' ' -f3)
 
+# hack/kind/tools.sh [NAME...]: only those (e.g. kind for e2e/kind/run.sh).
+only=" $* "
 # build NAME KEY CMD...: run CMD unless NAME was built from KEY; log the time it took.
 build() {
   local name=$1 k=$2; shift 2
+  if [ "$only" != "  " ] && [[ $only != *" $name "* ]]; then return 0; fi
   if fresh "tool-$name" "$k"; then return 0; fi
   local t0; t0=$(date +%s)
   log "building $name"
@@ -48,4 +51,4 @@ k8s=$(cat "$REPO/e2e/cluster/K8S_VERSION")
 pause_src=$(go_mod_dir "k8s.io/kubernetes@$k8s")/build/pause/linux/pause.c
 build pause "$(key "$k8s" "$(gcc --version | head -1)")" \
   gcc -Os -Wall -Werror -static -DVERSION=dra-fake-kind -o "$KIND_BIN/pause" "$pause_src"
-log "tools ready in .kind/bin: kind containerd ctr containerd-shim-runc-v2 runc crictl coredns pause"
+log "tools ready in .kind/bin: ${*:-kind containerd ctr containerd-shim-runc-v2 runc crictl coredns pause}"
