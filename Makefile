@@ -88,7 +88,8 @@ e2e-kind: kind-images ## the e2e suite in real containers on the kind cluster of
 	$(PY) -m e2e.kindcluster up --if-missing --k8s $(K8S) --nodes $(KIND_NODES)
 	KIND_K8S=$(K8S) $(VENV)/bin/pytest -q -rs -p no:cacheprovider e2e
 
-demo-kind: venv ## make demo's workloads on a kind cluster: what nvidia-smi -L printed in each pod
+demo-kind: kind-images ## make demo's workloads on a kind cluster: what nvidia-smi -L printed in each pod
+	hack/install-tools.sh helm
 	$(PY) -m e2e.demo --kind $(K8S) $(if $(KEEP),--keep)
 
 proto: venv ## regenerate the gRPC stubs from proto/dra

@@ -157,7 +157,10 @@ def summary(bed: TestBed, pods: list[str]) -> str:
                 env = list(spec.get("containerEdits", {}).get("env", []))
                 for d in spec["devices"]:
                     env += d.get("containerEdits", {}).get("env", [])
-                lines.extend(f"    env {e}" for e in env)
+                shown = [e for e in env if not e.startswith("DRA_FAKE_GPU_")]  # per-device details
+                lines.extend(f"    env {e}" for e in shown)
+                if len(env) > len(shown):
+                    lines.append(f"    env DRA_FAKE_GPU_* ({len(env) - len(shown)} per-device variables)")
         for ctr in pod["spec"]["containers"]:
             view = bed.container(NAMESPACE, name, ctr["name"])
             smi = view.nvidia_smi("-L")
