@@ -102,7 +102,11 @@ def test_a_bad_opaque_config_fails_that_claim_with_a_message_naming_the_problem(
     kube.create(pod_for_claim("bad", "bad"), ns)
     kube.create(pod_for_claim("good", "good"), ns)
     message = prepare_failure(kube, ns, "bad", expected)
-    assert "NodePrepareResources failed for ResourceClaim bad" in message, message
+    # The kubelet's own wrapper around our message: "... for ResourceClaim bad" (1.33+), "... for
+    # claim <ns>/bad" (1.32).
+    assert (
+        "NodePrepareResources failed for ResourceClaim bad" in message or f"for claim {ns}/bad" in message
+    ), message
     kube.wait_running(ns, "good")  # only that claim fails
     assert_sees_its_gpus(bed, ns, "good")
     assert kube.pod(ns, "bad")["status"]["phase"] == "Pending"

@@ -425,30 +425,37 @@ def pod_claims(pod: dict[str, Any], container: str | None = None) -> list[str]:
 
 def expected_gpus(kube: Kube, ns: str, claims: list[str]) -> tuple[set[str], set[str], int]:
     """(GPU UUIDs, known MIG UUIDs, MIG device count) that nvidia-smi -L must show for the claims."""
-    devices = {
-        (s["spec"]["pool"]["name"], d["name"]): d
-        for s in kube.slices(driver=GPU_DRIVER)
-        for d in s["spec"]["devices"]
-    }
+    results = [
+        r
+        for name in claims
+        for r in kube.claim(ns, name)["status"]["allocation"]["devices"]["results"]
+        if r["driver"] == GPU_DRIVER
+    ]
+
+    def published() -> dict[tuple[str, str], dict[str, Any]] | None:
+        # Polled: a kubelet wipes a node's slices when its plugin re-registers (restart, upgrade),
+        # and the plugin publishes them again.
+        devices = {
+            (s["spec"]["pool"]["name"], d["name"]): d
+            for s in kube.slices(driver=GPU_DRIVER)
+            for d in s["spec"]["devices"]
+        }
+        return devices if all((r["pool"], r["device"]) in devices for r in results) else None
+
+    devices = poll("the allocated devices in ResourceSlices", published, 60)
     gpus: set[str] = set()
     migs: set[str] = set()
     mig_count = 0
-    for name in claims:
-        claim = kube.claim(ns, name)
-        for result in claim["status"]["allocation"]["devices"]["results"]:
-            if result["driver"] != GPU_DRIVER:
-                continue
-            attrs = {
-                k: next(iter(v.values()))
-                for k, v in devices[(result["pool"], result["device"])]["attributes"].items()
-            }
-            if attrs.get("type") == "mig":
-                mig_count += 1
-                gpus.add(str(attrs["parentUUID"]))
-                if "uuid" in attrs:  # pre-created; a dynamic MIG device gets its UUID at prepare
-                    migs.add(str(attrs["uuid"]))
-            else:
-                gpus.add(str(attrs["uuid"]))
+    for result in results:
+        device = devices[(result["pool"], result["device"])]
+        attrs = {k: next(iter(v.values())) for k, v in device["attributes"].items()}
+        if attrs.get("type") == "mig":
+            mig_count += 1
+            gpus.add(str(attrs["parentUUID"]))
+            if "uuid" in attrs:  # pre-created; a dynamic MIG device gets its UUID at prepare
+                migs.add(str(attrs["uuid"]))
+        else:
+            gpus.add(str(attrs["uuid"]))
     return gpus, migs, mig_count
 
 

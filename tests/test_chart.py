@@ -87,9 +87,16 @@ def test_daemonset_contract() -> None:
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
     }
+    # Kubelets before 1.33 drop a driver when any of its sockets goes: no surge pod there.
+    [old] = of_kind(render("1.32.0"), "DaemonSet")
+    assert old["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
     pod = ds["spec"]["template"]["spec"]
     ctr, _ = pod["containers"]
     assert ctr["name"] == "gpus"
+    assert ctr["readinessProbe"]["grpc"] == {"port": 51516, "service": "kubelet-registered"}
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in ctr["env"]}
     assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}

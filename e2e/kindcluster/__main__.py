@@ -20,7 +20,8 @@ def main() -> int:
     down = sub.add_parser("down", help="delete the cluster")
     cfg = sub.add_parser("config", help="print the kind configuration (e2e/kind/run.sh: public images)")
     sub.add_parser("versions", help="the pinned releases, one per line")
-    for p in (up, down, cfg):
+    kcfg = sub.add_parser("kubeconfig", help="print the path of the cluster's kubeconfig")
+    for p in (up, down, cfg, kcfg):
         p.add_argument("--k8s", default=newest().short, help="minor (1.33) or release (1.33.13)")
     up.add_argument("--nodes", type=int, default=2, help="GPU workers (default 2)")
     up.add_argument("--config", type=Path, help="inventory file for every worker (default: see docs/kind.md)")
@@ -40,6 +41,9 @@ def main() -> int:
         print(dump(kind_config(release, workers, HostFacts.detect(), offline=not args.public)), end="")
         return 0
     cluster = KindCluster(release, node_image=getattr(args, "node_image", None))
+    if args.cmd == "kubeconfig":
+        print(cluster.kubeconfig)
+        return 0
     if args.cmd == "down":
         if cluster.exists():
             cluster.down()
