@@ -9,7 +9,7 @@ KEEP ?=
 BIN := e2e/cluster/bin
 
 .PHONY: help venv cluster-build cluster-up cluster-down demo test unit e2e lint proto bench clean chart-check tools image \
-	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind demo-kind
+	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -86,7 +86,11 @@ kind-down: ## delete the kind cluster of K8S
 e2e-kind: kind-images ## the e2e suite in real containers on the kind cluster of K8S (brought up if not running)
 	hack/install-tools.sh helm
 	$(PY) -m e2e.kindcluster up --if-missing --k8s $(K8S) --nodes $(KIND_NODES)
-	KIND_K8S=$(K8S) $(VENV)/bin/pytest -q -rs -p no:cacheprovider e2e
+	KUBECONFIG=$$($(PY) -m e2e.kindcluster kubeconfig --k8s $(K8S)) $(VENV)/bin/pytest -q -rs -p no:cacheprovider e2e
+
+kind-matrix: venv ## e2e-kind on a fresh cluster of every pinned release (or K8S="1.32 1.33"): .kind/matrix.tsv
+	hack/install-tools.sh helm
+	PYTHON=$(PY) hack/kind/matrix.sh $(if $(filter command line environment,$(origin K8S)),$(K8S))
 
 demo-kind: kind-images ## make demo's workloads on a kind cluster: what nvidia-smi -L printed in each pod
 	hack/install-tools.sh helm

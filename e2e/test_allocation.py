@@ -109,9 +109,10 @@ def test_eight_gpus_fit_and_a_ninth_claim_pends(
     kube: Kube, ns: str, full_gpu_node: str, bed: TestBed
 ) -> None:
     kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
-    for i in range(9):
+    for i in range(8):
         kube.create(pod(f"p{i}", "one", full_gpu_node), ns)
     running = [kube.wait_running(ns, f"p{i}") for i in range(8)]
+    kube.create(pod("p8", "one", full_gpu_node), ns)  # after the eight: which pods get GPUs is then certain
     assert {running[0]["spec"]["nodeName"]} == {p["spec"]["nodeName"] for p in running} == {full_gpu_node}
     assert sorted(d for i in range(8) for d in devices_of(kube, ns, f"p{i}")) == sorted(
         f"gpu-{i}" for i in range(8)
