@@ -34,10 +34,11 @@ cluster-down: ## stop everything cluster-up started
 demo: venv cluster-build ## the main job: cluster, driver, example workloads, summary (KEEP=1 keeps it up)
 	$(PY) -m e2e.demo $(if $(KEEP),--keep) --nodes $(or $(filter-out 1,$(NODES)),2) $(if $(CONFIG),--config $(CONFIG))
 
-lint: venv ## ruff and mypy
+lint: venv ## ruff, mypy, and the import layers (import-linter; docs/architecture.md)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy dra_fake computedomain e2e/localcluster e2e/kindcluster
+	$(VENV)/bin/lint-imports --no-cache
 
 unit: venv ## unit tests (no cluster)
 	$(VENV)/bin/pytest -q tests

@@ -20,11 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import computedomain, fleet, prepare, publish
+from bench.common import REFDRIVER, REPO, loadavg, machine_facts
+from bench.report import render
 from e2e.localcluster import LocalCluster
-
-from . import computedomain, fleet, prepare, publish
-from .common import REFDRIVER, REPO, loadavg, machine_facts
-from .report import render
 
 ROOT = Path("/tmp/lc-bench")
 

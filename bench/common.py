@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.fleet_core import NodeTemplate, node_manifest, untaint_patch
+from dra_fake.fleet.core import NodeTemplate, node_manifest, untaint_patch
 
 REPO = Path(__file__).resolve().parents[1]
 REFDRIVER = REPO / "bench" / "refdriver"

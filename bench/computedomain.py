@@ -11,10 +11,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from bench.common import BenchError, ensure_namespace, latency_summary
+from bench.prepare import cluster_api
 from e2e.localcluster import LocalCluster
-
-from .common import BenchError, ensure_namespace, latency_summary
-from .prepare import cluster_api
 
 NAMESPACE = "bench-cd"
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"  # where the controller puts the daemon DaemonSets

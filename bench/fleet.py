@@ -11,14 +11,14 @@ from typing import Any
 
 from kubernetes import client
 
-from dra_fake.fleet_core import NodeTemplate, node_manifest, node_names
-from dra_fake.inventory import load_inventory
-from dra_fake.poolsync import slice_name
-from dra_fake.slices import desired_slices, slice_manifest, slice_spec
+from bench.common import CONFIGS, DRABENCH, REPO, BenchError, poll, run_json
+from bench.prepare import cluster_api
+from dra_fake.core.poolsync import slice_name
+from dra_fake.core.slices import slice_manifest, slice_spec
+from dra_fake.fleet.core import NodeTemplate, node_manifest, node_names
+from dra_fake.gpu.inventory import load_inventory
+from dra_fake.gpu.slices import desired_slices
 from e2e.localcluster import LocalCluster
-
-from .common import CONFIGS, DRABENCH, REPO, BenchError, poll, run_json
-from .prepare import cluster_api
 
 WORKERS = 16
 

@@ -14,11 +14,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.atomic import atomic_write
-from e2e.localcluster import LocalCluster
-from e2e.localcluster.processes import Process, spawn
-
-from .common import (
+from bench.common import (
     CONFIGS,
     DRABENCH,
     REF_BIN,
@@ -30,6 +26,9 @@ from .common import (
     poll,
     run_json,
 )
+from dra_fake.core.atomic import atomic_write
+from e2e.localcluster import LocalCluster
+from e2e.localcluster.processes import Process, spawn
 
 NAMESPACE = "bench-prepare"
 OURS, REF = "gpu.nvidia.com", "gpu.example.com"

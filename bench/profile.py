@@ -18,10 +18,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from bench.common import CONFIGS, DRABENCH, REPO, BenchError, ensure_namespace, ensure_node, poll, run_json
+from bench.prepare import DEVICES, Driver, cluster_api, make_claims
 from e2e.localcluster import LocalCluster
-
-from .common import CONFIGS, DRABENCH, REPO, BenchError, ensure_namespace, ensure_node, poll, run_json
-from .prepare import DEVICES, Driver, cluster_api, make_claims
 
 ROOT = Path("/tmp/lc-bench")
 

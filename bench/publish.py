@@ -11,14 +11,13 @@ from typing import Any
 import grpc
 from kubernetes import client
 
-from dra_fake.inventory import load_inventory
+from bench.common import CONFIGS, BenchError, rss_bytes
+from bench.prepare import Driver, cluster_api
+from dra_fake.gpu.inventory import load_inventory
+from dra_fake.gpu.slices import desired_slices
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2_grpc as regrpc
-from dra_fake.slices import desired_slices
 from e2e.localcluster import LocalCluster
-
-from .common import CONFIGS, BenchError, rss_bytes
-from .prepare import Driver, cluster_api
 
 REST_SECONDS = 5.0  # "at rest": this long after the slices are visible
 

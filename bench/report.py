@@ -65,7 +65,7 @@ def render(results: dict[str, Any]) -> str:
             ("fsync_atomic_write_4KiB_go", "atomic file write, 4 KiB, fsync + rename (Go)"),
             (
                 "fsync_atomic_write_4KiB_python_dra_fake_atomic",
-                "same, Python `dra_fake.atomic.atomic_write` (+ dir fsync)",
+                "same, Python `dra_fake.core.atomic.atomic_write` (+ dir fsync)",
             ),
         ):
             out.append(f"| {label} | {_lat(floor[key])} | {floor[key]['n']} |")

@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="NVIDIA driver feature gates, e.g. TimeSlicingSettings=true,MPSSupport=true",
     )
 
-    from .cd.cli import add_parsers as add_compute_domain_parsers
+    from computedomain.cli import add_parsers as add_compute_domain_parsers
 
     add_compute_domain_parsers(sub, _EnvDefault, _add_common_plugin_flags)
 
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     profiles = sub.add_parser("profiles", help="list the GPU profiles with their key specs")
     profiles.add_argument("--profiles-dir", type=Path, action="append", default=[])
 
-    from .fleet_cli import add_fleet_parser
+    from dra_fake.fleet.cli import add_fleet_parser
 
     add_fleet_parser(sub)
     return parser
@@ -194,18 +194,18 @@ def parse_server_version(raw: str) -> tuple[int, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .cd.cli import COMMANDS as COMPUTE_DOMAIN_COMMANDS
+    from computedomain.cli import COMMANDS as COMPUTE_DOMAIN_COMMANDS
 
     if args.command in COMPUTE_DOMAIN_COMMANDS:
-        from .cd.cli import run as run_compute_domain_command
+        from computedomain.cli import run as run_compute_domain_command
 
         return run_compute_domain_command(args)
     if args.command == "gpu-kubelet-plugin":
-        from .plugin import run_gpu_plugin
+        from dra_fake.gpu.plugin import run_gpu_plugin
 
         return run_gpu_plugin(args)
     if args.command == "render-slices":
-        from .render import render_slices
+        from dra_fake.gpu.render import render_slices
 
         sys.stdout.write(
             render_slices(
@@ -219,12 +219,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     if args.command == "fleet":
-        from .fleet import run_fleet
+        from dra_fake.fleet.run import run_fleet
 
         return run_fleet(args)
     if args.command == "profiles":
-        from .profiles import load_profiles
-        from .render import profiles_table
+        from dra_fake.gpu.profiles import load_profiles
+        from dra_fake.gpu.render import profiles_table
 
         sys.stdout.write(profiles_table(load_profiles(args.profiles_dir)))
         return 0

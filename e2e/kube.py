@@ -13,7 +13,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.apiserver import ServerInfo, claim_spec_as, discover
+from dra_fake.core.resourceapi import ServerInfo, claim_spec_as, discover
 
 T = TypeVar("T")
 RESOURCE_GROUP = "resource.k8s.io"

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_fake.inventory import load_inventory
-from dra_fake.slices import PARTITIONABLE_DEVICES_SINCE, desired_slices, slice_manifest, slice_spec
+from dra_fake.core.slices import PARTITIONABLE_DEVICES_SINCE, slice_manifest, slice_spec
+from dra_fake.gpu.inventory import load_inventory
+from dra_fake.gpu.slices import desired_slices
 from e2e.conftest import E2E_NODE_CONFIGS, require
 from e2e.kube import Kube, poll, workload_container
 from e2e.testbed import TestBed, assert_sees_its_gpus

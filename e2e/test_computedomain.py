@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.cd import CD_LABEL, CLIQUE_PLURAL, GROUP, PLURAL, VERSION, daemon_object_name
-from dra_fake.cd.domains import LABEL_OWNED, NAMESPACE_MISMATCH
+from computedomain.api import CD_LABEL, CLIQUE_PLURAL, GROUP, PLURAL, VERSION, daemon_object_name
+from computedomain.plugin.domains import LABEL_OWNED, NAMESPACE_MISMATCH
 from e2e.kube import WORKLOAD_IMAGE, Kube, poll
 from e2e.testbed import TestBed
 

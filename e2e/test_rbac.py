@@ -684,7 +684,7 @@ def test_each_startup_rule_is_needed(
 ) -> None:
     """The plugin, given the chart's rules minus one, runs into a 403 on the startup path (and
     with all of them publishes). Not proven here: resourceslices update/delete (used when the
-    inventory changes, dra_fake/publisher.py) and resourceclaims get (every prepare). A separate
+    inventory changes, dra_fake/core/publisher.py) and resourceclaims get (every prepare). A separate
     ServiceAccount, which the admission policy does not cover, and a separate driver name keep
     this apart from the running plugins."""
     [role] = [o for o in rendered if o["kind"] == "ClusterRole" and o["metadata"]["name"] == SA]

@@ -61,7 +61,7 @@ def test_helm_upgrade_keeps_running_pods_and_their_claims(
     nonce = uuid.uuid4().hex[:8]
     upgrade = subprocess.run(
         [str(HELM), "--kubeconfig", str(kubeconfig), "upgrade", RELEASE, str(REPO / "charts" / "dra-fake"),
-         "-n", NAMESPACE, "--reuse-values", "--set", f"kubeletPlugin.podAnnotations.e2e-upgrade={nonce}",
+         "-n", NAMESPACE, "--reuse-values", "--set-string", f"kubeletPlugin.podAnnotations.e2e-upgrade={nonce}",
          "--wait", "--timeout", "5m"],
         capture_output=True, text=True, timeout=400,
     )  # fmt: skip

@@ -203,7 +203,7 @@ class HarnessBed(TestBed):
         import glob
         import signal
 
-        from dra_fake.cd import daemon_object_name
+        from computedomain.api import daemon_object_name
 
         pattern = self.cluster.node_dir(node) / "exec" / f"{CD_NAMESPACE}_{daemon_object_name(cd_uid)}-*.pid"
         [pid_file] = glob.glob(str(pattern))

@@ -23,7 +23,7 @@ for kube in 1.32.0 1.37.0; do
 done
 T=$PWD/.tools/bin
 echo "== shellcheck, hadolint, actionlint"
-"$T/shellcheck" -s sh dra_fake/nvidia_smi/nvidia-smi.sh
+"$T/shellcheck" -s sh dra_fake/gpu/nvidia_smi/nvidia-smi.sh
 "$T/shellcheck" hack/chart-check.sh hack/install-tools.sh hack/gen-k8s-replaces.sh hack/kind/*.sh e2e/kind/run.sh .ci/run
 "$T/hadolint" Dockerfile
 "$T/actionlint" -shellcheck "$T/shellcheck" .github/workflows/*.yaml

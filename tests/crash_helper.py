@@ -18,10 +18,10 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dra_fake.configs import FeatureGates
-from dra_fake.devices import AllocatableDevice, MigPlacement, gpu_uuid, mig_uuid
-from dra_fake.locking import PrepareUnprepareLock
-from dra_fake.prepare import DeviceState
+from dra_fake.core.locking import PrepareUnprepareLock
+from dra_fake.gpu.configs import FeatureGates
+from dra_fake.gpu.devices import AllocatableDevice, MigPlacement, gpu_uuid, mig_uuid
+from dra_fake.gpu.state import DeviceState
 
 DRIVER = "gpu.nvidia.com"
 NODE = "node-a"

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_fake import cdi
-from dra_fake.configs import AppliedSharing, MpsSettings
-from dra_fake.devices import AllocatableDevice, MigPlacement, gpu_uuid
+from dra_fake.core import cdi
+from dra_fake.gpu import edits
+from dra_fake.gpu.configs import AppliedSharing, MpsSettings
+from dra_fake.gpu.devices import AllocatableDevice, MigPlacement, gpu_uuid
 
 DRIVER = "gpu.nvidia.com"
 UID_DIGIT = "0f3c2b1a-9d8e-4c7b-a6f5-e4d3c2b1a098"
@@ -45,12 +46,12 @@ MIG = AllocatableDevice(
 )
 
 
-def spec_device(uid: str, device: AllocatableDevice, **kw: Any) -> cdi.SpecDevice:
-    return cdi.SpecDevice(cdi.cdi_device_name(uid, device.name), device, device.uuid or "", **kw)
+def spec_device(uid: str, device: AllocatableDevice, **kw: Any) -> edits.SpecDevice:
+    return edits.SpecDevice(cdi.cdi_device_name(uid, device.name), device, device.uuid or "", **kw)
 
 
 def claim_spec(uid: str = UID_LETTER) -> dict[str, Any]:
-    return cdi.build_claim_spec(DRIVER, uid, [spec_device(uid, GPU), spec_device(uid, MIG)])
+    return edits.build_claim_spec(DRIVER, uid, [spec_device(uid, GPU), spec_device(uid, MIG)])
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -62,7 +63,7 @@ def test_names() -> None:
     assert cdi.cdi_device_name(UID_DIGIT, "gpu-0") == f"{UID_DIGIT}-gpu-0"
     assert cdi.cdi_device_name(UID_DIGIT, "gpu-0", "share1") == f"{UID_DIGIT}-gpu-0-share1"
     assert cdi.cdi_device_id(DRIVER, f"{UID_DIGIT}-gpu-0") == f"k8s.gpu.nvidia.com/claim={UID_DIGIT}-gpu-0"
-    assert cdi.env_id("gpu-2-mig-1g10gb-9-0") == "GPU_2_MIG_1G10GB_9_0"
+    assert edits.env_id("gpu-2-mig-1g10gb-9-0") == "GPU_2_MIG_1G10GB_9_0"
     with pytest.raises(cdi.CdiSpecError):
         cdi.cdi_device_name(UID_DIGIT, "gpu-0-")
 
@@ -78,9 +79,11 @@ def test_spec_is_schema_valid_and_env_only() -> None:
         f"{UID_LETTER}-gpu-0",
         f"{UID_LETTER}-gpu-1-mig-1g5gb-19-3",
     ]
-    for edits in [spec["containerEdits"]] + [d["containerEdits"] for d in spec["devices"]]:
-        assert list(edits) == ["env"]  # no deviceNodes, mounts or hooks: nothing to stat on the host
-        assert all("=" in e and not e.startswith("=") for e in edits["env"])
+    for container_edits in [spec["containerEdits"]] + [d["containerEdits"] for d in spec["devices"]]:
+        assert list(container_edits) == [
+            "env"
+        ]  # no deviceNodes, mounts or hooks: nothing to stat on the host
+        assert all("=" in e and not e.startswith("=") for e in container_edits["env"])
     assert spec["containerEdits"]["env"] == [
         f"NVIDIA_VISIBLE_DEVICES={GPU.uuid},MIG-1234",
         f"DRA_FAKE_CLAIM_UID={UID_LETTER}",
@@ -88,7 +91,7 @@ def test_spec_is_schema_valid_and_env_only() -> None:
 
 
 def test_device_env_gpu_and_mig() -> None:
-    assert cdi.device_env(spec_device(UID_LETTER, GPU)) == [
+    assert edits.device_env(spec_device(UID_LETTER, GPU)) == [
         "DRA_FAKE_GPU_0_DEVICE=gpu-0",
         f"DRA_FAKE_GPU_0_UUID={GPU.uuid}",
         "DRA_FAKE_GPU_0_TYPE=gpu",
@@ -96,7 +99,7 @@ def test_device_env_gpu_and_mig() -> None:
         "DRA_FAKE_GPU_0_PCI_BUS_ID=0000:10:00.0",
         f"DRA_FAKE_GPU_0_MEMORY_BYTES={40 * 1024**3}",
     ]
-    env = cdi.device_env(spec_device(UID_LETTER, MIG, admin_access=True))
+    env = edits.device_env(spec_device(UID_LETTER, MIG, admin_access=True))
     assert "DRA_FAKE_GPU_1_MIG_1G5GB_19_3_MIG_PROFILE=1g.5gb" in env
     assert f"DRA_FAKE_GPU_1_MIG_1G5GB_19_3_PARENT_UUID={MIG.gpu_uuid}" in env
     assert "DRA_FAKE_GPU_1_MIG_1G5GB_19_3_MIG_PLACEMENT_START=3" in env
@@ -105,7 +108,7 @@ def test_device_env_gpu_and_mig() -> None:
 
 
 def test_device_env_sharing() -> None:
-    ts = cdi.device_env(
+    ts = edits.device_env(
         spec_device(UID_LETTER, GPU, sharing=AppliedSharing("TimeSlicing", time_slice_interval="Short"))
     )
     assert ts[-3:] == [
@@ -119,7 +122,7 @@ def test_device_env_sharing() -> None:
             "mps-control-daemon-x-12345", ("GPU-a", "GPU-b"), 40, (("GPU-a", "1024M"), ("GPU-b", "512M"))
         ),
     )
-    env = cdi.device_env(spec_device(UID_LETTER, GPU, sharing=mps))
+    env = edits.device_env(spec_device(UID_LETTER, GPU, sharing=mps))
     assert env[-5:] == [
         "DRA_FAKE_GPU_0_SHARING_STRATEGY=MPS",
         "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
@@ -131,7 +134,7 @@ def test_device_env_sharing() -> None:
 
 def test_duplicate_devices_collapse() -> None:
     d = spec_device(UID_LETTER, GPU)
-    spec = cdi.build_claim_spec(DRIVER, UID_LETTER, [d, d])
+    spec = edits.build_claim_spec(DRIVER, UID_LETTER, [d, d])
     assert len(spec["devices"]) == 1
 
 

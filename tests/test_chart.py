@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_fake.cd import classes as cd_classes
-from dra_fake.inventory import build_inventory, parse_config
-from dra_fake.profiles import load_profiles
+from computedomain.plugin import slices as cd_classes
+from dra_fake.gpu.inventory import build_inventory, parse_config
+from dra_fake.gpu.profiles import load_profiles
 
 REPO = Path(__file__).resolve().parents[1]
 HELM = Path(os.environ.get("HELM", REPO / ".tools" / "bin" / "helm"))
@@ -66,7 +66,7 @@ def test_deviceclass_api_version_from_capabilities(kube: str, apis: list[str], e
         (f"resource.k8s.io/{expected}", "compute-domain-daemon.nvidia.com"),
         (f"resource.k8s.io/{expected}", "compute-domain-default-channel.nvidia.com"),
     ]
-    # the compute-domain classes are the plugin's own (dra_fake/cd/classes.py), at this version
+    # the compute-domain classes are the plugin's own (computedomain/plugin/slices.py), at this version
     assert classes[2:] == [
         {**c, "metadata": {**c["metadata"], "labels": classes[2]["metadata"]["labels"]}}
         for c in cd_classes.device_classes(expected)  # type: ignore[arg-type]

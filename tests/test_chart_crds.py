@@ -1,6 +1,6 @@
 """The chart ships the ComputeDomain CRDs in charts/dra-fake/crds/ (helm installs that directory
 before the templates); the repository's crds/ is the single source (the local cluster and
-dra_fake/cd/install.py use it). Copies, because helm packages no symlinks reliably: this test fails
+e2e/localcluster/install.py use it). Copies, because helm packages no symlinks reliably: this test fails
 when they differ. Runs without helm (make test)."""
 
 from __future__ import annotations

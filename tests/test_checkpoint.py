@@ -1,4 +1,5 @@
-"""Checkpoint format, boot-ID invalidation and corruption handling (dra_fake.checkpoint)."""
+"""Checkpoint format (2, and 1 as written before), boot-ID invalidation and corruption handling
+(dra_fake.core.checkpoint)."""
 
 from __future__ import annotations
 
@@ -6,31 +7,29 @@ import hashlib
 import json
 import logging
 import stat
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dra_fake import checkpoint
-from dra_fake.checkpoint import (
-    CheckpointData,
-    CheckpointedDevice,
-    CheckpointStore,
-    ClaimEntry,
-    MigDeviceRecord,
-    UndoData,
-)
+from computedomain.plugin.state import DomainClaimData
+from dra_fake.core import checkpoint, metrics
+from dra_fake.core.checkpoint import CheckpointData, CheckpointedDevice, CheckpointStore, ClaimEntry, Codec
+from dra_fake.gpu.state import GpuClaimData, MigDeviceRecord, TimeSliceRecord
+
+DATA = Path(__file__).with_name("data")
+Data = CheckpointData[GpuClaimData]
+Entry = ClaimEntry[GpuClaimData]
+CODEC = Codec(GpuClaimData)
 
 BOOT_A = "aaaaaaaa-0000-0000-0000-000000000000"
 BOOT_B = "bbbbbbbb-0000-0000-0000-000000000000"
 
 
-def sample() -> CheckpointData:
-    return CheckpointData(
+def sample() -> Data:
+    return Data(
         claims={
-            "uid-1": ClaimEntry(
+            "uid-1": Entry(
                 state="PrepareCompleted",
                 name="c1",
                 namespace="ns",
@@ -42,7 +41,7 @@ def sample() -> CheckpointData:
                         cdiDeviceIDs=["k8s.gpu.nvidia.com/claim=uid-1-gpu-0"],
                     )
                 ],
-                undo=UndoData(
+                driverData=GpuClaimData(
                     migDevices=[
                         MigDeviceRecord(
                             device="gpu-3-mig-1g10gb-19-0",
@@ -58,7 +57,7 @@ def sample() -> CheckpointData:
                 ),
                 cdiSpec={"cdiVersion": "0.3.0"},
             ),
-            "uid-2": ClaimEntry(state="PrepareStarted", name="c2", namespace="ns"),
+            "uid-2": Entry(state="PrepareStarted", name="c2", namespace="ns", driverData=GpuClaimData()),
         }
     )
 
@@ -69,7 +68,9 @@ class Env:
         self.boot = tmp_path / "boot_id"
         self.boot.write_text(BOOT_A + "\n")
         self.reports: list[str] = []
-        self.store = CheckpointStore(self.dir, self.boot, on_corrupt=self.reports.append, clock=lambda: 0.0)
+        self.store = CheckpointStore(
+            self.dir, GpuClaimData, self.boot, on_corrupt=self.reports.append, clock=lambda: 0.0
+        )
 
     @property
     def path(self) -> Path:
@@ -88,7 +89,7 @@ def env(tmp_path: Path) -> Env:
 def test_missing_is_empty(env: Env) -> None:
     result = env.store.load()
     assert result.status == "missing"
-    assert result.data == CheckpointData(nodeBootID=BOOT_A)
+    assert result.data == Data(nodeBootID=BOOT_A)
     assert not env.path.exists()  # nothing written by a load
 
 
@@ -97,7 +98,7 @@ def test_round_trip_format_and_mode(env: Env) -> None:
     assert stat.S_IMODE(env.path.stat().st_mode) == 0o600
     assert [p.name for p in env.dir.iterdir()] == ["checkpoint.json"]  # no temp files
     document = json.loads(env.path.read_text())
-    assert document["version"] == 1
+    assert document["version"] == 2
     assert (
         document["checksum"]
         == "sha256:"
@@ -126,10 +127,10 @@ def test_round_trip_format_and_mode(env: Env) -> None:
 def test_boot_id_change_discards(env: Env, caplog: pytest.LogCaptureFixture) -> None:
     env.store.save(sample())
     env.boot.write_text(BOOT_B)
-    with caplog.at_level(logging.WARNING, logger="dra_fake.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="dra_fake.core.checkpoint"):
         result = env.store.load()
     assert result.status == "boot-id-changed"
-    assert result.data == CheckpointData(nodeBootID=BOOT_B)
+    assert result.data == Data(nodeBootID=BOOT_B)
     assert "checkpoint from an earlier boot discarded" in caplog.text
     assert f"storedBootID={BOOT_A}" in caplog.text
     assert env.reports == []  # not an error
@@ -139,7 +140,7 @@ def test_checkpoint_without_boot_id_is_stamped(env: Env) -> None:
     data = sample()
     payload = data.model_dump(mode="json", exclude_none=True)
     payload["nodeBootID"] = ""
-    env.write_document({"version": 1, "checksum": checkpoint.checksum(payload), "data": payload})
+    env.write_document({"version": 2, "checksum": checkpoint.checksum(payload), "data": payload})
     result = env.store.load()
     assert result.status == "ok"
     assert result.data.nodeBootID == BOOT_A
@@ -155,7 +156,7 @@ def test_unreadable_boot_id_keeps_checkpoint(env: Env) -> None:
 def valid_document() -> dict[str, Any]:
     payload = sample().model_dump(mode="json", exclude_none=True)
     payload["nodeBootID"] = BOOT_A
-    return {"version": 1, "checksum": checkpoint.checksum(payload), "data": payload}
+    return {"version": 2, "checksum": checkpoint.checksum(payload), "data": payload}
 
 
 def tampered() -> dict[str, Any]:
@@ -177,7 +178,7 @@ CORRUPT: dict[str, tuple[Any, str]] = {
     "empty file": ("", "json"),
     "not an object": ("[1, 2]", "format"),
     "missing data": (json.dumps({"version": 1, "checksum": "x"}), "format"),
-    "unknown version": (json.dumps({**valid_document(), "version": 2}), "version"),
+    "unknown version": (json.dumps({**valid_document(), "version": 3}), "version"),
     "checksum mismatch": (json.dumps(tampered()), "checksum"),
     "invalid state": (json.dumps(bad_schema()), "schema"),
 }
@@ -192,11 +193,11 @@ def test_corrupt_checkpoint_is_reported_and_moved_aside(
         env.path.write_bytes(content)
     else:
         env.path.write_text(content)
-    with caplog.at_level(logging.ERROR, logger="dra_fake.checkpoint"):
+    with caplog.at_level(logging.ERROR, logger="dra_fake.core.checkpoint"):
         result = env.store.load()  # never raises
     assert result.status == "corrupt"
     assert result.reason == reason
-    assert result.data == CheckpointData(nodeBootID=BOOT_A)
+    assert result.data == Data(nodeBootID=BOOT_A)
     assert env.reports == [reason]
     assert not env.path.exists()
     assert result.quarantined == env.dir / "checkpoint.json.corrupt-19700101T000000Z"
@@ -231,36 +232,19 @@ def test_failing_hook_does_not_break_load(env: Env) -> None:
     def boom(reason: str) -> None:
         raise RuntimeError("metrics down")
 
-    store = CheckpointStore(env.dir, env.boot, on_corrupt=boom)
+    store = CheckpointStore(env.dir, GpuClaimData, env.boot, on_corrupt=boom)
     env.dir.mkdir()
     env.path.write_text("{")
     assert store.load().status == "corrupt"
 
 
-def test_report_to_metrics_without_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "dra_fake.metrics", None)  # import fails
-    checkpoint.report_to_metrics("json")  # no exception
-
-
-def test_report_to_metrics_hook_function(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[str] = []
-    module = types.ModuleType("dra_fake.metrics")
-    module.record_checkpoint_error = seen.append  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "dra_fake.metrics", module)
-    checkpoint.report_to_metrics("checksum")
-    assert seen == ["checksum"]
-
-
-def test_report_to_metrics_counter(monkeypatch: pytest.MonkeyPatch) -> None:
-    from prometheus_client import CollectorRegistry, Counter
-
-    registry = CollectorRegistry()
-    counter = Counter("dra_fake_checkpoint_errors_total", "errors", ["reason"], registry=registry)
-    module = types.ModuleType("dra_fake.metrics")
-    module.CHECKPOINT_ERRORS = counter  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "dra_fake.metrics", module)
-    checkpoint.report_to_metrics("version")
-    assert registry.get_sample_value("dra_fake_checkpoint_errors_total", {"reason": "version"}) == 1.0
+def test_a_corrupt_checkpoint_is_counted_by_default(tmp_path: Path) -> None:
+    counter = metrics.CHECKPOINT_ERRORS_TOTAL.labels(reason="json")
+    before = counter._value.get()
+    store = CheckpointStore(tmp_path, GpuClaimData, tmp_path / "no-boot-id")
+    (tmp_path / "checkpoint.json").write_text("{")
+    assert store.load().status == "corrupt"
+    assert counter._value.get() == before + 1
 
 
 def test_stale_temp_files_removed(env: Env) -> None:
@@ -272,26 +256,71 @@ def test_stale_temp_files_removed(env: Env) -> None:
 
 
 def test_encode_is_compact_canonical_and_older_indented_files_still_decode() -> None:
-    data = CheckpointData.model_validate(
+    data = Data.model_validate(
         {
             "nodeBootID": "b",
-            "claims": {"u": {"state": "PrepareCompleted", "name": "n\u00e9", "namespace": "x"}},
+            "claims": {
+                "u": {"state": "PrepareCompleted", "name": "n\u00e9", "namespace": "x", "driverData": {}}
+            },
         }
     )
-    raw = checkpoint.encode(data)
+    raw = CODEC.encode(data)
     document = json.loads(raw)
     payload = checkpoint.canonical_json(document["data"])
     assert (
-        raw == b'{"checksum":"' + document["checksum"].encode() + b'","data":' + payload + b',"version":1}\n'
+        raw == b'{"checksum":"' + document["checksum"].encode() + b'","data":' + payload + b',"version":2}\n'
     )
-    assert checkpoint.decode(raw) == data
+    assert CODEC.decode(raw) == data
     # The layout the encoder used before (indented, keys sorted) decodes through the full path.
     older = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
-    assert checkpoint._decode_fast(older) is None
-    assert checkpoint.decode(older) == data
+    assert CODEC._decode_fast(older) is None
+    assert CODEC.decode(older) == data
     # A flipped byte inside the data fails the fast path and is then reported as corrupt.
     tampered = raw.replace(b'"x"', b'"y"')
-    assert checkpoint._decode_fast(tampered) is None
+    assert CODEC._decode_fast(tampered) is None
     with pytest.raises(checkpoint.CorruptCheckpointError) as err:
-        checkpoint.decode(tampered)
+        CODEC.decode(tampered)
     assert err.value.reason == checkpoint.REASON_CHECKSUM
+
+
+# --- format 1: the files written before the versioned payload -------------------------------------
+
+
+def test_a_gpu_checkpoint_of_format_1_is_read_and_written_back_as_format_2(tmp_path: Path) -> None:
+    """tests/data/checkpoint-v1-gpu.json was written by the previous code (full GPU, time-slicing,
+    dynamic MIG with MPS, admin access, a PrepareStarted entry)."""
+    (tmp_path / "checkpoint.json").write_bytes((DATA / "checkpoint-v1-gpu.json").read_bytes())
+    boot = tmp_path / "boot_id"
+    boot.write_text("11111111-2222-3333-4444-555555555555\n")  # the boot ID the file recorded
+    store = CheckpointStore(tmp_path, GpuClaimData, boot)
+    result = store.load()
+    assert result.status == "ok"
+    claims = result.data.claims
+    assert len(claims) == 5
+    shared = claims["2b222222-2222-2222-2222-222222222222"]
+    assert shared.driverData.timeSlicing == [
+        TimeSliceRecord(uuid=shared.driverData.timeSlicing[0].uuid, interval="Long")
+    ]
+    assert shared.preparedDevices[0].shareID == "5e2b3c4d-0000-0000-0000-000000000001"
+    dynamic = claims["3c333333-3333-3333-3333-333333333333"].driverData
+    assert [m.device for m in dynamic.migDevices] == ["gpu-3-mig-1g10gb-19-0", "gpu-3-mig-1g10gb-19-1"]
+    assert len(dynamic.mpsDaemons) == 1
+    assert claims["4d444444-4444-4444-4444-444444444444"].preparedDevices[0].adminAccess
+    assert claims["5e555555-5555-5555-5555-555555555555"].state == "PrepareStarted"
+    store.save(result.data)
+    rewritten = json.loads((tmp_path / "checkpoint.json").read_text())
+    assert rewritten["version"] == 2
+    assert "undo" not in json.dumps(rewritten) and store.load().data == result.data
+
+
+def test_a_compute_domain_checkpoint_of_format_1_is_read(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint.json").write_bytes((DATA / "checkpoint-v1-compute-domain.json").read_bytes())
+    store = CheckpointStore(tmp_path, DomainClaimData, tmp_path / "no-boot-id")
+    result = store.load()
+    assert result.status == "ok"
+    channel = result.data.claims["claim-channel-0"]
+    assert channel.driverData == DomainClaimData(
+        type="channel", domainID="2f9c6a4e-0000-4000-8000-000000000001", allocationMode="Single"
+    )
+    assert result.data.claims["claim-daemon-0"].driverData.type == "daemon"
+    assert channel.state == "PrepareCompleted" and channel.cdiSpec

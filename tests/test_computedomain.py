@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from computedomain import objects, status
-from dra_fake.cd import config as cdconfig
-from dra_fake.cd import imex
-from dra_fake.cd.cdi import channel_major, write_channel_placeholders
-from dra_fake.cd.daemon import DaemonError, smallest_free_index
-from dra_fake.cd.domains import LABEL_OWNED, NAMESPACE_MISMATCH, DomainRef, NodeOwnedError
-from dra_fake.cd.state import ComputeDomainState, DaemonNotReady
-from dra_fake.prepare import ClaimError, PermanentClaimError
+from computedomain import imex
+from computedomain.controller import objects, status
+from computedomain.daemon.daemon import DaemonError, smallest_free_index
+from computedomain.plugin import configs as cdconfig
+from computedomain.plugin.domains import LABEL_OWNED, NAMESPACE_MISMATCH, DomainRef, NodeOwnedError
+from computedomain.plugin.edits import channel_major, write_channel_placeholders
+from computedomain.plugin.state import ComputeDomainState, DaemonNotReady
+from dra_fake.gpu.state import ClaimError, PermanentClaimError
 
 UID = "2f9c6a4e-0000-4000-8000-000000000001"
 CLIQUE = "0b0f0c2d-6c67-4bba-9b6b-2a2f1e7ef7a1.32766"
@@ -331,14 +331,14 @@ def test_the_controller_starts_as_a_uid_without_a_passwd_entry(monkeypatch: pyte
     import argparse
     import getpass
 
-    from computedomain import main
+    from computedomain.controller import main
 
     def no_passwd_entry() -> str:
         raise KeyError("getpwuid(): uid not found: 65532")
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(getpass, "getuser", no_passwd_entry)
-    monkeypatch.setattr("dra_fake.plugin.load_kube_client", lambda _: object())
+    monkeypatch.setattr("dra_fake.core.kube.load_kube_client", lambda _: object())
     monkeypatch.setattr(main, "discover", lambda _: type("Info", (), {"resource_version": "v1beta1"})())
     monkeypatch.setattr(main, "Reconciler", lambda api, settings: seen.setdefault("settings", settings))
     monkeypatch.setattr(main.threading, "Thread", lambda **_: type("T", (), {"start": lambda self: None})())

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from dra_fake import configs
-from dra_fake.configs import (
+from dra_fake.core import opaque
+from dra_fake.gpu import configs
+from dra_fake.gpu.configs import (
     AppliedSharing,
     ConfigError,
     FeatureGates,
@@ -531,7 +532,7 @@ def test_decode_claim_configs_orders_class_first() -> None:
     ],
 )
 def test_requests_match(requests: tuple[str, ...], req: str, expected: bool) -> None:
-    assert configs.requests_match(requests, req) is expected
+    assert opaque.requests_match(requests, req) is expected
 
 
 # --- MPS application ---------------------------------------------------------------------------

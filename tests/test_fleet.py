@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from dra_fake.fleet_cli import add_fleet_parser
-from dra_fake.fleet_core import (
+from dra_fake.fleet.cli import add_fleet_parser
+from dra_fake.fleet.core import (
     FLEET_LABEL,
     NodeTemplate,
     SliceCache,

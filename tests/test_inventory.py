@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_fake.devices import MigPlacement, gpu_uuid, mig_uuid
-from dra_fake.inventory import (
+from dra_fake.gpu.devices import MigPlacement, gpu_uuid, mig_uuid
+from dra_fake.gpu.inventory import (
     Inventory,
     InventoryError,
     build_inventory,
@@ -17,7 +17,7 @@ from dra_fake.inventory import (
     mig_device_name,
     parse_config,
 )
-from dra_fake.profiles import load_profiles
+from dra_fake.gpu.profiles import load_profiles
 
 EXAMPLE = """\
 gpus:

@@ -19,6 +19,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
+from dra_fake.core.metrics import DriverMetrics, start_metrics_server
 from dra_fake.kubelet import sockets
 from dra_fake.kubelet.api import ClaimRef, PreparedDevice, PrepareResult
 from dra_fake.kubelet.health import NOT_SERVING, READINESS_SERVICE, SERVING, HealthServer
@@ -30,7 +31,6 @@ from dra_fake.kubelet.pb.health.v1 import health_pb2, health_pb2_grpc
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2_grpc as regpb_grpc
 from dra_fake.kubelet.server import DRA_V1_SERVICE, KubeletPlugin, serve_forever, strip_subrequests
-from dra_fake.metrics import DriverMetrics, start_metrics_server
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""The nvidia-smi mounted into pods (dra_fake/nvidia_smi): CDI mounts, host files, and its output
+"""The nvidia-smi mounted into pods (dra_fake/gpu/nvidia_smi): CDI mounts, host files, and its output
 compared with real nvidia-smi output.
 
 How a test "runs it in a container": a claim is prepared by DeviceState (as the plugin does), the
@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_fake.inventory import load_inventory
-from dra_fake.nvidia_smi import CONTAINER_BINARY, NvidiaSmi, nvidia_bus_id, script_text
-from dra_fake.prepare import DeviceState
+from dra_fake.gpu.inventory import load_inventory
+from dra_fake.gpu.nvidia_smi import CONTAINER_BINARY, NvidiaSmi, nvidia_bus_id, script_text
+from dra_fake.gpu.state import DeviceState
 
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"

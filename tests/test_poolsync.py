@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dra_fake.poolsync import ExistingSlice, plan_pool, slice_name
+from dra_fake.core.poolsync import ExistingSlice, plan_pool, slice_name
 
 DRIVER, POOL = "gpu.nvidia.com", "node-1"
 

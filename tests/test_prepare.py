@@ -1,5 +1,5 @@
 """DeviceState: prepare/unprepare, conflicts, dynamic MIG, startup reconciliation, the node lock and
-crash safety at every crash point (dra_fake.prepare, dra_fake.locking)."""
+crash safety at every crash point (dra_fake.gpu.state on dra_fake.core.state, dra_fake.core.locking)."""
 
 from __future__ import annotations
 
@@ -28,12 +28,14 @@ from crash_helper import (
     result,
 )
 
-from dra_fake.checkpoint import CheckpointData, ClaimEntry
-from dra_fake.configs import FeatureGates
-from dra_fake.devices import mig_uuid
+from dra_fake.core.checkpoint import CheckpointData, ClaimEntry
+from dra_fake.core.claims import ClaimError, PermanentClaimError
+from dra_fake.core.locking import LockTimeoutError, PrepareUnprepareLock
+from dra_fake.core.state import CRASH_ENV, CRASH_POINTS
+from dra_fake.gpu.configs import FeatureGates
+from dra_fake.gpu.devices import mig_uuid
+from dra_fake.gpu.state import DeviceState, GpuClaimData
 from dra_fake.kubelet.api import PreparedDevice
-from dra_fake.locking import LockTimeoutError, PrepareUnprepareLock
-from dra_fake.prepare import CRASH_ENV, CRASH_POINTS, ClaimError, DeviceState, PermanentClaimError
 
 HELPER = Path(__file__).with_name("crash_helper.py")
 REPO = HELPER.parent.parent
@@ -122,7 +124,7 @@ def test_time_slicing_injected_and_recorded(state: DeviceState) -> None:
     env = spec_env(state, UID1)
     assert "DRA_FAKE_TIMESLICE_INTERVAL=Short" in env
     assert "DRA_FAKE_GPU_0_TIMESLICE_INTERVAL=Short" in env
-    undo = checkpoint(state).claims[UID1].undo
+    undo = checkpoint(state).claims[UID1].driverData
     assert [(t.uuid, t.interval) for t in undo.timeSlicing] == [(state.devices["gpu-0"].uuid, "Short")]
 
 
@@ -141,7 +143,7 @@ def test_mps_injected_and_recorded(state: DeviceState) -> None:
     assert "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps" in env
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20" in env
     assert f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={u0}=4096M,{u1}=4096M" in env
-    (daemon,) = checkpoint(state).claims[UID1].undo.mpsDaemons
+    (daemon,) = checkpoint(state).claims[UID1].driverData.mpsDaemons
     assert daemon.uuids == [u0, u1]
 
 
@@ -305,7 +307,7 @@ def test_disjoint_placements_coexist(state: DeviceState) -> None:
 
 
 def test_unprepare_unknown_claim_succeeds(state: DeviceState, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="dra_fake.prepare"):
+    with caplog.at_level(logging.INFO, logger="dra_fake.core.state"):
         state.unprepare(UID1)
     assert "Unprepare noop: claim not found in checkpoint data" in caplog.text
 
@@ -549,23 +551,24 @@ def test_crash_during_unprepare(tmp_path: Path, point: str) -> None:
 
 def test_every_crash_point_is_reachable(tmp_path: Path) -> None:
     """Each named crash point is actually checked on the code path (none is dead)."""
-    import dra_fake.prepare as prepare_module
+    import dra_fake.core.state as core_state
+    import dra_fake.gpu.state as gpu_state
 
     seen: list[str] = []
-    original = prepare_module.crash_point
-    prepare_module.crash_point = seen.append  # type: ignore[assignment]
+    originals = gpu_state.crash_point, core_state.crash_point
+    gpu_state.crash_point = core_state.crash_point = seen.append  # type: ignore[assignment]
     try:
         state = make_state(tmp_path)
         leave_started(state, UID1, [result("m", MIG_A)])
         state.prepare(CRASH_CLAIM)
         state.unprepare(UID1)
     finally:
-        prepare_module.crash_point = original
+        gpu_state.crash_point, core_state.crash_point = originals
     assert set(seen) == set(CRASH_POINTS)
 
 
 def test_crash_point_inactive_without_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dra_fake.prepare import crash_point
+    from dra_fake.core.state import crash_point
 
     monkeypatch.setenv(CRASH_ENV, "prepare:other")
     crash_point("prepare:after-cdi")  # not listed: returns
@@ -573,4 +576,4 @@ def test_crash_point_inactive_without_env(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_boot_id_fixture() -> None:
     assert BOOT_ID  # the helper's fake boot ID is what every test state uses
-    assert ClaimEntry(state="PrepareStarted").recovered is False
+    assert ClaimEntry[GpuClaimData](state="PrepareStarted", driverData=GpuClaimData()).recovered is False

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_fake.profiles import (
+from dra_fake.gpu.profiles import (
     BUILTIN_DIR,
     BUILTIN_PROFILE_IDS,
     GpuProfile,
@@ -18,7 +18,7 @@ from dra_fake.profiles import (
     apply_overrides,
     load_profiles,
 )
-from dra_fake.render import profiles_table
+from dra_fake.gpu.render import profiles_table
 
 
 @pytest.fixture(scope="module")

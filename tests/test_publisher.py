@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from dra_fake.inventory import load_inventory
-from dra_fake.publisher import Publisher, dropped_features
-from dra_fake.slices import desired_slices
+from dra_fake.core.publisher import Publisher, dropped_features
+from dra_fake.gpu.inventory import load_inventory
+from dra_fake.gpu.slices import desired_slices
 
 GATED = ("sharedCounters", "consumesCounters")
 

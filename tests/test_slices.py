@@ -17,19 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_fake.deviceclasses import device_classes
-from dra_fake.inventory import Inventory, load_inventory
-from dra_fake.profiles import BUILTIN_PROFILE_IDS, load_profiles
-from dra_fake.render import render_slices
-from dra_fake.slices import (
-    API_VERSIONS,
-    DesiredSlice,
-    canonical_quantity,
-    desired_slices,
-    semver,
-    slice_manifest,
-    slice_spec,
-)
+from dra_fake.core.slices import API_VERSIONS, DesiredSlice, canonical_quantity, slice_manifest, slice_spec
+from dra_fake.gpu.deviceclasses import device_classes
+from dra_fake.gpu.inventory import Inventory, load_inventory
+from dra_fake.gpu.profiles import BUILTIN_PROFILE_IDS, load_profiles
+from dra_fake.gpu.render import render_slices
+from dra_fake.gpu.slices import desired_slices, semver
 
 DRIVER = "gpu.nvidia.com"
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "slices"

@@ -24,13 +24,13 @@ from typing import Any
 
 import grpc
 
-from . import sockets
-from .pb.dra.v1 import api_pb2 as drapb_v1
-from .pb.dra.v1 import api_pb2_grpc as drapb_v1_grpc
-from .pb.health.v1 import health_pb2, health_pb2_grpc
-from .pb.pluginregistration.v1 import api_pb2 as regpb
-from .pb.pluginregistration.v1 import api_pb2_grpc as regpb_grpc
-from .server import (
+from dra_fake.kubelet import sockets
+from dra_fake.kubelet.pb.dra.v1 import api_pb2 as drapb_v1
+from dra_fake.kubelet.pb.dra.v1 import api_pb2_grpc as drapb_v1_grpc
+from dra_fake.kubelet.pb.health.v1 import health_pb2, health_pb2_grpc
+from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
+from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2_grpc as regpb_grpc
+from dra_fake.kubelet.server import (
     DRA_V1_SERVICE,
     DRA_V1BETA1_SERVICE,
     PROBE_METADATA_KEY,

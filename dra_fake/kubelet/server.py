@@ -27,15 +27,15 @@ from typing import Any, Protocol
 
 import grpc
 
-from ..metrics import METRICS, RESULT_CLAIM_ERROR, RESULT_ERROR, RESULT_SUCCESS, DriverMetrics
-from . import sockets
-from .api import ClaimRef, DriverHandler, PreparedDevice, PrepareResult
-from .pb.dra.v1 import api_pb2 as drapb_v1
-from .pb.dra.v1 import api_pb2_grpc as drapb_v1_grpc
-from .pb.dra.v1beta1 import api_pb2 as drapb_v1beta1
-from .pb.dra.v1beta1 import api_pb2_grpc as drapb_v1beta1_grpc
-from .pb.pluginregistration.v1 import api_pb2 as regpb
-from .pb.pluginregistration.v1 import api_pb2_grpc as regpb_grpc
+from dra_fake.core.metrics import METRICS, RESULT_CLAIM_ERROR, RESULT_ERROR, RESULT_SUCCESS, DriverMetrics
+from dra_fake.kubelet import sockets
+from dra_fake.kubelet.api import ClaimRef, DriverHandler, PreparedDevice, PrepareResult
+from dra_fake.kubelet.pb.dra.v1 import api_pb2 as drapb_v1
+from dra_fake.kubelet.pb.dra.v1 import api_pb2_grpc as drapb_v1_grpc
+from dra_fake.kubelet.pb.dra.v1beta1 import api_pb2 as drapb_v1beta1
+from dra_fake.kubelet.pb.dra.v1beta1 import api_pb2_grpc as drapb_v1beta1_grpc
+from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
+from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2_grpc as regpb_grpc
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cluster import DEFAULT_ROOT, LocalCluster
+from e2e.localcluster.cluster import DEFAULT_ROOT, LocalCluster
 
 
 def main() -> int:

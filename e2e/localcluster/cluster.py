@@ -18,8 +18,8 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .pki import write_service_account_key
-from .processes import Process, free_port, spawn, wait_for
+from e2e.localcluster.pki import write_service_account_key
+from e2e.localcluster.processes import Process, free_port, spawn, wait_for
 
 log = logging.getLogger("localcluster")
 
@@ -361,7 +361,7 @@ class LocalCluster:
 
     def _install_cluster_objects(self) -> None:
         """What a cluster admin installs once: the DeviceClasses (the chart does this on kind)."""
-        from .objects import install_device_classes
+        from e2e.localcluster.objects import install_device_classes
 
         install_device_classes(self.kubeconfig)
         self._install_compute_domain_objects()
@@ -448,7 +448,7 @@ class LocalCluster:
     def plugin_ready(self, node: str) -> bool:
         """Registered by the node's kubelet (the plugin's dra_fake_kubelet_registered gauge) and slices
         published."""
-        from .objects import node_slices
+        from e2e.localcluster.objects import node_slices
 
         url = f"http://127.0.0.1:{self.state.ports[f'metrics-{node}']}/metrics"
         with urllib.request.urlopen(url, timeout=5) as resp:
@@ -465,9 +465,8 @@ class LocalCluster:
 
     # ---- ComputeDomains (docs/computedomain.md) -----------------------------------------
     def _install_compute_domain_objects(self) -> None:
-        from dra_fake.cd.install import install
-
-        from .objects import api_client
+        from e2e.localcluster.install import install
+        from e2e.localcluster.objects import api_client
 
         with api_client(self.kubeconfig) as api:
             install(api, CD_NAMESPACE)
@@ -489,7 +488,7 @@ class LocalCluster:
         ]
 
     def start_cd_plugin(self, node: str, wait: bool = True) -> Process:
-        from .objects import node_slices
+        from e2e.localcluster.objects import node_slices
 
         proc = self._track(spawn(f"cd-plugin-{node}", self.cd_plugin_args(node), self.logs, cwd=REPO))
         if wait:

@@ -8,7 +8,7 @@ from typing import Any, cast
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.apiserver import as_dict
+from dra_fake.core.resourceapi import as_dict
 
 
 def api_client(kubeconfig: Path) -> client.ApiClient:
@@ -27,7 +27,7 @@ def node_slices(kubeconfig: Path, node: str, driver: str) -> list[dict[str, Any]
 
 
 def install_device_classes(kubeconfig: Path, driver: str = "gpu.nvidia.com") -> None:
-    from dra_fake.deviceclasses import device_classes
+    from dra_fake.gpu.deviceclasses import device_classes
 
     with api_client(kubeconfig) as api:
         custom = client.CustomObjectsApi(api)

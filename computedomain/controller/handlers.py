@@ -1,0 +1,88 @@
+"""kopf wiring: which events call which Reconciler step. Errors become Warning events on the
+ComputeDomain (kopf posts handler failures; we post our own reasons too)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from computedomain.api import FINALIZER, GROUP, PLURAL, VERSION
+from computedomain.controller.reconcile import NotDoneYet, Reconciler
+
+PREFIX = "computedomain.dra-fake.dev"
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """The CD's finalizer is NVIDIA's; kopf's bookkeeping lives in annotations (the CRD's status
+    schema has no room for kopf's own fields)."""
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=PREFIX, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    # No watch on CustomResourceDefinitions (kopf would retry a 403 forever otherwise): the
+    # ComputeDomain CRD is resolved once at start-up, so it must exist before the controller starts
+    # (helm installs crds/ first; so does the local cluster). Least privilege: no CRD rights.
+    settings.scanning.disabled = True
+    settings.watching.server_timeout = 120
+    settings.watching.client_timeout = 150
+
+
+def _as_dict(body: Any) -> dict[str, Any]:
+    return {
+        "metadata": dict(body["metadata"]),
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
+
+
+def build_registry(
+    reconciler: Reconciler, status_interval: float, on_created: Any = None
+) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> Any:
+        return kopf.login_with_kubeconfig(**kwargs) or kopf.login_with_service_account(**kwargs)
+
+    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
+    def ensure(body: kopf.Body, **_: Any) -> None:
+        cd = _as_dict(body)
+        if cd["metadata"].get("deletionTimestamp"):
+            return
+        try:
+            created = reconciler.ensure(cd)
+        except (ApiException, RuntimeError) as err:
+            message = str(err) if isinstance(err, RuntimeError) else f"{err.status} {err.reason}: {err.body}"
+            kopf.warn(body, reason="ReconcileFailed", message=message)
+            raise kopf.TemporaryError(message, delay=2) from err
+        for what in created:
+            kopf.info(body, reason="Created", message=f"created {what}")
+        if on_created is not None:
+            on_created()
+        reconciler.sync_status(cd)
+
+    @kopf.timer(GROUP, VERSION, PLURAL, interval=status_interval, registry=registry)
+    def sync(body: kopf.Body, **_: Any) -> None:
+        cd = _as_dict(body)
+        if cd["metadata"].get("deletionTimestamp"):
+            return
+        reconciler.ensure(cd)  # recreate what someone deleted
+        reconciler.sync_status(cd)
+
+    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
+    def delete(body: kopf.Body, **_: Any) -> None:
+        try:
+            reconciler.delete(_as_dict(body))
+        except NotDoneYet as err:
+            raise kopf.TemporaryError(str(err), delay=1) from err
+        except ApiException as err:
+            kopf.warn(body, reason="DeleteFailed", message=f"{err.status} {err.reason}")
+            raise kopf.TemporaryError(f"{err.status} {err.reason}", delay=2) from err
+
+    return registry

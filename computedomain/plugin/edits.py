@@ -1,0 +1,165 @@
+"""CDI specs of compute-domain.nvidia.com claims (§7.1): what the channel and daemon get.
+
+IMEX channels are character devices `/dev/nvidia-caps-imex-channels/channel<N>`: major of
+`nvidia-caps-imex-channels` in /proc/devices, minor N, mode 0666, written fully specified (`type:
+c`, major, minor, fileMode) so the CDI library creates them without a host node to stat.
+
+Only a kernel that registered that major gets device nodes. Anywhere else (every machine without
+NVIDIA's driver) a guessed major could name some other driver's device, so the container gets
+read-only placeholder files at the same paths instead: `ls /dev/nvidia-caps-imex-channels` shows
+its channels, and nothing in it can reach a host device (docs/computedomain.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from computedomain.api import ALLOCATION_ALL, IMEX_CHANNEL_COUNT
+from dra_fake.core import cdi
+from dra_fake.core.atomic import atomic_write
+
+CHANNEL_DEVICE_DIR = "/dev/nvidia-caps-imex-channels"
+CHANNEL_PROC_NAME = "nvidia-caps-imex-channels"
+CHANNEL_FILE_MODE = 0o666
+PLACEHOLDER_DIR = "imex-channels"  # in the plugin's data directory: single/channel0, all/channel*
+IMEX_CONTAINER_DIR = "/imexd"
+BASE_CLASS = "device"
+BASE_DEVICE = "all"
+
+
+def channel_major(proc_devices: Path | None = None) -> int | None:
+    """The character major the kernel gave the IMEX channels driver (/proc/devices, or
+    $ALT_PROC_DEVICES_PATH), or None: no such driver, no device nodes."""
+    path = proc_devices or Path(os.environ.get("ALT_PROC_DEVICES_PATH") or "/proc/devices")
+    in_char_section = False
+    try:
+        for line in path.read_text().splitlines():
+            if line.strip().endswith("devices:"):
+                in_char_section = line.strip() == "Character devices:"
+                continue
+            parts = line.split()
+            if in_char_section and len(parts) == 2 and parts[1] == CHANNEL_PROC_NAME and parts[0].isdigit():
+                return int(parts[0])
+    except OSError:
+        pass
+    return None
+
+
+def placeholder_dir(data_dir: Path, allocation_mode: str) -> Path:
+    return data_dir / PLACEHOLDER_DIR / ("all" if allocation_mode == ALLOCATION_ALL else "single")
+
+
+def write_channel_placeholders(data_dir: Path) -> None:
+    """Empty read-only files channel<N> for both allocation modes (idempotent)."""
+    for mode in ("Single", ALLOCATION_ALL):
+        directory = placeholder_dir(data_dir, mode)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+        for n in channel_ids(mode):
+            path = directory / f"channel{n}"
+            if not path.exists():
+                path.touch(mode=0o444)
+
+
+def channel_ids(allocation_mode: str) -> range:
+    return range(IMEX_CHANNEL_COUNT) if allocation_mode == ALLOCATION_ALL else range(1)
+
+
+def channel_nodes(allocation_mode: str, major: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "path": f"{CHANNEL_DEVICE_DIR}/channel{n}",
+            "type": "c",
+            "major": major,
+            "minor": n,
+            "fileMode": CHANNEL_FILE_MODE,
+            "permissions": "rw",
+        }
+        for n in channel_ids(allocation_mode)
+    ]
+
+
+def domain_env(uid: str, name: str, namespace: str) -> list[str]:
+    return [
+        f"COMPUTE_DOMAIN_UUID={uid}",
+        f"COMPUTE_DOMAIN_NAME={name}",
+        f"COMPUTE_DOMAIN_NAMESPACE={namespace}",
+    ]
+
+
+def channel_edits(
+    uid: str,
+    name: str,
+    namespace: str,
+    allocation_mode: str,
+    clique_id: str,
+    major: int | None,
+    data_dir: Path,
+) -> dict[str, Any]:
+    """A channel claim: the channel nodes (none when the node is not fabric-attached, as NVIDIA;
+    placeholder files when the kernel has no IMEX channels driver) and the COMPUTE_DOMAIN_* env."""
+    ids = channel_ids(allocation_mode)
+    env = [*domain_env(uid, name, namespace), f"DRA_FAKE_IMEX_CHANNELS={ids[0]}-{ids[-1]}"]
+    edits: dict[str, Any] = {"env": env}
+    if clique_id and major is not None:
+        edits["deviceNodes"] = channel_nodes(allocation_mode, major)
+    elif clique_id:
+        edits["mounts"] = [
+            {
+                "hostPath": str(placeholder_dir(data_dir, allocation_mode)),
+                "containerPath": CHANNEL_DEVICE_DIR,
+                "options": ["ro", "nosuid", "nodev", "noexec", "bind"],
+            }
+        ]
+    return edits
+
+
+def daemon_edits(uid: str, name: str, namespace: str, clique_id: str, host_dir: Path) -> dict[str, Any]:
+    """A daemon claim: its IMEX config directory mounted at /imexd, and the env it needs."""
+    return {
+        "env": [f"CLIQUE_ID={clique_id}", *domain_env(uid, name, namespace)],
+        "mounts": [
+            {
+                "hostPath": str(host_dir),
+                "containerPath": IMEX_CONTAINER_DIR,
+                "options": ["rw", "nosuid", "nodev", "bind"],
+            }
+        ],
+    }
+
+
+def claim_spec(driver: str, devices: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """The per-claim spec: devices `<claimUID>-channel-0` / `<claimUID>-daemon-0` with their edits."""
+    spec: dict[str, Any] = {
+        "cdiVersion": cdi.EARLIEST_VERSION,
+        "kind": cdi.claim_kind(driver),
+        "devices": [{"name": name, "containerEdits": dict(edits)} for name, edits in devices],
+    }
+    spec["cdiVersion"] = cdi.minimum_version(spec)
+    cdi.validate_spec(spec)
+    return spec
+
+
+def base_kind(driver: str) -> str:
+    return f"{cdi.claim_vendor(driver)}/{BASE_CLASS}"
+
+
+def base_device_id(driver: str) -> str:
+    """`k8s.compute-domain.nvidia.com/device=all`, handed to the daemon with its claim device."""
+    return f"{base_kind(driver)}={BASE_DEVICE}"
+
+
+def write_base_spec(root: Path, driver: str) -> Path:
+    """`k8s.compute-domain.nvidia.com-device_base.yaml`: device `all`, NVIDIA_VISIBLE_DEVICES=void."""
+    spec: dict[str, Any] = {
+        "cdiVersion": cdi.EARLIEST_VERSION,
+        "kind": base_kind(driver),
+        "devices": [{"name": BASE_DEVICE, "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}],
+    }
+    cdi.validate_spec(spec)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{cdi.claim_vendor(driver)}-{BASE_CLASS}_base.yaml"
+    atomic_write(path, cdi.render_spec(spec), cdi.SPEC_FILE_MODE)
+    return path

@@ -1,0 +1,126 @@
+"""The compute-domain kubelet plugin process (`dra-fake compute-domain-kubelet-plugin`): channel-0
+and daemon-0 published per node, ComputeDomain claims prepared, served by dra_fake.core.serving
+(the same process runtime as the GPU plugin)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from computedomain.plugin import slices
+from computedomain.plugin.domains import ComputeDomainApi
+from computedomain.plugin.edits import (
+    CHANNEL_PROC_NAME,
+    channel_major,
+    write_base_spec,
+    write_channel_placeholders,
+)
+from computedomain.plugin.state import ComputeDomainState
+from dra_fake.core import logs
+from dra_fake.core.kube import StartupError, load_kube_client
+from dra_fake.core.resourceapi import ServerInfo
+from dra_fake.core.serving import ClaimState, PluginContext, run_plugin
+from dra_fake.core.slices import DesiredSlice
+
+log = logging.getLogger(__name__)
+# NVML's fabric clique "<cluster UUID>.<clique id>" (the inventory's imexCliqueID, docs/inventory.md)
+CLIQUE_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.\d+$")
+
+
+def add_arguments(p: argparse.ArgumentParser, env_default: Any) -> None:
+    p.add_argument(
+        "--config",
+        action=env_default,
+        env="DRA_FAKE_CONFIG",
+        default="",
+        help="node inventory file (YAML); its imexCliqueID is this node's NVLink clique",
+    )
+    p.add_argument(
+        "--imex-clique-id",
+        action=env_default,
+        env="DRA_FAKE_IMEX_CLIQUE_ID",
+        default=None,
+        help="override the clique ID (<cluster UUID>.<clique id>; empty: not fabric-attached)",
+    )
+    p.add_argument(
+        "--namespace",
+        action=env_default,
+        env="NAMESPACE",
+        default="nvidia-dra-driver-gpu",
+        help="the driver namespace (ComputeDomainCliques, daemon DaemonSets)",
+    )
+
+
+def resolve_clique_id(args: argparse.Namespace) -> str:
+    """--imex-clique-id, else the node inventory's `imexCliqueID` (the GPU plugin's file), else ""
+    (not fabric-attached)."""
+    if args.imex_clique_id is not None:
+        clique = str(args.imex_clique_id)
+    elif args.config:
+        try:
+            doc = yaml.safe_load(Path(args.config).read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise StartupError(f"--config {args.config}: {err}") from err
+        clique = str((doc if isinstance(doc, dict) else {}).get("imexCliqueID") or "")
+    else:
+        clique = ""
+    if clique and not CLIQUE_ID.match(clique):
+        raise StartupError(f"imexCliqueID {clique!r}: expected <cluster UUID>.<clique id>")
+    return clique
+
+
+class ComputeDomainDriver:
+    """compute-domain.nvidia.com for run_plugin (dra_fake.core.serving.KubeletDriver)."""
+
+    display_name = "compute-domain plugin"
+
+    def __init__(self, args: argparse.Namespace, clique_id: str) -> None:
+        self.args = args
+        self.clique_id = clique_id
+
+    def create_state(self, ctx: PluginContext) -> ClaimState:
+        major = channel_major()
+        if major is None:
+            write_channel_placeholders(ctx.data_dir)
+            log.info(
+                f"no {CHANNEL_PROC_NAME} driver in /proc/devices: IMEX channels are injected as "
+                "read-only placeholder files, never as device nodes (docs/computedomain.md)"
+            )
+        write_base_spec(ctx.cdi_root, self.args.driver_name)
+        log.info(
+            "compute-domain plugin state",
+            extra={"cliqueID": self.clique_id or "-", "channelMajor": major if major is not None else "-"},
+        )
+        return ComputeDomainState(
+            self.args.driver_name,
+            ctx.node,
+            ctx.cdi_root,
+            ctx.data_dir,
+            ComputeDomainApi(ctx.api, self.args.namespace),
+            self.clique_id,
+            major,
+            daemon_gid=self.args.daemon_run_as_group,
+            on_checkpoint_error=ctx.checkpoint_error_hook(self.args.driver_name),
+        )
+
+    def desired_slices(self, server: ServerInfo) -> list[DesiredSlice]:
+        return slices.desired_slices()
+
+
+def run_cd_plugin(args: argparse.Namespace) -> int:
+    logs.setup(args.log_level, args.log_format)
+    try:
+        if not args.node_name:
+            raise StartupError("--node-name (NODE_NAME) is required")
+        clique_id = resolve_clique_id(args)
+        api = load_kube_client(args.kubeconfig)
+    except (StartupError, ValueError, OSError) as err:
+        print(f"dra-fake compute-domain-kubelet-plugin: error: {err}", file=sys.stderr)
+        return 2
+    return run_plugin(args, api, ComputeDomainDriver(args, clique_id))

@@ -1,0 +1,329 @@
+"""A kubelet plugin's checkpoint: which claims are prepared, what to return to the kubelet, and
+what to undo. One file per driver, `<plugin data dir>/checkpoint.json`, a versioned format:
+
+    {"checksum": "sha256:<hex>", "data": {"nodeBootID": ..., "claims": {<uid>: ClaimEntry}}, "version": 2}
+
+Format 2 (written): each ClaimEntry carries the driver's typed payload in `driverData` (a
+DriverData subclass: dra_fake.gpu.state.GpuClaimData, computedomain.plugin.state.DomainClaimData).
+Format 1 (read, written before 0.2): the same entry with the payload as `undo` holding both drivers'
+fields (migDevices, timeSlicing, mpsDaemons, computeDomain); it is converted on load and written
+back as format 2. A binary that only knows format 1 treats a format-2 file as corrupt and
+recovers from the CDI specs.
+
+The checksum is the sha256 of the canonical JSON (sorted keys, no spaces) of `data` exactly as
+stored, so a newer binary's extra fields neither break the checksum nor the decoding (unknown
+fields are ignored). Loading never raises: a corrupt file is reported, moved aside and replaced
+by an empty checkpoint (dra_fake.core.state rebuilds what it can from the CDI specs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Generic, Literal, Self, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dra_fake.core import metrics
+from dra_fake.core.atomic import atomic_write, fsync_dir, stale_temp_files
+
+_log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 2
+V1 = 1  # read and converted: see the module docstring
+CHECKPOINT_FILE_NAME = "checkpoint.json"
+CHECKPOINT_FILE_MODE = 0o600
+DEFAULT_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+PREPARE_STARTED: Final = "PrepareStarted"
+PREPARE_COMPLETED: Final = "PrepareCompleted"
+ClaimState = Literal["PrepareStarted", "PrepareCompleted"]
+
+LoadStatus = Literal["ok", "missing", "boot-id-changed", "corrupt"]
+# Corruption reasons (the `reason` label of dra_fake_checkpoint_errors_total).
+REASON_UNREADABLE = "unreadable"
+REASON_JSON = "json"
+REASON_FORMAT = "format"
+REASON_VERSION = "version"
+REASON_CHECKSUM = "checksum"
+REASON_SCHEMA = "schema"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class CheckpointedDevice(_Model):
+    """One prepared device as returned to the kubelet (+ whether it was admin access)."""
+
+    requests: list[str]
+    poolName: str
+    deviceName: str
+    cdiDeviceIDs: list[str]
+    shareID: str | None = None
+    adminAccess: bool = False
+
+
+class DriverData(_Model):
+    """What a driver records per claim to undo its preparation (its typed payload). Subclassed
+    by each driver; `from_v1_undo` reads the same facts from a format-1 file's `undo` object."""
+
+    @classmethod
+    def from_v1_undo(cls, undo: dict[str, Any]) -> Self:
+        return cls.model_validate(undo)
+
+
+P = TypeVar("P", bound=DriverData)
+
+
+class ClaimEntry(_Model, Generic[P]):
+    state: ClaimState
+    name: str = ""
+    namespace: str = ""
+    preparedDevices: list[CheckpointedDevice] = Field(default_factory=list)
+    driverData: P
+    cdiSpec: dict[str, Any] | None = None  # the spec written for the claim (to restore a lost file)
+    recovered: bool = False  # rebuilt from a CDI spec file after the checkpoint was lost
+
+
+class CheckpointData(_Model, Generic[P]):
+    nodeBootID: str = ""
+    claims: dict[str, ClaimEntry[P]] = Field(default_factory=dict)
+
+
+@dataclass
+class LoadResult(Generic[P]):
+    data: CheckpointData[P]
+    status: LoadStatus
+    reason: str | None = None  # corruption reason
+    quarantined: Path | None = None  # where a corrupt file was moved
+
+
+def canonical_json(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def checksum(data: object) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(data)).hexdigest()
+
+
+class CorruptCheckpointError(ValueError):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+_FAST_HEAD = b'{"checksum":"sha256:'
+_FAST_DIGEST_END = len(_FAST_HEAD) + 64
+_FAST_DATA = b'","data":'
+_FAST_TAIL = b',"version":%d}\n' % FORMAT_VERSION
+
+
+class Codec(Generic[P]):
+    """Encodes and decodes the checkpoint of a driver whose per-claim payload is `payload`."""
+
+    def __init__(self, payload: type[P]) -> None:
+        self.payload = payload
+        self.model: type[CheckpointData[P]] = CheckpointData[payload]  # type: ignore[valid-type]
+
+    def empty(self, boot_id: str = "") -> CheckpointData[P]:
+        return self.model(nodeBootID=boot_id)
+
+    def encode(self, data: CheckpointData[P]) -> bytes:
+        """`{"checksum":…,"data":…,"version":…}` (keys sorted), compact: the payload is serialised
+        once, by the C encoder (`indent` would switch json to its pure-Python encoder, which cost
+        most of a prepare with a hundred claims in the checkpoint); the checksum is over the same
+        canonical bytes that go into the file."""
+        payload = canonical_json(data.model_dump(mode="json", exclude_none=True))
+        digest = "sha256:" + hashlib.sha256(payload).hexdigest()
+        return (
+            b'{"checksum":"' + digest.encode() + b'","data":' + payload + b',"version":%d}\n' % FORMAT_VERSION
+        )
+
+    def _decode_fast(self, raw: bytes) -> CheckpointData[P] | None:
+        """A file exactly as `encode` writes it: the checksum is over the data bytes as stored
+        (they are the canonical serialisation), so it is checked without re-serialising the data.
+        Anything else (format 1, an indented file, a checksum mismatch, odd bytes) returns None:
+        the full path decides."""
+        start = _FAST_DIGEST_END + len(_FAST_DATA)
+        if not (
+            raw.startswith(_FAST_HEAD)
+            and raw[_FAST_DIGEST_END:start] == _FAST_DATA
+            and raw.endswith(_FAST_TAIL)
+        ):
+            return None
+        payload = raw[start : -len(_FAST_TAIL)]
+        if hashlib.sha256(payload).hexdigest().encode() != raw[len(_FAST_HEAD) : _FAST_DIGEST_END]:
+            return None
+        try:
+            data = json.loads(payload)
+            if not isinstance(data, dict):
+                return None
+            return self.model.model_validate(data)
+        except (UnicodeDecodeError, json.JSONDecodeError, ValidationError):
+            return None
+
+    def decode(self, raw: bytes) -> CheckpointData[P]:
+        """Parse a checkpoint file (format 2, or 1); CorruptCheckpointError(reason) if it cannot be
+        trusted."""
+        fast = self._decode_fast(raw)
+        if fast is not None:
+            return fast
+        try:
+            document = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptCheckpointError(REASON_JSON, str(exc)) from None
+        if not isinstance(document, dict) or not {"version", "checksum", "data"} <= document.keys():
+            raise CorruptCheckpointError(REASON_FORMAT, "expected an object with version, checksum and data")
+        if document["version"] not in (FORMAT_VERSION, V1):
+            raise CorruptCheckpointError(
+                REASON_VERSION,
+                f"unknown format version {document['version']!r}, expected {FORMAT_VERSION} or {V1}",
+            )
+        expected = checksum(document["data"])
+        if document["checksum"] != expected:
+            raise CorruptCheckpointError(
+                REASON_CHECKSUM, f"checksum mismatch: stored {document['checksum']!r}, computed {expected!r}"
+            )
+        data = document["data"]
+        try:
+            if document["version"] == V1:
+                data = self._from_v1(data)
+            return self.model.model_validate(data)
+        except (ValidationError, TypeError, AttributeError) as exc:
+            raise CorruptCheckpointError(REASON_SCHEMA, str(exc).replace("\n", " ")) from None
+
+    def _from_v1(self, data: dict[str, Any]) -> dict[str, Any]:
+        claims = {}
+        for uid, entry in (data.get("claims") or {}).items():
+            entry = dict(entry)
+            undo = entry.pop("undo", None) or {}
+            entry["driverData"] = self.payload.from_v1_undo(undo).model_dump(mode="json", exclude_none=True)
+            claims[uid] = entry
+        return {**data, "claims": claims}
+
+
+def read_boot_id(path: Path) -> str:
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except OSError as exc:
+        _log.warning("boot ID unreadable path=%s error=%s", path, exc)
+        return ""
+
+
+class CheckpointStore(Generic[P]):
+    """Reads and writes the checkpoint file. Callers hold the prepare/unprepare lock."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        payload: type[P],
+        boot_id_path: Path = DEFAULT_BOOT_ID_PATH,
+        on_corrupt: Callable[[str], None] = metrics.record_checkpoint_error,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(data_dir) / CHECKPOINT_FILE_NAME
+        self.codec = Codec(payload)
+        self.boot_id_path = Path(boot_id_path)
+        self._on_corrupt = on_corrupt
+        self._clock = clock
+        self._peeked: tuple[bytes, CheckpointData[P]] | None = None  # last peek: raw bytes, decoded
+
+    def boot_id(self) -> str:
+        return read_boot_id(self.boot_id_path)
+
+    def load(self) -> LoadResult[P]:
+        """The current checkpoint. Never raises for a bad file: see the module docstring."""
+        current_boot = self.boot_id()
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return LoadResult(self.codec.empty(current_boot), "missing")
+        except OSError as exc:
+            return self._corrupt(CorruptCheckpointError(REASON_UNREADABLE, str(exc)), current_boot)
+        try:
+            data = self.codec.decode(raw)
+        except CorruptCheckpointError as exc:
+            return self._corrupt(exc, current_boot)
+        if data.nodeBootID and current_boot and data.nodeBootID != current_boot:
+            _log.warning(
+                "checkpoint from an earlier boot discarded path=%s storedBootID=%s bootID=%s claims=%d",
+                self.path,
+                data.nodeBootID,
+                current_boot,
+                len(data.claims),
+            )
+            return LoadResult(self.codec.empty(current_boot), "boot-id-changed")
+        if not data.nodeBootID:
+            data.nodeBootID = current_boot  # no boot ID recorded: assume valid, stamp it
+        return LoadResult(data, "ok")
+
+    def peek(self) -> CheckpointData[P] | None:
+        """Read without locking, repairing or reporting (for metrics); None if absent or bad.
+        The result is shared between calls while the file's bytes stay the same (metrics peek
+        after every call): treat it as read-only."""
+        try:
+            raw = self.path.read_bytes()
+        except OSError:
+            return None
+        cached = self._peeked
+        if cached is not None and cached[0] == raw:
+            return cached[1]
+        try:
+            data = self.codec.decode(raw)
+        except CorruptCheckpointError:
+            return None
+        self._peeked = (raw, data)
+        return data
+
+    def save(self, data: CheckpointData[P]) -> None:
+        self._peeked = None  # a caller may have changed a peeked object to save it
+        current_boot = self.boot_id()
+        if current_boot:
+            data.nodeBootID = current_boot
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.path, self.codec.encode(data), CHECKPOINT_FILE_MODE)
+
+    def remove_temp_files(self) -> list[Path]:
+        leftovers = stale_temp_files(self.path) if self.path.parent.is_dir() else []
+        for p in leftovers:
+            p.unlink(missing_ok=True)
+            _log.info("stale checkpoint temp file removed path=%s", p)
+        return leftovers
+
+    def _corrupt(self, exc: CorruptCheckpointError, current_boot: str) -> LoadResult[P]:
+        quarantined = self._quarantine()
+        _log.error(
+            "checkpoint corrupt, starting from an empty one path=%s reason=%s detail=%s movedTo=%s",
+            self.path,
+            exc.reason,
+            exc.detail,
+            quarantined,
+        )
+        try:
+            self._on_corrupt(exc.reason)
+        except Exception as hook_exc:
+            _log.warning("checkpoint corruption hook failed error=%s", hook_exc)
+        return LoadResult(self.codec.empty(current_boot), "corrupt", exc.reason, quarantined)
+
+    def _quarantine(self) -> Path | None:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._clock()))
+        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}Z")
+        n = 1
+        while target.exists():
+            target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}Z.{n}")
+            n += 1
+        try:
+            os.replace(self.path, target)
+            fsync_dir(self.path.parent)
+        except OSError as exc:
+            _log.error("corrupt checkpoint could not be moved aside path=%s error=%s", self.path, exc)
+            return None
+        return target

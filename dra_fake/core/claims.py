@@ -1,0 +1,79 @@
+"""A ResourceClaim as a kubelet plugin sees it: the parts prepare reads, and the errors a claim's
+preparation can end in (the kubelet retries a ClaimError; a PermanentClaimError cannot succeed
+on retry, but the kubelet is told the same way). Works on v1, v1beta2 and v1beta1 JSON: the
+allocation results have the same shape in all three."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class ClaimError(Exception):
+    """Preparing or unpreparing one claim failed; the kubelet retries later."""
+
+
+class PermanentClaimError(ClaimError):
+    """The claim itself is unusable (not allocated, bad config, unknown device): retrying the same
+    claim cannot succeed."""
+
+
+@dataclass(frozen=True)
+class AllocationResult:
+    """One `status.allocation.devices.results[]` entry of this driver."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool
+    share_id: str | None
+
+
+@dataclass(frozen=True)
+class ParsedClaim:
+    uid: str
+    name: str
+    namespace: str
+    results: tuple[AllocationResult, ...]  # this driver's only
+    config: tuple[Mapping[str, object], ...]  # status.allocation.devices.config, all drivers'
+
+
+def _str_field(obj: Mapping[str, Any], key: str, what: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value:
+        raise PermanentClaimError(f"invalid claim: {what} has no {key}")
+    return value
+
+
+def parse_claim(claim: Mapping[str, Any], driver: str) -> ParsedClaim:
+    """The parts of a ResourceClaim (v1, v1beta2 or v1beta1 JSON) that prepare reads."""
+    metadata = claim.get("metadata") or {}
+    uid = _str_field(metadata, "uid", "metadata")
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        raise PermanentClaimError("claim not yet allocated")
+    devices = allocation.get("devices") or {}
+    results = []
+    for raw in devices.get("results") or []:
+        if raw.get("driver") != driver:
+            continue
+        share_id = raw.get("shareID")
+        results.append(
+            AllocationResult(
+                request=_str_field(raw, "request", "allocation result"),
+                driver=driver,
+                pool=_str_field(raw, "pool", "allocation result"),
+                device=_str_field(raw, "device", "allocation result"),
+                admin_access=bool(raw.get("adminAccess")),
+                share_id=share_id if isinstance(share_id, str) and share_id else None,
+            )
+        )
+    return ParsedClaim(
+        uid=uid,
+        name=str(metadata.get("name", "")),
+        namespace=str(metadata.get("namespace", "")),
+        results=tuple(results),
+        config=tuple(devices.get("config") or []),
+    )

@@ -1,0 +1,214 @@
+"""Serving a driver to the kubelet: what every kubelet plugin process of this project does, and
+the small interface a driver implements for it.
+
+A driver (dra_fake.gpu.plugin.GpuDriver, computedomain.plugin.plugin.ComputeDomainDriver) says
+what it publishes and builds its prepared-claims state; `run_plugin` does the rest, the same for
+both: API discovery and the Node's UID (retried while the API server is away), the plugin data
+directory, start-up reconciliation, corrupt-checkpoint Events, metrics, the ResourceSlice
+publisher, the kubelet's registration and DRA sockets, the health service, and a clean stop on
+SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_fake.core import metrics
+from dra_fake.core.claims import ClaimError
+from dra_fake.core.events import post_node_event
+from dra_fake.core.kube import read_node_uid
+from dra_fake.core.publisher import Publisher
+from dra_fake.core.resourceapi import ClaimNotFound, ResourceApi, ServerInfo, discover
+from dra_fake.core.retry import with_backoff
+from dra_fake.core.slices import DesiredSlice
+from dra_fake.kubelet.api import ClaimRef, PreparedDevice, PrepareResult
+
+log = logging.getLogger(__name__)
+
+
+class ClaimState(Protocol):
+    """What ClaimPreparer drives: a driver's PreparedClaims (dra_fake.core.state)."""
+
+    def prepare(self, claim: Mapping[str, Any]) -> list[PreparedDevice]: ...
+    def unprepare(self, claim_uid: str) -> None: ...
+    def startup(self) -> object: ...
+    def prepared_claims(self) -> dict[str, str]: ...
+    def prepared_device_count(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class PluginContext:
+    """What a driver gets to build its state from."""
+
+    api: client.ApiClient
+    server: ServerInfo
+    node: str
+    node_uid: str
+    data_dir: Path  # <kubelet plugins dir>/<driver>, created (0750)
+    cdi_root: Path
+    stop: threading.Event
+
+    def checkpoint_error_hook(self, driver: str) -> Any:
+        """A corrupt checkpoint: counted, logged by the store, and shown as an Event on the Node."""
+
+        def report(reason: str) -> None:
+            metrics.record_checkpoint_error(reason)
+            post_node_event(
+                self.api,
+                self.node,
+                self.node_uid,
+                reason="CheckpointCorrupt",
+                message=f"{driver}: the plugin checkpoint was unusable ({reason}); it was moved aside and "
+                "the prepared claims were recovered from the CDI specs (see the plugin log)",
+                component=f"{driver}-kubelet-plugin",
+            )
+
+        return report
+
+
+class KubeletDriver(Protocol):
+    """The interface a driver implements for run_plugin."""
+
+    display_name: str  # e.g. "GPU kubelet plugin", for logs
+
+    def create_state(self, ctx: PluginContext) -> ClaimState:
+        """The driver's prepared-claims state (before start-up reconciliation)."""
+
+    def desired_slices(self, server: ServerInfo) -> list[DesiredSlice]:
+        """What the node's pool publishes, for this server's version."""
+
+
+class ClaimPreparer:
+    """The kubelet's DriverHandler: fetch each claim from the API server, check it, prepare it in
+    the state. Every claim gets its own result."""
+
+    def __init__(self, resources: ResourceApi, state: ClaimState) -> None:
+        self.resources = resources
+        self.state = state
+
+    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+        results = {ref.uid: self._prepare_one(ref) for ref in claims}
+        self.update_gauges()
+        return results
+
+    def _prepare_one(self, ref: ClaimRef) -> PrepareResult:
+        fields = {"claim": f"{ref.namespace}/{ref.name}", "claimUID": ref.uid}
+        try:
+            claim = self.resources.get_claim(ref.namespace, ref.name)
+            uid = claim.get("metadata", {}).get("uid")
+            if uid != ref.uid:
+                raise ClaimError(
+                    f"ResourceClaim {ref.namespace}/{ref.name}: UID is {uid}, the kubelet asked for "
+                    f"{ref.uid} (the claim was deleted and re-created)"
+                )
+            if not claim.get("status", {}).get("allocation"):
+                raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: claim not yet allocated")
+            devices = self.state.prepare(claim)
+        except (ClaimNotFound, ClaimError) as err:
+            log.warning("prepare failed", extra={**fields, "error": str(err)})
+            return PrepareResult(error=str(err))
+        except ApiException as err:
+            log.warning("prepare failed: API server", extra={**fields, "status": err.status})
+            return PrepareResult(
+                error=f"get ResourceClaim {ref.namespace}/{ref.name}: {err.status} {err.reason}"
+            )
+        log.info("claim prepared", extra={**fields, "devices": [d.device_name for d in devices]})
+        return PrepareResult(devices=devices)
+
+    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+        results: dict[str, str] = {}
+        for ref in claims:
+            try:
+                self.state.unprepare(ref.uid)
+                results[ref.uid] = ""
+                log.info(
+                    "claim unprepared", extra={"claim": f"{ref.namespace}/{ref.name}", "claimUID": ref.uid}
+                )
+            except ClaimError as err:
+                results[ref.uid] = str(err)
+        self.update_gauges()
+        return results
+
+    def update_gauges(self) -> None:
+        metrics.PREPARED_CLAIMS.set(len(self.state.prepared_claims()))
+        metrics.PREPARED_DEVICES.set(self.state.prepared_device_count())
+
+
+def run_plugin(args: argparse.Namespace, api: client.ApiClient, driver: KubeletDriver) -> int:
+    """Serve `driver` on this node until SIGTERM/SIGINT (flags: dra_fake.cli's plugin flags)."""
+    started = time.monotonic()
+    stop = threading.Event()
+    server: ServerInfo = with_backoff("API discovery", lambda: discover(api), stop)
+    node_uid: str = with_backoff(
+        f"get Node {args.node_name}", lambda: read_node_uid(api, args.node_name), stop
+    )
+    resources = ResourceApi(api, server)
+    log.info(
+        "API server",
+        extra={"version": "{}.{}".format(*server.version), "resourceApi": resources.version},
+    )
+    data_dir = Path(args.kubelet_plugins_directory_path) / args.driver_name
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+    ctx = PluginContext(api, server, args.node_name, node_uid, data_dir, Path(args.cdi_root), stop)
+    state = driver.create_state(ctx)
+    state.startup()
+    slices = driver.desired_slices(server)
+    return serve(args, resources, state, slices, node_uid, stop, driver.display_name, started)
+
+
+def serve(
+    args: argparse.Namespace,
+    resources: ResourceApi,
+    state: ClaimState,
+    slices: list[DesiredSlice],
+    node_uid: str,
+    stop: threading.Event,
+    name: str,
+    started: float,
+) -> int:
+    """Metrics, the ResourceSlices, the kubelet's sockets and the health service, until stopped."""
+    from dra_fake.kubelet.health import HealthServer
+    from dra_fake.kubelet.server import KubeletPlugin, serve_forever
+
+    if args.metrics_port >= 0:
+        metrics.start_metrics_server(args.metrics_port)
+    publisher = Publisher(resources, args.driver_name, args.node_name, node_uid, lambda: slices)
+    publisher.start()
+    handler = ClaimPreparer(resources, state)
+    handler.update_gauges()  # initial values from the checkpoint
+    kubelet = KubeletPlugin(
+        args.driver_name,
+        handler,
+        args.kubelet_registrar_directory_path,
+        args.kubelet_plugins_directory_path,
+        args.pod_uid or None,
+    )
+    kubelet.start()
+    components: list[Any] = [_PublisherStopper(publisher), kubelet]
+    if args.healthcheck_port >= 0:
+        # In a pod HEALTHCHECK_ADDRESS is the pod IP, where the kubelet's gRPC probes dial.
+        health = HealthServer(kubelet, args.healthcheck_port, host=args.healthcheck_address)
+        health.start()
+        components.append(health)
+    log.info(f"{name} running", extra={"startupSeconds": round(time.monotonic() - started, 3)})
+    serve_forever(*components, stop_event=stop)
+    log.info(f"{name} stopped")
+    return 0
+
+
+class _PublisherStopper:
+    def __init__(self, publisher: Publisher) -> None:
+        self.publisher = publisher
+
+    def stop(self, grace: float | None = None) -> None:
+        self.publisher.stop()

@@ -1,0 +1,311 @@
+"""The prepared claims of one driver on one node: the state both kubelet plugins are built on.
+
+A driver subclasses PreparedClaims with its checkpoint payload (a DriverData model) and writes
+`prepare`; this base gives it, the same for every driver:
+
+- the node-wide lock (dra_fake.core.locking: a process mutex + the `pu.lock` flock), whose timeout
+  is a retryable ClaimError;
+- the checkpoint (dra_fake.core.checkpoint), loaded on every call, so plugin instances of a rolling
+  update can take turns; a corrupt checkpoint is rebuilt from the claims' CDI specs
+  (`recover_entry`) and reported (`on_checkpoint_error`);
+- `unprepare`: mark PrepareStarted, undo the driver's side effects (`undo`), delete the CDI spec,
+  drop the entry; a claim that is not prepared is a success;
+- `startup` reconciliation: stale temp files removed, PrepareStarted claims rolled back, lost CDI
+  specs of completed claims rewritten, CDI specs nobody references deleted;
+- crash points (`crash_point`), where tests SIGKILL the process to prove each step is safe.
+
+docs/prepare.md argues why a SIGKILL between any two steps leaves checkpoint and CDI files
+consistent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic
+
+from dra_fake.core import cdi, metrics
+from dra_fake.core.checkpoint import (
+    DEFAULT_BOOT_ID_PATH,
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    CheckpointData,
+    CheckpointedDevice,
+    CheckpointStore,
+    ClaimEntry,
+    P,
+)
+from dra_fake.core.claims import ClaimError
+from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS, LockTimeoutError, NodeSerializer
+from dra_fake.kubelet.api import PreparedDevice
+
+_log = logging.getLogger(__name__)
+
+# --- Crash points (tests) ----------------------------------------------------------------------
+
+CRASH_ENV = "DRA_FAKE_CRASH_AT"
+CRASH_POINTS = (
+    "prepare:after-lock",
+    "prepare:after-rollback",
+    "prepare:after-started",
+    "prepare:after-apply",
+    "prepare:after-cdi",
+    "prepare:after-completed",
+    "unprepare:after-lock",
+    "unprepare:after-started",
+    "unprepare:after-undo",
+    "unprepare:after-cdi-removed",
+    "unprepare:after-dropped",
+)
+
+
+def crash_point(name: str) -> None:
+    """SIGKILL this process if `name` is listed (comma-separated) in $DRA_FAKE_CRASH_AT."""
+    wanted = os.environ.get(CRASH_ENV)
+    if wanted and name in wanted.split(","):
+        _log.warning("crash point reached, killing the process point=%s", name)
+        logging.shutdown()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class StartupReport:
+    checkpoint_status: str  # ok | missing | boot-id-changed | corrupt
+    rolled_back: tuple[str, ...] = ()  # PrepareStarted claims undone and dropped
+    orphans_removed: tuple[str, ...] = ()  # CDI specs without a checkpoint entry, deleted
+    specs_restored: tuple[str, ...] = ()  # PrepareCompleted claims whose missing CDI spec was rewritten
+    recovered: tuple[str, ...] = ()  # claims rebuilt from CDI specs after a corrupt checkpoint
+    temp_files_removed: int = 0
+
+
+def to_prepared(d: CheckpointedDevice) -> PreparedDevice:
+    return PreparedDevice(
+        request_names=tuple(d.requests),
+        pool_name=d.poolName,
+        device_name=d.deviceName,
+        cdi_device_ids=tuple(d.cdiDeviceIDs),
+        share_id=d.shareID,
+    )
+
+
+class PreparedClaims(ABC, Generic[P]):
+    """Prepared claims of one driver on one node, persisted in the checkpoint and CDI root."""
+
+    def __init__(
+        self,
+        driver_name: str,
+        pool_name: str,
+        payload: type[P],
+        cdi_root: Path,
+        plugin_data_dir: Path,
+        boot_id_path: Path | None = None,
+        lock_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        on_checkpoint_error: Callable[[str], None] = metrics.record_checkpoint_error,
+    ) -> None:
+        self.driver = driver_name
+        self.pool = pool_name
+        self.data_dir = Path(plugin_data_dir)
+        self.lock_timeout = lock_timeout
+        self._serializer = NodeSerializer(self.data_dir, self.lock_timeout)
+        self.cdi = cdi.CdiSpecStore(Path(cdi_root), driver_name)
+        self.store: CheckpointStore[P] = CheckpointStore(
+            self.data_dir, payload, boot_id_path or DEFAULT_BOOT_ID_PATH, on_corrupt=on_checkpoint_error
+        )
+
+    # --- what a driver provides ---------------------------------------------------------------
+
+    @abstractmethod
+    def prepare(self, claim: Mapping[str, Any]) -> list[PreparedDevice]:
+        """Prepare a claim's devices of this driver; idempotent. Raises ClaimError."""
+
+    def undo(self, claim_uid: str, entry: ClaimEntry[P]) -> None:
+        """Reverse the side effects of a (partial) preparation; idempotent."""
+
+    @abstractmethod
+    def recover_entry(self, claim_uid: str, spec: Mapping[str, Any]) -> ClaimEntry[P] | None:
+        """After a corrupt checkpoint: the claim's entry (PrepareStarted, recovered=True) as far as
+        its CDI spec tells, or None if the spec is not one of ours."""
+
+    def before_spec(self, spec: Mapping[str, Any]) -> None:
+        """Files a spec mounts, written before the spec (a runtime never sees a spec whose
+        mounts are missing)."""
+
+    # --- the shared lifecycle -----------------------------------------------------------------
+
+    def unprepare(self, claim_uid: str) -> None:
+        """Undo a claim's preparation; a claim not in the checkpoint is a success."""
+        with self.locked():
+            crash_point("unprepare:after-lock")
+            data, _ = self.load()
+            entry = data.claims.get(claim_uid)
+            if entry is None:
+                _log.info("Unprepare noop: claim not found in checkpoint data claim=%s", claim_uid)
+                return
+            try:
+                if entry.state == PREPARE_COMPLETED:
+                    entry.state = PREPARE_STARTED  # from here on the claim is partial: roll back
+                    self.store.save(data)
+                    crash_point("unprepare:after-started")
+                self.undo(claim_uid, entry)
+                crash_point("unprepare:after-undo")
+                self.cdi.remove(claim_uid)
+                crash_point("unprepare:after-cdi-removed")
+                del data.claims[claim_uid]
+                self.store.save(data)
+            except ClaimError:
+                raise
+            except Exception as exc:
+                raise ClaimError(f"error unpreparing devices for claim {claim_uid}: {exc}") from exc
+            crash_point("unprepare:after-dropped")
+            _log.info("claim unprepared claim=%s", claim_uid)
+
+    def startup(self) -> StartupReport:
+        """Once at plugin start: roll back PrepareStarted claims, restore lost CDI specs of
+        completed claims, delete CDI specs no entry references, delete stale temp files."""
+        with self.locked():
+            data, status = self.load()
+            recovered = tuple(uid for uid, e in data.claims.items() if e.recovered)
+            temp = len(self.cdi.remove_temp_files()) + len(self.store.remove_temp_files())
+            rolled_back = []
+            for uid, entry in list(data.claims.items()):
+                if entry.state == PREPARE_STARTED and not entry.recovered:
+                    self.rollback(data, uid)
+                    rolled_back.append(uid)
+            restored = []
+            for uid, entry in list(data.claims.items()):
+                if entry.state == PREPARE_COMPLETED and not self.cdi.exists(uid):
+                    try:
+                        if entry.cdiSpec is None:
+                            raise cdi.CdiSpecError("no CDI spec recorded")
+                        self.write_spec(uid, entry.cdiSpec)
+                        restored.append(uid)
+                    except (cdi.CdiSpecError, OSError) as exc:
+                        _log.error(
+                            "CDI spec of a prepared claim cannot be restored, rolling back claim=%s error=%s",
+                            uid,
+                            exc,
+                        )
+                        self.rollback(data, uid)
+                        rolled_back.append(uid)
+            for entry in data.claims.values():  # a new plugin version may bring new files
+                if entry.state == PREPARE_COMPLETED and entry.cdiSpec:
+                    self.before_spec(entry.cdiSpec)
+            orphans = [uid for uid in self.cdi.claim_uids() if uid not in data.claims]
+            for uid in orphans:
+                self.cdi.remove(uid)
+            self.store.save(data)
+        report = StartupReport(
+            checkpoint_status=status,
+            rolled_back=tuple(rolled_back),
+            orphans_removed=tuple(orphans),
+            specs_restored=tuple(restored),
+            recovered=recovered,
+            temp_files_removed=temp,
+        )
+        _log.info(
+            "startup reconciliation driver=%s checkpoint=%s rolledBack=%s orphansRemoved=%s "
+            "specsRestored=%s recovered=%s tempFilesRemoved=%d",
+            self.driver,
+            status,
+            ",".join(report.rolled_back) or "-",
+            ",".join(report.orphans_removed) or "-",
+            ",".join(report.specs_restored) or "-",
+            ",".join(report.recovered) or "-",
+            temp,
+        )
+        return report
+
+    def prepared_claims(self) -> dict[str, str]:
+        """Claim UID -> state, read without the lock (for metrics; may lag one operation)."""
+        data = self.store.peek()
+        return {} if data is None else {uid: e.state for uid, e in data.claims.items()}
+
+    def claim_counts(self) -> dict[str, int]:
+        counts = {PREPARE_STARTED: 0, PREPARE_COMPLETED: 0}
+        for state in self.prepared_claims().values():
+            counts[state] += 1
+        return counts
+
+    def prepared_device_count(self) -> int:
+        """Devices of PrepareCompleted claims (for the dra_fake_prepared_devices gauge)."""
+        data = self.store.peek()
+        if data is None:
+            return 0
+        return sum(len(e.preparedDevices) for e in data.claims.values() if e.state == PREPARE_COMPLETED)
+
+    # --- steps for drivers --------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """This process's mutex, then the node-wide flock; a timeout is a (retryable) ClaimError."""
+        try:
+            with self._serializer.hold():
+                yield
+        except LockTimeoutError as exc:
+            raise ClaimError(str(exc)) from exc
+
+    def load(self) -> tuple[CheckpointData[P], str]:
+        """The checkpoint (under the lock); a corrupt one is rebuilt from the CDI specs."""
+        result = self.store.load()
+        if result.status == "corrupt":
+            recovered = []
+            for uid in self.cdi.claim_uids():
+                entry = self.recover_entry(uid, self.cdi.read(uid) or {})
+                if entry is not None:
+                    result.data.claims[uid] = entry
+                    recovered.append(uid)
+            _log.error(
+                "checkpoint rebuilt from CDI specs driver=%s claims=%s (as PrepareStarted)",
+                self.driver,
+                ",".join(recovered) or "-",
+            )
+            self.store.save(result.data)
+        elif result.status == "boot-id-changed":
+            self.store.save(result.data)
+        return result.data, result.status
+
+    def rollback(self, data: CheckpointData[P], claim_uid: str) -> None:
+        """Undo a partial claim and forget it (the caller saves the checkpoint)."""
+        self.undo(claim_uid, data.claims[claim_uid])
+        self.cdi.remove(claim_uid)
+        del data.claims[claim_uid]
+        _log.info("partially prepared claim rolled back claim=%s", claim_uid)
+
+    def abort(self, data: CheckpointData[P], claim_uid: str, exc: Exception) -> None:
+        """A prepare failed after its PrepareStarted entry was written: roll it back now; if even
+        that fails the entry stays PrepareStarted and the next call rolls it back."""
+        _log.error("prepare failed, rolling back claim=%s error=%s", claim_uid, exc)
+        try:
+            self.rollback(data, claim_uid)
+            self.store.save(data)
+        except Exception as rollback_exc:
+            _log.error("rollback failed claim=%s error=%s", claim_uid, rollback_exc)
+
+    def write_spec(self, claim_uid: str, spec: Mapping[str, Any]) -> None:
+        self.before_spec(spec)
+        self.cdi.write(claim_uid, spec)
+
+    def ensure_spec(self, claim_uid: str, entry: ClaimEntry[P]) -> None:
+        """A completed claim's spec file was lost (someone deleted it): write it again."""
+        if entry.cdiSpec and not self.cdi.exists(claim_uid):
+            _log.warning("CDI spec of a prepared claim was missing, rewritten claim=%s", claim_uid)
+            try:
+                self.write_spec(claim_uid, entry.cdiSpec)
+            except (cdi.CdiSpecError, OSError) as exc:
+                raise ClaimError(f"error restoring the CDI spec of claim {claim_uid}: {exc}") from exc
+
+    def spec_devices(self, claim_uid: str, spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """(CDI device name, device name) of a claim spec's devices: `<claimUID>-<device>[-<shareID>]`."""
+        out = []
+        for dev in spec.get("devices") or []:
+            name = str(dev.get("name", "")) if isinstance(dev, dict) else ""
+            rest = name.removeprefix(f"{claim_uid}-")
+            if rest != name:
+                out.append((name, rest))
+        return out

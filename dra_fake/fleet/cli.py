@@ -1,0 +1,41 @@
+"""The `dra-fake fleet` flags (kept apart from run.py so building the CLI parser does not import
+the kubernetes client)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dra_fake.fleet.core import FLEET_LABEL
+
+
+def add_fleet_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "fleet",
+        help="simulate N GPU nodes (Nodes + ResourceSlices) from one process",
+        description=(
+            "Create N simulated Nodes (or adopt existing ones by label, e.g. KWOK nodes) and keep the "
+            "ResourceSlices of every one of them published from one process."
+        ),
+    )
+    p.add_argument("--nodes", type=int, default=0, help="number of Nodes to create (0 with --adopt-selector)")
+    p.add_argument(
+        "--config", default="", help="node inventory file for every node (default: 8 x h100-sxm5-80gb)"
+    )
+    p.add_argument("--adopt-selector", default="", help="adopt existing Nodes matching this label selector")
+    p.add_argument("--node-prefix", default="fleet-", help="name prefix of created Nodes")
+    p.add_argument("--fleet-name", default="fleet", help=f"value of the {FLEET_LABEL} label on created Nodes")
+    p.add_argument("--node-label", action="append", default=[], help="extra KEY=VALUE label on created Nodes")
+    p.add_argument("--workers", type=int, default=16, help="concurrent API writers")
+    p.add_argument("--driver-name", default="gpu.nvidia.com")
+    p.add_argument("--profiles-dir", type=Path, action="append", default=[])
+    p.add_argument("--mark-pods-running", action="store_true", help="mark pods bound to fleet nodes Running")
+    p.add_argument("--resync-seconds", type=float, default=300.0)
+    p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
+    p.add_argument(
+        "--exit-when-synced",
+        action="store_true",
+        help="exit once every node is published, printing a JSON summary (wall time, API requests, RSS)",
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", default="text", choices=["text", "json"])

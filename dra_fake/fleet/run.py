@@ -1,0 +1,607 @@
+"""`dra-fake fleet`: simulate N GPU nodes from one process.
+
+Creates N Nodes (or adopts existing ones, e.g. KWOK's, by label) and keeps the ResourceSlices
+of every one of them equal to its inventory, so the real scheduler can place GPU claims on a
+fleet far larger than one machine can host as real nodes. Optionally marks pods bound to
+fleet nodes Running (and finishes their deletion), as a kubelet would.
+
+Design (scales to thousands of nodes with a handful of threads):
+- one LIST+WATCH of this driver's ResourceSlices feeds a shared `SliceCache`;
+- one LIST+WATCH of the fleet's Nodes (by label) decides which nodes are managed;
+- a `WorkQueue` of node names and a pool of worker threads; a worker plans and writes one
+  node's pool with the same code as the per-node plugin (`Publisher.sync` over `plan_pool`),
+  reading existing slices from the cache instead of a LIST per node;
+- every write goes into the cache as soon as the server answers, so events caused by our own
+  writes are recognised and cause no re-sync.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from dra_fake.core import logs
+from dra_fake.core.kube import REQUEST_TIMEOUT, TimeoutApiClient, kube_configuration
+from dra_fake.core.publisher import Publisher
+from dra_fake.core.resourceapi import (
+    RESOURCE_GROUP,
+    ResourceApi,
+    ResourceApiVersion,
+    ServerInfo,
+    as_dict,
+    discover,
+)
+from dra_fake.core.retry import Backoff
+from dra_fake.core.slices import DesiredSlice
+from dra_fake.fleet.core import (
+    FLEET_LABEL,
+    NodeTemplate,
+    SliceCache,
+    WorkQueue,
+    node_manifest,
+    node_names,
+    pod_running_status,
+    untaint_patch,
+)
+from dra_fake.gpu.inventory import (
+    InventoryConfig,
+    InventoryError,
+    build_inventory,
+    default_config,
+    parse_config,
+)
+from dra_fake.gpu.profiles import GpuProfile, load_profiles
+from dra_fake.gpu.slices import desired_slices
+
+log = logging.getLogger("dra_fake.fleet")
+WATCH_SECONDS = 300
+
+
+class CountingApiClient(TimeoutApiClient):
+    """An ApiClient that counts the HTTP requests it makes, by method."""
+
+    def __init__(self, configuration: client.Configuration) -> None:
+        super().__init__(configuration)
+        self.requests: Counter[str] = Counter()
+        count_lock = threading.Lock()
+        rest = self.rest_client
+        send: Callable[..., Any] = rest.request
+
+        def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            with count_lock:
+                self.requests[method] += 1
+            return send(method, url, *args, **kwargs)
+
+        setattr(rest, "request", counted)  # noqa: B010 (mypy forbids assigning to a method)
+
+
+def counting_client(kubeconfig: str, pool_size: int) -> CountingApiClient:
+    cfg = kube_configuration(kubeconfig)
+    cfg.connection_pool_maxsize = pool_size
+    return CountingApiClient(cfg)
+
+
+def _json(resp: Any) -> dict[str, Any]:
+    """The body of a `_preload_content=False` response; the connection goes back to the pool
+    (urllib3 keeps it otherwise, and the next request opens a new TLS connection)."""
+    try:
+        obj = json.loads(resp.data)
+    finally:
+        _release(resp)
+    if not isinstance(obj, dict):
+        raise TypeError("expected a JSON object")
+    return obj
+
+
+def _release(resp: Any) -> None:
+    release = getattr(resp, "release_conn", None) or getattr(
+        getattr(resp, "response", None), "release_conn", None
+    )
+    if release is not None:
+        release()
+
+
+def stream_events(call: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """Raw watch events (JSON dicts; no typed-model deserialisation, which costs more than
+    the HTTP at this scale)."""
+    read_timeout = float(kwargs.get("timeout_seconds") or WATCH_SECONDS) + 15  # the server ends it first
+    resp = call(
+        watch=True,
+        _preload_content=False,
+        allow_watch_bookmarks=True,
+        _request_timeout=(REQUEST_TIMEOUT[0], read_timeout),
+        **kwargs,
+    )
+    try:
+        buf = b""
+        for chunk in resp.stream(65536):
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if line.strip():
+                    yield json.loads(line)
+    finally:
+        resp.release_conn()
+
+
+@dataclass
+class FleetOptions:
+    driver: str = "gpu.nvidia.com"
+    nodes: int = 0  # create this many nodes (0: adopt only)
+    prefix: str = "fleet-"
+    fleet: str = "fleet"
+    adopt_selector: str = ""  # adopt existing nodes matching this label selector instead
+    workers: int = 16
+    mark_pods_running: bool = False
+    resync_seconds: float = 300.0
+    node_labels: dict[str, str] = field(default_factory=dict)
+
+
+class _CachedCustom:
+    """The slice writes a node's Publisher makes, fed into the shared cache when they succeed."""
+
+    def __init__(self, custom: client.CustomObjectsApi, cache: SliceCache) -> None:
+        self._custom = custom
+        self._cache = cache
+
+    def create_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        stored = as_dict(self._custom.create_cluster_custom_object(*args, **kwargs))
+        self._cache.wrote(stored)
+        return stored
+
+    def replace_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        stored = as_dict(self._custom.replace_cluster_custom_object(*args, **kwargs))
+        self._cache.wrote(stored)
+        return stored
+
+    def delete_cluster_custom_object(
+        self, group: str, version: str, plural: str, name: str, **kwargs: Any
+    ) -> Any:
+        try:
+            result = self._custom.delete_cluster_custom_object(group, version, plural, name, **kwargs)
+        except ApiException as err:
+            if err.status == 404:
+                self._cache.deleted(name, "0")
+            raise
+        body = kwargs.get("body")
+        rv = getattr(getattr(body, "preconditions", None), "resource_version", None) or "0"
+        self._cache.deleted(name, str(rv))
+        return result
+
+
+class _NodeApi:
+    """The slice of ResourceApi a Publisher uses: the version and the (cached) custom API."""
+
+    def __init__(self, version: ResourceApiVersion, custom: _CachedCustom) -> None:
+        self.version = version
+        self.custom = custom
+
+
+class _NodePublisher(Publisher):
+    """The per-node plugin's Publisher, minus its threads: existing slices from the cache."""
+
+    def __init__(self, fleet: Fleet, node: str, uid: str) -> None:
+        super().__init__(
+            fleet.node_api,  # type: ignore[arg-type]
+            fleet.options.driver,
+            node,
+            uid,
+            lambda: fleet.desired(node),
+        )
+        self.fleet = fleet
+
+    def existing(self) -> list[Any]:
+        return self.fleet.cache.existing(self.node_name)
+
+
+class Fleet:
+    def __init__(
+        self,
+        api: CountingApiClient,
+        inventory: InventoryConfig,
+        profiles: dict[str, GpuProfile],
+        options: FleetOptions,
+    ) -> None:
+        self.api = api
+        self.inventory = inventory
+        self.profiles = profiles
+        self.options = options
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.cache = SliceCache()
+        self.queue = WorkQueue()
+        self.stop_event = threading.Event()
+        self.info: ServerInfo | None = None
+        self.node_api: _NodeApi | None = None
+        self._lock = threading.Lock()
+        self._publishers: dict[str, _NodePublisher] = {}
+        self._desired: dict[str, list[DesiredSlice]] = {}
+        self._synced: set[str] = set()
+        self._failures: Counter[str] = Counter()
+        self.slices_synced = threading.Event()
+        self.nodes_listed = threading.Event()
+        self.pods_marked = 0
+        self.phases: dict[str, float] = {}  # how long start-up steps took
+        self._threads: list[threading.Thread] = []
+
+    # ---- what each node should publish -------------------------------------------------------
+    def desired(self, node: str) -> list[DesiredSlice]:
+        with self._lock:
+            cached = self._desired.get(node)
+        if cached is None:
+            assert self.info is not None
+            inv = build_inventory(self.inventory, node, self.profiles, source=f"node {node}")
+            cached = desired_slices(inv, self.options.driver, self.info.version)
+            with self._lock:
+                self._desired[node] = cached
+        return cached
+
+    @property
+    def selector(self) -> str:
+        return self.options.adopt_selector or f"{FLEET_LABEL}={self.options.fleet}"
+
+    def managed(self) -> list[str]:
+        with self._lock:
+            return sorted(self._publishers)
+
+    def synced_count(self) -> int:
+        with self._lock:
+            return len(self._synced)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.info = discover(self.api)
+        version = ResourceApi(self.api, self.info).version
+        self.node_api = _NodeApi(version, _CachedCustom(self.custom, self.cache))
+        if self.options.nodes:
+            t0 = time.monotonic()
+            self.create_nodes()
+            self.phases["createNodesSeconds"] = round(time.monotonic() - t0, 3)
+        loops: list[tuple[Callable[[], None], str]] = [
+            (self._slice_informer, "fleet-slices"),
+            (self._node_informer, "fleet-nodes"),
+        ]
+        loops += [(self._worker, f"fleet-worker-{i}") for i in range(self.options.workers)]
+        if self.options.mark_pods_running:
+            loops.append((self._pod_loop, "fleet-pods"))
+        loops.append((self._resync_loop, "fleet-resync"))
+        for target, name in loops:
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.queue.shutdown()
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """Every managed node synced once and nothing left to do."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.stop_event.is_set():
+            if self.nodes_listed.is_set():
+                managed = set(self.managed())
+                with self._lock:
+                    done = managed <= self._synced
+                if done and self.queue.idle():
+                    return True
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            self.stop_event.wait(0.05)
+        return False
+
+    # ---- nodes ---------------------------------------------------------------------------------
+    def create_nodes(self) -> None:
+        template = NodeTemplate(fleet=self.options.fleet, labels=self.options.node_labels)
+        names = node_names(self.options.prefix, self.options.nodes)
+        with ThreadPoolExecutor(self.options.workers, thread_name_prefix="fleet-create") as pool:
+            for _ in pool.map(lambda n: self._create_node(n, template), names):
+                pass
+        log.info("nodes created", extra={"nodes": len(names)})
+
+    def _create_node(self, name: str, template: NodeTemplate) -> None:
+        try:
+            manifest: Any = node_manifest(name, template)
+            node = _json(self.core.create_node(manifest, _preload_content=False))
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            node = _json(self.core.read_node(name, _preload_content=False))
+        patch = untaint_patch(node)
+        if patch is not None:
+            _release(self.core.patch_node(name, patch, _preload_content=False))
+
+    def _node_informer(self) -> None:
+        def on_list(items: list[dict[str, Any]]) -> None:
+            names = {n["metadata"]["name"]: n["metadata"]["uid"] for n in items}
+            with self._lock:
+                for gone in set(self._publishers) - set(names):
+                    self._forget(gone)
+            for name, uid in names.items():
+                self._adopt(name, uid)
+            self.nodes_listed.set()
+
+        def on_event(kind: str, obj: dict[str, Any]) -> None:
+            name, uid = obj["metadata"]["name"], obj["metadata"]["uid"]
+            if kind == "DELETED":
+                with self._lock:
+                    self._forget(name)
+            else:
+                self._adopt(name, uid)
+
+        self._informer("nodes", self.core.list_node, {"label_selector": self.selector}, on_list, on_event)
+
+    def _adopt(self, name: str, uid: str) -> None:
+        with self._lock:
+            current = self._publishers.get(name)
+            if current is not None and current.node_uid == uid:
+                return
+            self._publishers[name] = _NodePublisher(self, name, uid)
+            self._synced.discard(name)
+        self.queue.add(name)
+
+    def _forget(self, name: str) -> None:
+        """Lock held. The slices go with the Node (owner reference, garbage collector)."""
+        self._publishers.pop(name, None)
+        self._desired.pop(name, None)
+        self._synced.discard(name)
+
+    # ---- slices --------------------------------------------------------------------------------
+    def _slice_informer(self) -> None:
+        assert self.node_api is not None
+        version = self.node_api.version
+
+        def list_slices(**kwargs: Any) -> Any:
+            return self.custom.list_cluster_custom_object(RESOURCE_GROUP, version, "resourceslices", **kwargs)
+
+        def on_list(items: list[dict[str, Any]]) -> None:
+            for node in self.cache.replace_all(items):
+                self._maybe_enqueue(node)
+            self.slices_synced.set()
+
+        def on_event(kind: str, obj: dict[str, Any]) -> None:
+            node = self.cache.observe(kind, obj)
+            if node is not None:
+                self._maybe_enqueue(node)
+
+        self._informer(
+            "resourceslices",
+            list_slices,
+            {"field_selector": f"spec.driver={self.options.driver}"},
+            on_list,
+            on_event,
+        )
+
+    def _maybe_enqueue(self, node: str) -> None:
+        with self._lock:
+            ours = node in self._publishers
+        if ours:
+            self.queue.add(node)
+
+    def _worker(self) -> None:
+        self.slices_synced.wait()
+        while not self.stop_event.is_set():
+            node = self.queue.get()
+            if node is None:
+                return
+            try:
+                with self._lock:
+                    pub = self._publishers.get(node)
+                if pub is not None:
+                    pub.sync()
+                    with self._lock:
+                        self._synced.add(node)
+                        self._failures.pop(node, None)
+            except Exception as err:
+                with self._lock:
+                    self._failures[node] += 1
+                    delay = min(0.5 * 2 ** (self._failures[node] - 1), 30.0)
+                log.warning(
+                    "publishing a node's ResourceSlices failed, retrying",
+                    extra={"node": node, "error": str(err)[:300], "retryIn": delay},
+                )
+                timer = threading.Timer(delay, self.queue.add, args=(node,))
+                timer.daemon = True
+                timer.start()
+            finally:
+                self.queue.done(node)
+
+    def _resync_loop(self) -> None:
+        while not self.stop_event.wait(self.options.resync_seconds):
+            for node in self.managed():
+                self.queue.add(node)
+
+    # ---- pods ----------------------------------------------------------------------------------
+    def _pod_loop(self) -> None:
+        def handle(obj: dict[str, Any]) -> None:
+            node = obj.get("spec", {}).get("nodeName", "")
+            with self._lock:
+                ours = node in self._publishers
+            if not ours:
+                return
+            meta = obj["metadata"]
+            try:
+                if meta.get("deletionTimestamp"):
+                    resp = self.core.delete_namespaced_pod(
+                        meta["name"],
+                        meta["namespace"],
+                        grace_period_seconds=0,
+                        body=client.V1DeleteOptions(
+                            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
+                        ),
+                        _preload_content=False,
+                    )
+                    _release(resp)
+                    return
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                patch = pod_running_status(obj, now)
+                if patch is not None:
+                    _release(
+                        self.core.patch_namespaced_pod_status(
+                            meta["name"], meta["namespace"], patch, _preload_content=False
+                        )
+                    )
+                    with self._lock:
+                        self.pods_marked += 1
+            except ApiException as err:
+                if err.status not in (404, 409):
+                    log.warning(
+                        "updating a fleet pod failed", extra={"pod": meta["name"], "status": err.status}
+                    )
+
+        def on_list(items: list[dict[str, Any]]) -> None:
+            for pod in items:
+                handle(pod)
+
+        def on_event(kind: str, obj: dict[str, Any]) -> None:
+            if kind != "DELETED":
+                handle(obj)
+
+        self.nodes_listed.wait()
+        self._informer(
+            "pods",
+            self.core.list_pod_for_all_namespaces,
+            {"field_selector": "spec.nodeName!="},
+            on_list,
+            on_event,
+        )
+
+    # ---- list + watch --------------------------------------------------------------------------
+    def _informer(
+        self,
+        what: str,
+        call: Callable[..., Any],
+        kwargs: dict[str, Any],
+        on_list: Callable[[list[dict[str, Any]]], None],
+        on_event: Callable[[str, dict[str, Any]], None],
+    ) -> None:
+        backoff = Backoff()
+        rv = ""
+        while not self.stop_event.is_set():
+            try:
+                if not rv:
+                    listed = _json(call(_preload_content=False, **kwargs))
+                    rv = listed["metadata"]["resourceVersion"]
+                    on_list(listed.get("items") or [])
+                for event in stream_events(
+                    call, resource_version=rv, timeout_seconds=WATCH_SECONDS, **kwargs
+                ):
+                    if self.stop_event.is_set():
+                        return
+                    kind, obj = event["type"], event["object"]
+                    if kind == "ERROR":
+                        rv = ""  # expired (410): list again
+                        break
+                    rv = obj["metadata"]["resourceVersion"]
+                    if kind != "BOOKMARK":
+                        on_event(kind, obj)
+                backoff.reset()
+            except Exception as err:
+                log.warning("%s watch failed, listing again", what, extra={"error": str(err)[:300]})
+                rv = ""
+                self.stop_event.wait(backoff.next())
+
+    # ---- report --------------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        return {
+            "nodes": len(self.managed()),
+            "nodesSynced": self.synced_count(),
+            "slices": sum(len(self.cache.existing(n)) for n in self.managed()),
+            "apiRequests": dict(self.api.requests),
+            "apiRequestsTotal": sum(self.api.requests.values()),
+            "podsMarkedRunning": self.pods_marked,
+            "phases": self.phases,
+            "rssBytes": current_rss(),
+            "maxRssBytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        }
+
+
+def current_rss() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def load_fleet_inventory(path: str) -> InventoryConfig:
+    if not path:
+        return default_config()
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise InventoryError(f"{path}: {err}") from None
+    return parse_config(data, path)
+
+
+def parse_labels(raw: list[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in raw:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--node-label {item!r}: expected KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    logs.setup(args.log_level, args.log_format)
+    started = time.monotonic()
+    try:
+        if args.nodes < 0 or (args.nodes == 0) == (not args.adopt_selector):
+            raise ValueError("give exactly one of --nodes N (N > 0) and --adopt-selector SELECTOR")
+        if args.workers < 1:
+            raise ValueError("--workers must be at least 1")
+        options = FleetOptions(
+            driver=args.driver_name,
+            nodes=args.nodes,
+            prefix=args.node_prefix,
+            fleet=args.fleet_name,
+            adopt_selector=args.adopt_selector,
+            workers=args.workers,
+            mark_pods_running=args.mark_pods_running,
+            resync_seconds=args.resync_seconds,
+            node_labels=parse_labels(args.node_label),
+        )
+        inventory = load_fleet_inventory(args.config)
+        profiles = load_profiles(args.profiles_dir)
+        build_inventory(inventory, f"{args.node_prefix}check", profiles, source=args.config or "<default>")
+        api = counting_client(args.kubeconfig, args.workers + 8)
+    except (ValueError, OSError, config.ConfigException) as err:
+        print(f"dra-fake fleet: error: {err}", file=sys.stderr)
+        return 2
+    fleet = Fleet(api, inventory, profiles, options)
+    fleet.start()
+    if args.exit_when_synced:
+        fleet.wait_synced()
+        summary = {"wallSeconds": round(time.monotonic() - started, 3), **fleet.summary()}
+        fleet.stop()
+        print(json.dumps(summary), flush=True)
+        return 0
+    log.info(
+        "fleet running",
+        extra={"selector": fleet.selector, "startupSeconds": round(time.monotonic() - started, 3)},
+    )
+    from dra_fake.kubelet.server import install_signal_handlers
+
+    install_signal_handlers(fleet.stop_event)
+    while not fleet.stop_event.wait(1.0):  # wake up so the signal handler can run
+        pass
+    fleet.stop()
+    return 0

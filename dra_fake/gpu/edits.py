@@ -1,0 +1,115 @@
+"""Container edits of gpu.nvidia.com claims: what a container gets for its GPUs and MIG devices.
+
+There is no hardware, so the edits are environment variables (no device nodes, no hooks: a
+runtime would fail to stat a /dev/nvidia* node that does not exist), plus, when the plugin passes
+its `NvidiaSmi`, read-only bind mounts of the nvidia-smi script and one info file per device
+(dra_fake.gpu.nvidia_smi). docs/prepare.md lists them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dra_fake.core.cdi import EARLIEST_VERSION, CdiSpecError, claim_kind, minimum_version
+from dra_fake.gpu.configs import NO_SHARING, STRATEGY_MPS, STRATEGY_TIME_SLICING, AppliedSharing
+from dra_fake.gpu.devices import AllocatableDevice
+from dra_fake.gpu.nvidia_smi import NvidiaSmi
+
+MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
+
+
+def env_id(device_name: str) -> str:
+    """Device name -> env key part: `gpu-2-mig-1g10gb-9-0` -> `GPU_2_MIG_1G10GB_9_0`."""
+    return re.sub(r"[^A-Z0-9]", "_", device_name.upper())
+
+
+@dataclass(frozen=True)
+class SpecDevice:
+    """One device of a claim spec and the facts its edits are built from."""
+
+    cdi_name: str
+    device: AllocatableDevice
+    uuid: str  # for a dynamic MIG device: the UUID it got when created for this claim
+    admin_access: bool = False
+    sharing: AppliedSharing = NO_SHARING
+
+
+def device_env(spec_device: SpecDevice) -> list[str]:
+    """Per-device env. Keys carry the device name, so several devices never collide; the few
+    un-keyed sharing variables have the same value on every device of one config group."""
+    dev = spec_device.device
+    prefix = f"DRA_FAKE_{env_id(dev.name)}_"
+    env = {
+        "DEVICE": dev.name,
+        "UUID": spec_device.uuid,
+        "TYPE": dev.kind,
+        "PRODUCT_NAME": dev.product_name,
+        "PCI_BUS_ID": dev.pci_bus_id,
+        "MEMORY_BYTES": str(dev.memory_bytes),
+    }
+    if dev.kind == "mig" and dev.mig is not None:
+        env |= {
+            "MIG_PROFILE": dev.mig.profile,
+            "PARENT_UUID": dev.gpu_uuid,
+            "MIG_PLACEMENT_START": str(dev.mig.start),
+            "MIG_PLACEMENT_SIZE": str(dev.mig.size),
+            "MIG_DYNAMIC": "true" if dev.dynamic else "false",
+        }
+    if spec_device.admin_access:
+        env["ADMIN_ACCESS"] = "true"
+    sharing = spec_device.sharing
+    if sharing.strategy is not None:
+        env["SHARING_STRATEGY"] = sharing.strategy
+    out = [f"{prefix}{key}={value}" for key, value in env.items()]
+    if sharing.strategy == STRATEGY_TIME_SLICING and sharing.time_slice_interval is not None:
+        out.append(f"{prefix}TIMESLICE_INTERVAL={sharing.time_slice_interval}")
+        out.append(f"DRA_FAKE_TIMESLICE_INTERVAL={sharing.time_slice_interval}")
+    if sharing.strategy == STRATEGY_MPS and sharing.mps is not None:
+        mps = sharing.mps
+        out.append(f"CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_DIRECTORY}")
+        if mps.active_thread_percentage is not None:
+            out.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={mps.active_thread_percentage}")
+        if mps.pinned_memory_limits:
+            limits = ",".join(f"{uuid}={limit}" for uuid, limit in mps.pinned_memory_limits)
+            out.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={limits}")
+        out.append(f"DRA_FAKE_MPS_CONTROL_DAEMON={mps.control_daemon_id}")
+    return out
+
+
+def spec_env(claim_uid: str, devices: Sequence[SpecDevice]) -> list[str]:
+    """Spec-level env (applies when any device of the claim is injected)."""
+    uuids = list(dict.fromkeys(d.uuid for d in devices))
+    return [f"NVIDIA_VISIBLE_DEVICES={','.join(uuids)}", f"DRA_FAKE_CLAIM_UID={claim_uid}"]
+
+
+def build_claim_spec(
+    driver: str, claim_uid: str, devices: Sequence[SpecDevice], nvidia_smi: NvidiaSmi | None = None
+) -> dict[str, Any]:
+    """The claim's CDI spec (a dict), with the minimum cdiVersion its content needs. With
+    `nvidia_smi`, the spec mounts the nvidia-smi script and each device its info file."""
+    if not devices:
+        raise CdiSpecError("a CDI spec needs at least one device")
+    unique: dict[str, SpecDevice] = {}
+    for d in devices:
+        unique.setdefault(d.cdi_name, d)
+
+    def device_edits(d: SpecDevice) -> dict[str, Any]:
+        edits: dict[str, Any] = {"env": device_env(d)}
+        if nvidia_smi is not None:
+            edits["mounts"] = [nvidia_smi.device_mount(d.device, d.uuid)]
+        return edits
+
+    common: dict[str, Any] = {"env": spec_env(claim_uid, list(unique.values()))}
+    if nvidia_smi is not None:
+        common["mounts"] = [nvidia_smi.script_mount()]
+    spec: dict[str, Any] = {
+        "cdiVersion": EARLIEST_VERSION,
+        "kind": claim_kind(driver),
+        "devices": [{"name": d.cdi_name, "containerEdits": device_edits(d)} for d in unique.values()],
+        "containerEdits": common,
+    }
+    spec["cdiVersion"] = minimum_version(spec)
+    return spec

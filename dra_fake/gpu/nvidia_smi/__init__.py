@@ -1,0 +1,243 @@
+"""`nvidia-smi` inside pods: a POSIX shell script plus one info file per allocated device.
+
+Host side (the plugin's data dir, `<kubelet plugins dir>/<driver>/nvidia-smi/`):
+
+- `nvidia-smi`: the script (`nvidia-smi.sh` of this package), mode 0755;
+- `devices/<device>_<uuid>`: one file per device and UUID (a dynamic MIG device has a new UUID per
+  claim), shell assignments the script sources.
+
+Container side (CDI mounts of the claim's spec, read-only bind mounts):
+
+- `/usr/bin/nvidia-smi` (spec-level edit: any device of the claim brings it);
+- `/var/run/dra-fake/nvidia-smi/devices/<bus id>_<gpu|mig-<GI id>>` per device (device edit), so a
+  container lists exactly the devices it was given; names sort in nvidia-smi's order.
+
+The file names of the info files carry their own identity (device name and UUID), so any spec can
+be made whole again from its mounts alone (`ensure_files`), e.g. after a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dra_fake.core.atomic import atomic_write, remove_durably
+from dra_fake.gpu.devices import AllocatableDevice
+
+_log = logging.getLogger(__name__)
+
+CONTAINER_BINARY = "/usr/bin/nvidia-smi"
+CONTAINER_DEVICES_DIR = "/var/run/dra-fake/nvidia-smi/devices"
+MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "bind"]
+_INFO_NAME = re.compile(r"^(?P<device>[a-z0-9-]+)_(?P<uuid>(GPU|MIG)-[0-9a-f-]+)$")
+
+# Board power limits in W (public data sheets; nvidia-smi prints them as Pwr:Usage/Cap).
+POWER_CAP_W = {
+    "a100-sxm4-40gb": 400,
+    "a100-sxm4-80gb": 400,
+    "h100-sxm5-80gb": 700,
+    "h200-sxm-141gb": 700,
+    "b200": 1000,
+    "gb200": 1200,
+    "l40s": 350,
+    "t4": 70,
+}
+
+
+def script_text() -> str:
+    return resources.files("dra_fake.gpu.nvidia_smi").joinpath("nvidia-smi.sh").read_text(encoding="utf-8")
+
+
+def nvidia_bus_id(pci_bus_id: str) -> str:
+    """`0000:18:00.0` -> `00000000:18:00.0` (nvidia-smi: 8-digit domain, upper-case hex)."""
+    domain, rest = pci_bus_id.split(":", 1)
+    return f"{int(domain, 16):08X}:{rest.upper()}"
+
+
+def gi_instance_id(size: int, start: int) -> int:
+    """A GPU-instance ID like the ones NVML hands out (simulated, deterministic, unique per
+    placement): 0 for the whole GPU, then the larger instances first."""
+    base = {8: 0, 7: 0, 4: 1, 3: 1, 2: 3, 1: 7}.get(size, 7)
+    return base + start // max(size, 1)
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """What NVML would report about a physical GPU (from the node inventory)."""
+
+    name: str
+    memory_mib: int
+    driver_version: str
+    cuda_version: str
+    compute_cap: str
+    mig_enabled: bool
+    power_cap_w: int | None
+    bar1_mib: int
+
+
+@dataclass(frozen=True)
+class MigFacts:
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    ofa_engines: int
+    jpeg_engines: int
+
+
+def facts_from_inventory(inventory: Any) -> tuple[dict[int, GpuFacts], dict[tuple[int, str], MigFacts]]:
+    """GPU facts by minor and MIG facts by (minor, profile name) from a dra_fake.inventory.Inventory."""
+    gpus: dict[int, GpuFacts] = {}
+    migs: dict[tuple[int, str], MigFacts] = {}
+    for gpu in inventory.gpus:
+        p = gpu.profile
+        gpus[gpu.minor] = GpuFacts(
+            name=p.product_name,
+            memory_mib=p.memory_mib,
+            driver_version=p.driver_version,
+            cuda_version=p.cuda_driver_version,
+            compute_cap=p.cuda_compute_capability,
+            mig_enabled=gpu.mig_mode != "none",
+            power_cap_w=POWER_CAP_W.get(p.id),
+            bar1_mib=131072 if p.memory_mib > 65536 else 65536,
+        )
+        for m in p.mig_profiles:
+            migs[(gpu.minor, m.name)] = MigFacts(
+                multiprocessors=m.multiprocessors or 0,
+                copy_engines=m.copy_engines or 0,
+                decoders=m.decoders or 0,
+                encoders=m.encoders or 0,
+                ofa_engines=m.ofa_engines or 0,
+                jpeg_engines=m.jpeg_engines or 0,
+            )
+    return gpus, migs
+
+
+class NvidiaSmi:
+    """The host files behind the in-container nvidia-smi of one driver on one node."""
+
+    def __init__(
+        self,
+        plugin_data_dir: Path,
+        devices: Mapping[str, AllocatableDevice],
+        gpus: Mapping[int, GpuFacts],
+        migs: Mapping[tuple[int, str], MigFacts] | None = None,
+    ) -> None:
+        self.dir = Path(plugin_data_dir) / "nvidia-smi"
+        self.devices = dict(devices)
+        self.gpus = dict(gpus)
+        self.migs = dict(migs or {})
+
+    @classmethod
+    def from_inventory(cls, plugin_data_dir: Path, inventory: Any) -> NvidiaSmi:
+        gpus, migs = facts_from_inventory(inventory)
+        return cls(plugin_data_dir, inventory.devices, gpus, migs)
+
+    @property
+    def script_path(self) -> Path:
+        return self.dir / "nvidia-smi"
+
+    def info_path(self, device: str, uuid: str) -> Path:
+        return self.dir / "devices" / f"{device}_{uuid}"
+
+    # --- CDI edits ---------------------------------------------------------------------------
+
+    def script_mount(self) -> dict[str, Any]:
+        return {
+            "hostPath": str(self.script_path),
+            "containerPath": CONTAINER_BINARY,
+            "options": list(MOUNT_OPTIONS),
+        }
+
+    def device_mount(self, device: AllocatableDevice, uuid: str) -> dict[str, Any]:
+        if device.kind == "mig" and device.mig is not None:
+            suffix = f"mig-{gi_instance_id(device.mig.size, device.mig.start):02d}"
+        else:
+            suffix = "gpu"
+        bus = nvidia_bus_id(device.pci_bus_id).replace(":", "-")
+        return {
+            "hostPath": str(self.info_path(device.name, uuid)),
+            "containerPath": f"{CONTAINER_DEVICES_DIR}/{bus}_{suffix}",
+            "options": list(MOUNT_OPTIONS),
+        }
+
+    # --- files -------------------------------------------------------------------------------
+
+    def info_text(self, device: AllocatableDevice, uuid: str) -> str:
+        gpu = self.gpus[device.minor]
+        fields: dict[str, str | int] = {
+            "kind": device.kind,
+            "gpu_uuid": device.gpu_uuid,
+            "name": gpu.name,
+            "bus_id": nvidia_bus_id(device.pci_bus_id),
+            "memory_mib": gpu.memory_mib,
+            "driver_version": gpu.driver_version,
+            "cuda_version": gpu.cuda_version,
+            "compute_cap": gpu.compute_cap,
+            "power_cap": "" if gpu.power_cap_w is None else gpu.power_cap_w,
+            "mig_mode": "Enabled" if gpu.mig_enabled else "Disabled",
+        }
+        if device.kind == "mig" and device.mig is not None:
+            mig = self.migs.get((device.minor, device.mig.profile)) or MigFacts(0, 0, 0, 0, 0, 0)
+            fields |= {
+                "mig_uuid": uuid,
+                "mig_profile": device.mig.profile,
+                "gi_id": gi_instance_id(device.mig.size, device.mig.start),
+                "ci_id": 0,
+                "mig_memory_mib": device.memory_bytes // (1024 * 1024),
+                "sm": mig.multiprocessors,
+                "ce": mig.copy_engines,
+                "enc": mig.encoders,
+                "dec": mig.decoders,
+                "ofa": mig.ofa_engines,
+                "jpg": mig.jpeg_engines,
+                "bar1_mib": gpu.bar1_mib * device.mig.size // 8,
+            }
+        lines = [f"# dra-fake nvidia-smi device info: {device.name}"]
+        lines += [f"{key}={shlex.quote(str(value))}" for key, value in fields.items()]
+        return "\n".join(lines) + "\n"
+
+    def ensure_script(self) -> None:
+        text = script_text().encode()
+        if _read(self.script_path) != text:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.script_path, text, 0o755)
+
+    def ensure_files(self, spec: Mapping[str, Any]) -> None:
+        """Write the script and every info file a CDI spec mounts (idempotent; only changes)."""
+        self.ensure_script()
+        for edits in _edits(spec):
+            for mount in edits.get("mounts") or []:
+                host = Path(str(mount.get("hostPath", "")))
+                if host.parent != self.dir / "devices":
+                    continue
+                match = _INFO_NAME.match(host.name)
+                if match is None or match["device"] not in self.devices:
+                    _log.warning("nvidia-smi info file of an unknown device skipped path=%s", host)
+                    continue
+                text = self.info_text(self.devices[match["device"]], match["uuid"]).encode()
+                if _read(host) != text:
+                    host.parent.mkdir(parents=True, exist_ok=True)
+                    atomic_write(host, text, 0o644)
+
+    def remove_info(self, device: str, uuid: str) -> None:
+        remove_durably(self.info_path(device, uuid))
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _edits(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    out = [spec.get("containerEdits") or {}]
+    out += [d.get("containerEdits") or {} for d in spec.get("devices") or [] if isinstance(d, dict)]
+    return [e for e in out if isinstance(e, dict)]

@@ -1,0 +1,424 @@
+"""Prepare and unprepare of `gpu.nvidia.com` claims on one node: the GPU driver's prepared state.
+
+Built on dra_fake.core.state.PreparedClaims (lock, checkpoint, unprepare, start-up
+reconciliation, crash points); this module decides what a claim gets. Order of prepare
+(docs/prepare.md argues why a SIGKILL between any two steps is safe):
+
+    lock -> load -> PrepareCompleted? return stored devices
+         -> PrepareStarted? roll it back -> plan (pure: configs, conflicts, UUIDs, CDI spec)
+         -> write PrepareStarted (with the undo data, write-ahead) -> create MIG / apply sharing
+         -> write CDI spec -> write PrepareCompleted
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from dra_fake.core import cdi, metrics
+from dra_fake.core.checkpoint import (
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    CheckpointData,
+    CheckpointedDevice,
+    ClaimEntry,
+    DriverData,
+    _Model,
+)
+from dra_fake.core.claims import ClaimError, ParsedClaim, PermanentClaimError, parse_claim
+from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS
+from dra_fake.core.opaque import main_request
+from dra_fake.core.state import PreparedClaims, crash_point, to_prepared
+from dra_fake.gpu import configs, edits
+from dra_fake.gpu.configs import FeatureGates, GateLookup
+from dra_fake.gpu.devices import AllocatableDevice, mig_uuid
+from dra_fake.gpu.nvidia_smi import NvidiaSmi
+from dra_fake.kubelet.api import PreparedDevice
+
+_log = logging.getLogger(__name__)
+
+
+# --- What the checkpoint records per claim -------------------------------------------------------
+
+
+class MigDeviceRecord(_Model):
+    """A dynamic MIG device created for the claim (destroyed on unprepare / rollback)."""
+
+    device: str
+    uuid: str
+    parentUUID: str
+    gpuIndex: int
+    profile: str
+    giProfileID: int
+    placementStart: int
+    placementSize: int
+
+
+class TimeSliceRecord(_Model):
+    """A time-slice interval applied to a full GPU (reset to Default on undo)."""
+
+    uuid: str
+    interval: str
+
+
+class MpsDaemonRecord(_Model):
+    """A (simulated) MPS control daemon started for a group of the claim's devices."""
+
+    controlDaemonID: str
+    uuids: list[str]
+
+
+class GpuClaimData(DriverData):
+    """The undo data of a gpu.nvidia.com claim (format 1 kept it as `undo`, same field names)."""
+
+    migDevices: list[MigDeviceRecord] = Field(default_factory=list)
+    timeSlicing: list[TimeSliceRecord] = Field(default_factory=list)
+    mpsDaemons: list[MpsDaemonRecord] = Field(default_factory=list)
+
+
+GpuClaimEntry = ClaimEntry[GpuClaimData]
+
+
+def _overlaps(a_start: int, a_size: int, b_start: int, b_size: int) -> bool:
+    return a_start < b_start + b_size and b_start < a_start + a_size
+
+
+@dataclass
+class _Holdings:
+    """What other prepared claims hold, for conflict checks."""
+
+    devices: dict[str, str]  # device name -> claim UID (non-admin, unshared)
+    full_gpus: dict[str, tuple[str, str]]  # gpu UUID -> (device, claim UID)
+    migs: list[tuple[MigDeviceRecord, str]]  # dynamic MIG devices -> claim UID
+
+
+# --- The device state ----------------------------------------------------------------------------
+
+
+class DeviceState(PreparedClaims[GpuClaimData]):
+    """Prepared gpu.nvidia.com claims of one node, persisted in the checkpoint and CDI root."""
+
+    def __init__(
+        self,
+        driver_name: str,
+        pool_name: str,
+        devices: Mapping[str, AllocatableDevice],
+        cdi_root: Path,
+        plugin_data_dir: Path,
+        feature_gates: GateLookup | None = None,
+        node_name: str | None = None,
+        boot_id_path: Path | None = None,
+        lock_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        on_checkpoint_error: Callable[[str], None] = metrics.record_checkpoint_error,
+        nvidia_smi: NvidiaSmi | None = None,
+    ) -> None:
+        super().__init__(
+            driver_name,
+            pool_name,
+            GpuClaimData,
+            cdi_root,
+            plugin_data_dir,
+            boot_id_path=boot_id_path,
+            lock_timeout=lock_timeout,
+            on_checkpoint_error=on_checkpoint_error,
+        )
+        self.node = node_name or pool_name
+        self.devices = dict(devices)
+        self.gates: GateLookup = feature_gates or FeatureGates()
+        self.nvidia_smi = nvidia_smi  # when set, every claim spec mounts nvidia-smi (docs/prepare.md)
+
+    # --- public API -------------------------------------------------------------------------
+
+    def prepare(self, claim: Mapping[str, Any]) -> list[PreparedDevice]:
+        """Prepare a claim's devices of this driver; idempotent. Raises ClaimError."""
+        parsed = parse_claim(claim, self.driver)
+        if not parsed.results:
+            _log.info("prepare: no devices of this driver claim=%s", parsed.uid)
+            return []
+        with self.locked():
+            crash_point("prepare:after-lock")
+            data, _ = self.load()
+            entry = data.claims.get(parsed.uid)
+            if entry is not None and entry.state == PREPARE_COMPLETED:
+                self.ensure_spec(parsed.uid, entry)
+                _log.info("prepare: already prepared claim=%s", parsed.uid)
+                return [to_prepared(d) for d in entry.preparedDevices]
+            if entry is not None:
+                _log.info("prepare: rolling back a partial prepare claim=%s", parsed.uid)
+                self.rollback(data, parsed.uid)
+                self.store.save(data)
+                crash_point("prepare:after-rollback")
+
+            new_entry, prepared = self._plan(parsed, data)
+            data.claims[parsed.uid] = new_entry
+            self.store.save(data)
+            crash_point("prepare:after-started")
+            try:
+                self._apply(parsed.uid, new_entry.driverData)
+                crash_point("prepare:after-apply")
+                if new_entry.cdiSpec is None:
+                    raise cdi.CdiSpecError("no CDI spec planned")
+                self.write_spec(parsed.uid, new_entry.cdiSpec)
+                crash_point("prepare:after-cdi")
+                new_entry.state = PREPARE_COMPLETED
+                self.store.save(data)
+            except Exception as exc:
+                self.abort(data, parsed.uid, exc)
+                raise ClaimError(f"error preparing devices for claim {parsed.uid}: {exc}") from exc
+            crash_point("prepare:after-completed")
+            _log.info(
+                "claim prepared claim=%s namespace=%s name=%s devices=%s",
+                parsed.uid,
+                parsed.namespace,
+                parsed.name,
+                ",".join(p.device_name for p in prepared),
+            )
+            return prepared
+
+    def dynamic_mig_devices(self) -> list[MigDeviceRecord]:
+        """The dynamic MIG devices currently "created" on this node."""
+        data = self.store.peek()
+        if data is None:
+            return []
+        return [m for e in data.claims.values() for m in e.driverData.migDevices]
+
+    # --- steps --------------------------------------------------------------------------------
+
+    def recover_entry(self, claim_uid: str, spec: Mapping[str, Any]) -> GpuClaimEntry | None:
+        """A claim's entry read back from its CDI spec: its devices from the spec's device names
+        (`<claimUID>-<device>[-<shareID>]`), and the dynamic MIG devices to destroy on undo."""
+        prepared: list[CheckpointedDevice] = []
+        migs: list[MigDeviceRecord] = []
+        for cdi_name, rest in self.spec_devices(claim_uid, spec):
+            name = self._device_in_cdi_name(rest)
+            if name is None:
+                continue
+            prepared.append(
+                CheckpointedDevice(
+                    requests=[],
+                    poolName=self.pool,
+                    deviceName=name,
+                    cdiDeviceIDs=[cdi.cdi_device_id(self.driver, cdi_name)],
+                )
+            )
+            device = self.devices[name]
+            if device.dynamic and device.mig is not None:
+                migs.append(self._mig_record(device, claim_uid))
+        if not prepared:
+            return None
+        return GpuClaimEntry(
+            state=PREPARE_STARTED,
+            preparedDevices=prepared,
+            driverData=GpuClaimData(migDevices=migs),
+            recovered=True,
+        )
+
+    def _device_in_cdi_name(self, rest: str) -> str | None:
+        # longest known device name that the rest starts with (a share ID may follow)
+        for name in sorted(self.devices, key=len, reverse=True):
+            if rest == name or rest.startswith(f"{name}-"):
+                return name
+        return None
+
+    def _mig_record(self, device: AllocatableDevice, claim_uid: str) -> MigDeviceRecord:
+        if device.mig is None:
+            raise PermanentClaimError(f"device {device.name} is not a MIG device")
+        return MigDeviceRecord(
+            device=device.name,
+            uuid=mig_uuid(self.node, device.index, device.mig, nonce=claim_uid),
+            parentUUID=device.gpu_uuid,
+            gpuIndex=device.index,
+            profile=device.mig.profile,
+            giProfileID=device.mig.gi_profile_id,
+            placementStart=device.mig.start,
+            placementSize=device.mig.size,
+        )
+
+    def _holdings(self, data: CheckpointData[GpuClaimData], claim_uid: str) -> _Holdings:
+        held = _Holdings(devices={}, full_gpus={}, migs=[])
+        for uid, entry in data.claims.items():
+            if uid == claim_uid:
+                continue
+            for d in entry.preparedDevices:
+                if d.adminAccess or d.shareID:
+                    continue
+                held.devices.setdefault(d.deviceName, uid)
+                known = self.devices.get(d.deviceName)
+                if known is not None and known.kind == "gpu":
+                    held.full_gpus.setdefault(known.gpu_uuid, (d.deviceName, uid))
+            held.migs.extend((m, uid) for m in entry.driverData.migDevices)
+        return held
+
+    def _check_conflicts(self, claim: ParsedClaim, held: _Holdings) -> None:
+        """No device of another claim; no dynamic MIG placement overlapping another claim's MIG
+        devices or a full GPU (and no full GPU with MIG devices on it) — nor within this claim."""
+        migs = list(held.migs)
+        full_gpus = dict(held.full_gpus)
+        for r in claim.results:
+            if r.admin_access or r.share_id:
+                continue
+            other = held.devices.get(r.device)
+            if other is not None:
+                raise ClaimError(
+                    f"requested device {r.device} is already allocated to different claim {other}"
+                )
+            device = self.devices[r.device]
+            if device.kind == "gpu":
+                for m, uid in migs:
+                    if m.parentUUID == device.gpu_uuid and m.device != r.device:
+                        raise ClaimError(
+                            f"requested device {r.device} conflicts with MIG device {m.device} "
+                            f"prepared for claim {uid} on the same GPU"
+                        )
+                full_gpus.setdefault(device.gpu_uuid, (r.device, claim.uid))
+            elif device.dynamic and device.mig is not None:
+                gpu = full_gpus.get(device.gpu_uuid)
+                if gpu is not None:
+                    raise ClaimError(
+                        f"requested device {r.device} conflicts with full GPU {gpu[0]} "
+                        f"prepared for claim {gpu[1]}"
+                    )
+                for m, uid in migs:
+                    if (
+                        m.parentUUID == device.gpu_uuid
+                        and m.device != r.device
+                        and _overlaps(m.placementStart, m.placementSize, device.mig.start, device.mig.size)
+                    ):
+                        raise ClaimError(
+                            f"requested device {r.device} overlaps MIG device {m.device} "
+                            f"prepared for claim {uid} on the same GPU"
+                        )
+                migs.append((self._mig_record(device, claim.uid), claim.uid))
+
+    def _plan(
+        self, claim: ParsedClaim, data: CheckpointData[GpuClaimData]
+    ) -> tuple[GpuClaimEntry, list[PreparedDevice]]:
+        """Decide everything without side effects: the entry to write and the devices to return."""
+        for r in claim.results:
+            if r.pool != self.pool:
+                raise PermanentClaimError(
+                    f"requested device is not allocatable: {r.device} "
+                    f"(pool {r.pool}; this node's pool is {self.pool})"
+                )
+            if r.device not in self.devices:
+                raise PermanentClaimError(f"requested device is not allocatable: {r.device}")
+        held = self._holdings(data, claim.uid)
+
+        uuids: list[str] = []
+        migs: dict[str, MigDeviceRecord] = {}
+        for r in claim.results:
+            device = self.devices[r.device]
+            if device.dynamic and device.mig is not None:
+                existing = next(
+                    (m for m, _ in held.migs if m.device == r.device and r.admin_access), None
+                )  # admin access observes a MIG device another claim created
+                record = existing or self._mig_record(device, claim.uid)
+                if existing is None and not r.admin_access:
+                    migs.setdefault(r.device, record)
+                uuids.append(record.uuid)
+            elif device.uuid is not None:
+                uuids.append(device.uuid)
+            else:
+                raise PermanentClaimError(f"requested device {r.device} has no UUID")
+
+        try:
+            sharing = configs.apply_configs(
+                self.driver,
+                claim.config,
+                [
+                    configs.ResultDevice(r.request, r.device, self.devices[r.device].kind, uuid)
+                    for r, uuid in zip(claim.results, uuids, strict=True)
+                ],
+                self.gates,
+                claim.uid,
+            )
+        except configs.ConfigError as exc:
+            raise PermanentClaimError(str(exc)) from None
+        self._check_conflicts(claim, held)
+
+        undo = GpuClaimData(migDevices=list(migs.values()))
+        seen_ts: set[str] = set()
+        seen_mps: set[str] = set()
+        spec_devices: list[edits.SpecDevice] = []
+        checkpointed: list[CheckpointedDevice] = []
+        for r, uuid, applied in zip(claim.results, uuids, sharing, strict=True):
+            device = self.devices[r.device]
+            if applied.time_slice_interval is not None and device.kind == "gpu" and uuid not in seen_ts:
+                seen_ts.add(uuid)
+                undo.timeSlicing.append(TimeSliceRecord(uuid=uuid, interval=applied.time_slice_interval))
+            if applied.mps is not None and applied.mps.control_daemon_id not in seen_mps:
+                seen_mps.add(applied.mps.control_daemon_id)
+                undo.mpsDaemons.append(
+                    MpsDaemonRecord(
+                        controlDaemonID=applied.mps.control_daemon_id, uuids=list(applied.mps.uuids)
+                    )
+                )
+            name = cdi.cdi_device_name(claim.uid, r.device, r.share_id)
+            spec_devices.append(edits.SpecDevice(name, device, uuid, r.admin_access, applied))
+            checkpointed.append(
+                CheckpointedDevice(
+                    requests=[main_request(r.request)],
+                    poolName=r.pool,
+                    deviceName=r.device,
+                    cdiDeviceIDs=[cdi.cdi_device_id(self.driver, name)],
+                    shareID=r.share_id,
+                    adminAccess=r.admin_access,
+                )
+            )
+        spec = edits.build_claim_spec(self.driver, claim.uid, spec_devices, self.nvidia_smi)
+        try:
+            cdi.validate_spec(spec)
+        except cdi.CdiSpecError as exc:
+            raise ClaimError(f"error building the CDI spec: {exc}") from None
+        entry = GpuClaimEntry(
+            state=PREPARE_STARTED,
+            name=claim.name,
+            namespace=claim.namespace,
+            preparedDevices=checkpointed,
+            driverData=undo,
+            cdiSpec=spec,
+        )
+        return entry, [to_prepared(d) for d in checkpointed]
+
+    def _apply(self, claim_uid: str, undo: GpuClaimData) -> None:
+        """The "hardware" side of prepare. Simulated: nothing exists outside the checkpoint, so
+        this only logs what NVIDIA's driver would do."""
+        for m in undo.migDevices:
+            _log.info(
+                "dynamic MIG device created claim=%s device=%s uuid=%s parent=%s profile=%s placement=%d+%d",
+                claim_uid,
+                m.device,
+                m.uuid,
+                m.parentUUID,
+                m.profile,
+                m.placementStart,
+                m.placementSize,
+            )
+        for t in undo.timeSlicing:
+            _log.info("time-slice interval set claim=%s uuid=%s interval=%s", claim_uid, t.uuid, t.interval)
+        for d in undo.mpsDaemons:
+            _log.info(
+                "MPS control daemon started claim=%s id=%s uuids=%s", claim_uid, d.controlDaemonID, d.uuids
+            )
+
+    def undo(self, claim_uid: str, entry: GpuClaimEntry) -> None:
+        """Reverse _apply; idempotent (undoing what does not exist is fine)."""
+        undo = entry.driverData
+        for d in undo.mpsDaemons:
+            _log.info("MPS control daemon stopped claim=%s id=%s", claim_uid, d.controlDaemonID)
+        for t in undo.timeSlicing:
+            _log.info("time-slice interval reset claim=%s uuid=%s interval=Default", claim_uid, t.uuid)
+        for m in undo.migDevices:
+            _log.info("dynamic MIG device destroyed claim=%s device=%s uuid=%s", claim_uid, m.device, m.uuid)
+            if self.nvidia_smi is not None:
+                self.nvidia_smi.remove_info(m.device, m.uuid)
+
+    def before_spec(self, spec: Mapping[str, Any]) -> None:
+        """The nvidia-smi files a spec mounts."""
+        if self.nvidia_smi is not None:
+            self.nvidia_smi.ensure_files(spec)
