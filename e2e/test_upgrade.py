@@ -59,10 +59,10 @@ def test_helm_upgrade_keeps_running_pods_and_their_claims(
 
     # A new pod template (as a new image or values would give): every plugin pod is replaced.
     nonce = uuid.uuid4().hex[:8]
+    annotation = f"kubeletPlugin.podAnnotations.e2e-upgrade={nonce}"
     upgrade = subprocess.run(
         [str(HELM), "--kubeconfig", str(kubeconfig), "upgrade", RELEASE, str(REPO / "charts" / "dra-fake"),
-         "-n", NAMESPACE, "--reuse-values", "--set-string", f"kubeletPlugin.podAnnotations.e2e-upgrade={nonce}",
-         "--wait", "--timeout", "5m"],
+         "-n", NAMESPACE, "--reuse-values", "--set-string", annotation, "--wait", "--timeout", "5m"],
         capture_output=True, text=True, timeout=400,
     )  # fmt: skip
     assert upgrade.returncode == 0, upgrade.stderr

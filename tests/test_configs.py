@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import time
 from fractions import Fraction
 from typing import Any
 
@@ -208,6 +210,23 @@ def test_quantity_parse(text: str, value: int | Fraction) -> None:
 def test_quantity_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="quantities must match the regular expression"):
         Quantity.parse(text)
+
+
+@pytest.mark.parametrize("text", ["1e10000000", "1e-10000000", "1e5000", "1e19", "10Ei", "1" * 70])
+def test_hostile_quantities_are_refused_at_once(text: str) -> None:
+    """Unbounded exponents cost seconds of CPU under the node lock; huge values broke later
+    formatting. Refused quickly instead, as out of range."""
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"out of range|longer than"):
+        Quantity.parse(text)
+    assert time.perf_counter() - start < 0.01
+
+
+def test_a_hostile_pinned_memory_limit_fails_the_claim_naming_the_field() -> None:
+    claim_config = gpu_cfg({"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "1e5000"}})
+    field = '"sharing.mpsConfig.defaultPinnedDeviceMemoryLimit": quantity 1e5000 is out of range'
+    with pytest.raises(ConfigError, match=re.escape(field)):
+        configs.decode_config(claim_config)
 
 
 # --- defaults ----------------------------------------------------------------------------------

@@ -102,9 +102,18 @@ class ClaimPreparer:
         return results
 
     def _prepare_one(self, ref: ClaimRef) -> PrepareResult:
+        """One claim; whatever fails is this claim's error, never the whole call's."""
         fields = {"claim": f"{ref.namespace}/{ref.name}", "claimUID": ref.uid}
+        get = f"get ResourceClaim {ref.namespace}/{ref.name}"
         try:
             claim = self.resources.get_claim(ref.namespace, ref.name)
+        except ClaimNotFound as err:
+            return self._failed(fields, str(err))
+        except ApiException as err:
+            return self._failed(fields, f"{get}: {err.status} {err.reason}")
+        except Exception as err:  # a connection error, a timeout: the API server is unreachable
+            return self._failed(fields, f"{get}: {_describe(err)}")
+        try:
             uid = claim.get("metadata", {}).get("uid")
             if uid != ref.uid:
                 raise ClaimError(
@@ -114,34 +123,43 @@ class ClaimPreparer:
             if not claim.get("status", {}).get("allocation"):
                 raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: claim not yet allocated")
             devices = self.state.prepare(claim)
-        except (ClaimNotFound, ClaimError) as err:
-            log.warning("prepare failed", extra={**fields, "error": str(err)})
-            return PrepareResult(error=str(err))
-        except ApiException as err:
-            log.warning("prepare failed: API server", extra={**fields, "status": err.status})
-            return PrepareResult(
-                error=f"get ResourceClaim {ref.namespace}/{ref.name}: {err.status} {err.reason}"
-            )
+        except ClaimError as err:
+            return self._failed(fields, str(err))
+        except Exception as err:  # a bug or an environment failure: still only this claim's
+            log.exception("prepare failed unexpectedly", extra=fields)
+            return self._failed(fields, f"prepare ResourceClaim {ref.namespace}/{ref.name}: {_describe(err)}")
         log.info("claim prepared", extra={**fields, "devices": [d.device_name for d in devices]})
         return PrepareResult(devices=devices)
+
+    @staticmethod
+    def _failed(fields: dict[str, str], error: str) -> PrepareResult:
+        log.warning("prepare failed", extra={**fields, "error": error})
+        return PrepareResult(error=error)
 
     def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
         results: dict[str, str] = {}
         for ref in claims:
+            fields = {"claim": f"{ref.namespace}/{ref.name}", "claimUID": ref.uid}
             try:
                 self.state.unprepare(ref.uid)
                 results[ref.uid] = ""
-                log.info(
-                    "claim unprepared", extra={"claim": f"{ref.namespace}/{ref.name}", "claimUID": ref.uid}
-                )
+                log.info("claim unprepared", extra=fields)
             except ClaimError as err:
                 results[ref.uid] = str(err)
+            except Exception as err:
+                log.exception("unprepare failed unexpectedly", extra=fields)
+                results[ref.uid] = f"unprepare ResourceClaim {ref.namespace}/{ref.name}: {_describe(err)}"
         self.update_gauges()
         return results
 
     def update_gauges(self) -> None:
         metrics.PREPARED_CLAIMS.set(len(self.state.prepared_claims()))
         metrics.PREPARED_DEVICES.set(self.state.prepared_device_count())
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
 
 
 def run_plugin(args: argparse.Namespace, api: client.ApiClient, driver: KubeletDriver) -> int:

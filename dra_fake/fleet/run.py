@@ -244,7 +244,8 @@ class Fleet:
         with self._lock:
             cached = self._desired.get(node)
         if cached is None:
-            assert self.info is not None
+            if self.info is None:
+                raise RuntimeError("fleet: slices asked for before API discovery")
             inv = build_inventory(self.inventory, node, self.profiles, source=f"node {node}")
             cached = desired_slices(inv, self.options.driver, self.info.version)
             with self._lock:
@@ -362,7 +363,8 @@ class Fleet:
 
     # ---- slices --------------------------------------------------------------------------------
     def _slice_informer(self) -> None:
-        assert self.node_api is not None
+        if self.node_api is None:
+            raise RuntimeError("fleet: slice informer started before API discovery")
         version = self.node_api.version
 
         def list_slices(**kwargs: Any) -> Any:

@@ -83,6 +83,15 @@ _DECIMAL = {
 }
 
 
+# Bounds that keep parsing cheap whatever a claim says (a user controls these strings; without
+# them "1e10000000" costs seconds of CPU under the node lock). Kubernetes parses any int32
+# exponent, but a quantity's value is read as an int64 (resource.Quantity.Value()), and a device
+# memory limit beyond that is meaningless: larger values are refused, naming the field.
+QUANTITY_MAX_CHARS = 64
+QUANTITY_MAX_EXPONENT = 40
+QUANTITY_MAX_VALUE = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class Quantity:
     """A Kubernetes resource.Quantity: `text` as the user wrote it, `value` exact."""
@@ -93,6 +102,8 @@ class Quantity:
     @classmethod
     def parse(cls, raw: str | int | float) -> Quantity:
         text = raw if isinstance(raw, str) else json.dumps(raw)
+        if len(text) > QUANTITY_MAX_CHARS:
+            raise ValueError(f"quantity is longer than {QUANTITY_MAX_CHARS} characters")
         match = _QUANTITY_RE.match(text.strip())
         if match is None:
             raise ValueError(_QUANTITY_FORMAT_ERROR)
@@ -103,7 +114,13 @@ class Quantity:
         elif suffix in _DECIMAL:
             value *= _DECIMAL[suffix]
         elif suffix:
-            value *= Fraction(10) ** int(suffix[1:])
+            exponent = int(suffix[1:])
+            if abs(exponent) > QUANTITY_MAX_EXPONENT:
+                limit = QUANTITY_MAX_EXPONENT
+                raise ValueError(f"quantity {text} is out of range (exponent beyond ±{limit})")
+            value *= Fraction(10) ** exponent
+        if value > QUANTITY_MAX_VALUE:
+            raise ValueError(f"quantity {text} is out of range (larger than {QUANTITY_MAX_VALUE})")
         return cls(text, -value if sign == "-" else value)
 
     def mebibytes(self) -> int:
