@@ -7,8 +7,10 @@ NODES ?= 1
 CONFIG ?=
 KEEP ?=
 BIN := e2e/cluster/bin
+# make demo and the kind targets default to 2 nodes (node 2 holds the MIG GPUs); NODES=n overrides.
+NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 
-.PHONY: help venv cluster-build cluster-up cluster-down demo test unit e2e lint proto bench clean chart-check tools image \
+.PHONY: help venv cluster-build cluster-up cluster-down demo test unit e2e lint proto bench clean chart-check chart-lint tools image \
 	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind
 
 help:
@@ -32,7 +34,7 @@ cluster-down: ## stop everything cluster-up started
 	@if [ -x $(PY) ]; then $(PY) -m e2e.localcluster down; fi
 
 demo: venv cluster-build ## the main job: cluster, driver, example workloads, summary (KEEP=1 keeps it up)
-	$(PY) -m e2e.demo $(if $(KEEP),--keep) --nodes $(or $(filter-out 1,$(NODES)),2) $(if $(CONFIG),--config $(CONFIG))
+	$(PY) -m e2e.demo $(if $(KEEP),--keep) --nodes $(NODES_OR_2) $(if $(CONFIG),--config $(CONFIG))
 
 lint: venv ## ruff, mypy, and the import layers (import-linter; docs/architecture.md)
 	$(VENV)/bin/ruff check .
@@ -46,7 +48,7 @@ unit: venv ## unit tests (no cluster)
 e2e: venv cluster-build ## end-to-end suite on the local control plane (or KUBECONFIG)
 	$(VENV)/bin/pytest -q e2e
 
-test: venv cluster-build ## everything CI runs: lint, unit tests, e2e suite on the real control plane
+test: venv cluster-build tools ## lint, unit tests, e2e suite on the real control plane (chart and RBAC tests included)
 	$(MAKE) lint
 	$(VENV)/bin/pytest -q -rs -p no:cacheprovider tests e2e
 
@@ -55,6 +57,9 @@ tools: ## build helm, kubeconform, actionlint (Go modules) and hadolint, shellch
 
 chart-check: venv cluster-build ## chart, image and workflow gates: lint, render, kubeconform, chart RBAC on the local control plane
 	PYTHON=$(PY) hack/chart-check.sh
+
+chart-lint: venv ## the chart gates without their tests (make test runs those): helm lint, shellcheck, hadolint, actionlint
+	PYTHON=$(PY) hack/chart-check.sh lint
 
 IMAGE ?= dra-fake:dev
 CONTAINER_TOOL ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
@@ -66,7 +71,6 @@ image: ## build the container image IMAGE (docker or podman; not possible withou
 # ---- kind: real clusters built offline for every pinned release (docs/kind.md) --------------
 # K8S: a minor (1.33) or release (1.33.13); default: the local control plane's release.
 K8S ?= $(shell cat e2e/cluster/K8S_VERSION)
-KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 
 kind-host: ## prepare this host for kind where a probe shows it is needed (undo: make kind-host-reset)
 	hack/kind/host.sh setup
@@ -79,14 +83,14 @@ kind-images: venv ## node image of K8S, driver and shell images, offline (second
 
 kind-up: kind-images ## kind cluster dra-fake-<minor>, chart installed by Helm: K8S=1.33 NODES=2 CONFIG=inventory.yaml
 	hack/install-tools.sh helm
-	$(PY) -m e2e.kindcluster up --k8s $(K8S) --nodes $(KIND_NODES) $(if $(CONFIG),--config $(CONFIG))
+	$(PY) -m e2e.kindcluster up --k8s $(K8S) --nodes $(NODES_OR_2) $(if $(CONFIG),--config $(CONFIG))
 
 kind-down: ## delete the kind cluster of K8S
 	@if [ -x $(PY) ]; then $(PY) -m e2e.kindcluster down --k8s $(K8S); fi
 
 e2e-kind: kind-images ## the e2e suite in real containers on the kind cluster of K8S (brought up if not running)
 	hack/install-tools.sh helm
-	$(PY) -m e2e.kindcluster up --if-missing --k8s $(K8S) --nodes $(KIND_NODES)
+	$(PY) -m e2e.kindcluster up --if-missing --k8s $(K8S) --nodes $(NODES_OR_2)
 	KUBECONFIG=$$($(PY) -m e2e.kindcluster kubeconfig --k8s $(K8S)) $(VENV)/bin/pytest -q -rs -p no:cacheprovider e2e
 
 kind-matrix: venv ## e2e-kind on a fresh cluster of every pinned release (or K8S="1.32 1.33"): .kind/matrix.tsv

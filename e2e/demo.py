@@ -37,6 +37,11 @@ def main() -> int:
     parser.add_argument("--config", type=Path)
     parser.add_argument("--kind", metavar="K8S", help="on the kind cluster of this release (make demo-kind)")
     args = parser.parse_args()
+    if args.nodes < 2 and not args.kind:
+        parser.error(
+            f"--nodes {args.nodes}: the demo needs 2 nodes or more (node 2 holds the MIG GPUs, the "
+            "ComputeDomain spans two nodes)"
+        )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     t0 = time.monotonic()
     if args.kind:

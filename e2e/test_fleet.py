@@ -90,15 +90,16 @@ def test_fleet_publishes_keeps_slices_and_runs_pods(kube: Kube, fleet: str, ns: 
         assert slices[0]["metadata"]["ownerReferences"][0]["name"] == node
 
     # Keeps them up to date: a deleted slice comes back.
-    victim = kube.slices(node=nodes[0])[0]["metadata"]["name"]
-    kube.custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", victim)
+    victim = kube.slices(node=nodes[0])[0]["metadata"]
+    kube.delete_slice(victim["name"])
 
-    def restored() -> bool:
+    def restored() -> bool:  # the same name, a new object
         return any(
-            s["metadata"]["name"] == victim and s["metadata"]["uid"] != "" for s in kube.slices(node=nodes[0])
+            s["metadata"]["name"] == victim["name"] and s["metadata"]["uid"] != victim["uid"]
+            for s in kube.slices(node=nodes[0])
         )
 
-    poll(f"slice {victim} re-created", restored, 60)
+    poll(f"slice {victim['name']} re-created", restored, 60)
 
     # The real scheduler allocates a fleet GPU; the fleet marks the pod Running.
     kube.create(GPU_TEMPLATE, ns)

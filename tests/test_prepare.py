@@ -19,7 +19,6 @@ from typing import IO, Any
 import pytest
 import yaml
 from crash_helper import (
-    BOOT_ID,
     NODE,
     P1_0,
     make_claim,
@@ -28,13 +27,13 @@ from crash_helper import (
     result,
 )
 
-from dra_fake.core.checkpoint import CheckpointData, ClaimEntry
+from dra_fake.core.checkpoint import CheckpointData
 from dra_fake.core.claims import ClaimError, PermanentClaimError
 from dra_fake.core.locking import LockTimeoutError, PrepareUnprepareLock
 from dra_fake.core.state import CRASH_ENV, CRASH_POINTS
 from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.devices import mig_uuid
-from dra_fake.gpu.state import DeviceState, GpuClaimData
+from dra_fake.gpu.state import DeviceState
 from dra_fake.kubelet.api import PreparedDevice
 
 HELPER = Path(__file__).with_name("crash_helper.py")
@@ -572,8 +571,3 @@ def test_crash_point_inactive_without_env(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setenv(CRASH_ENV, "prepare:other")
     crash_point("prepare:after-cdi")  # not listed: returns
-
-
-def test_boot_id_fixture() -> None:
-    assert BOOT_ID  # the helper's fake boot ID is what every test state uses
-    assert ClaimEntry[GpuClaimData](state="PrepareStarted", driverData=GpuClaimData()).recovered is False

@@ -101,12 +101,15 @@ class LocalCluster:
         self.exec_kubeconfig = exec_kubeconfig
         self.node_count = nodes
         self.with_plugins = with_plugins
+        # A running cluster is described by its saved state (reused by the e2e suite and the demo);
+        # `up` starts exactly what was asked for here, never an earlier cluster's inventories.
         self.state = State.load(self.root) or State(root=str(self.root))
-        if inventory_config is not None:
-            self.state.inventory_config = str(inventory_config.resolve())
-        for node, path in (node_configs or {}).items():
-            self.state.node_configs[node] = str(path.resolve())
-        self.state.node_labels.update(node_labels or {})
+        self._requested = State(
+            root=str(self.root),
+            inventory_config=str(inventory_config.resolve()) if inventory_config else None,
+            node_configs={node: str(path.resolve()) for node, path in (node_configs or {}).items()},
+            node_labels=dict(node_labels or {}),
+        )
 
     # ---- paths -------------------------------------------------------------------------
     @property
@@ -157,9 +160,9 @@ class LocalCluster:
             shutil.rmtree(self.root / stale, ignore_errors=True)
         self.state = State(
             root=str(self.root),
-            inventory_config=self.state.inventory_config,
-            node_configs=self.state.node_configs,
-            node_labels=self.state.node_labels,
+            inventory_config=self._requested.inventory_config,
+            node_configs=dict(self._requested.node_configs),
+            node_labels=dict(self._requested.node_labels),
         )
         try:
             self._start_etcd()
