@@ -31,3 +31,17 @@ def prepare(socket: Path, claim: dict[str, Any]) -> dict[str, Any]:
         "device_name": device.device_name,
         "cdi_device_ids": list(device.cdi_device_ids),
     }
+
+
+def unprepare(socket: Path, claim: dict[str, Any]) -> str:
+    """NodeUnprepareResources for one claim; returns its error ("" on success)."""
+    meta = claim["metadata"]
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        stub = api_pb2_grpc.DRAPluginStub(channel)
+        resp = stub.NodeUnprepareResources(
+            api_pb2.NodeUnprepareResourcesRequest(
+                claims=[api_pb2.Claim(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])]
+            ),
+            timeout=30,
+        )
+    return str(resp.claims[meta["uid"]].error)

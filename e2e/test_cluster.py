@@ -4,6 +4,7 @@ the container sees."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 import yaml
 
@@ -224,3 +225,36 @@ def test_the_driver_survives_an_api_server_restart(kube: Kube, ns: str, harness:
     pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}  # type: ignore[index]
     kube.create(pod, ns)
     kube.wait_running(ns, "after-restart")
+
+
+@pytest.mark.needs("harness")
+def test_a_plugin_started_during_an_api_outage_serves_unprepare_from_its_checkpoint(
+    kube: Kube, ns: str, harness: LocalCluster
+) -> None:
+    """The kubelet must be able to unprepare when the API server is away: the plugin comes up
+    from its checkpoint and answers before it has reached the server."""
+    from e2e.draclient import unprepare
+
+    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(pod_with_claim_template("p", "single-gpu"), ns)
+    pod = kube.wait_running(ns, "p")
+    node = pod["spec"]["nodeName"]
+    claim = kube.claim(ns, pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
+    spec = harness.node_dir(node) / "cdi" / f"k8s.gpu.nvidia.com-claim_{claim['metadata']['uid']}.yaml"
+    socket = harness.node_dir(node) / "plugins" / "gpu.nvidia.com" / "dra.sock"
+    harness.stop_plugin(node, kill=True)
+    harness.stop_apiserver()
+    try:
+        harness.start_plugin(node, wait=False)
+
+        def unprepared() -> str | None:  # the killed plugin's socket file lingers until the new one binds
+            try:
+                return f"error={unprepare(socket, claim)!r}"
+            except grpc.RpcError:
+                return None
+
+        assert poll("unprepare answered by the restarted plugin", unprepared, 30) == "error=''"
+        assert not spec.exists()
+    finally:
+        harness.start_apiserver()
+    poll(f"slices of {node} published after the outage", lambda: kube.slices(node=node), 90)

@@ -339,7 +339,7 @@ def test_the_controller_starts_as_a_uid_without_a_passwd_entry(monkeypatch: pyte
     seen: dict[str, Any] = {}
     monkeypatch.setattr(getpass, "getuser", no_passwd_entry)
     monkeypatch.setattr("dra_fake.core.kube.load_kube_client", lambda _: object())
-    monkeypatch.setattr(main, "discover", lambda _: type("Info", (), {"resource_version": "v1beta1"})())
+    monkeypatch.setattr(main, "discover_dra", lambda _: type("Info", (), {"resource_version": "v1beta1"})())
     monkeypatch.setattr(main, "Reconciler", lambda api, settings: seen.setdefault("settings", settings))
     monkeypatch.setattr(main.threading, "Thread", lambda **_: type("T", (), {"start": lambda self: None})())
     monkeypatch.setattr(main.kopf, "run", lambda **kwargs: seen.setdefault("kopf", kwargs))
@@ -365,3 +365,21 @@ def test_the_controller_starts_as_a_uid_without_a_passwd_entry(monkeypatch: pyte
     seen.clear()
     main.run_controller(args)
     assert seen["kopf"]["identity"] == "controller-pod-0"
+
+
+def test_an_unprepare_racing_the_node_label_leaves_no_label(tmp_path: Path) -> None:
+    """The kubelet unprepares a claim while its prepare is between recording PrepareStarted and
+    labelling the node (both outside the lock): the label must not outlive the claim."""
+    domains = FakeDomains(ready=True)
+    state = make_state(tmp_path, domains)
+    label = domains.add_node_label
+
+    def unprepare_first(node: str, uid: str) -> None:
+        state.unprepare("claim-channel-0")  # finds nothing labelled yet, drops the entry
+        label(node, uid)
+
+    domains.add_node_label = unprepare_first  # type: ignore[method-assign]
+    with pytest.raises(ClaimError, match="was unprepared while it was being prepared"):
+        state.prepare(claim())
+    assert domains.labels == {}
+    assert state.prepared_claims() == {} and not state.cdi.exists("claim-channel-0")

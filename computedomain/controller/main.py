@@ -17,8 +17,8 @@ from computedomain.controller.leader import LeaderElector
 from computedomain.controller.objects import DaemonSettings
 from computedomain.controller.reconcile import Reconciler
 from dra_fake.core import logs
-from dra_fake.core.resourceapi import discover
-from dra_fake.core.retry import run_forever
+from dra_fake.core.resourceapi import discover_dra
+from dra_fake.core.retry import run_forever, with_backoff
 
 log = logging.getLogger("computedomain")
 
@@ -46,8 +46,7 @@ def run_controller(args: argparse.Namespace) -> int:
         if args.kubeconfig:
             os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's login reads it
         api = load_kube_client(args.kubeconfig)
-        resource_version = discover(api).resource_version
-    except (StartupError, RuntimeError) as err:
+    except StartupError as err:
         print(f"dra-fake compute-domain-controller: error: {err}")
         return 2
     if args.metrics_port >= 0:  # before the election: a standby's liveness probe reads it too
@@ -55,6 +54,8 @@ def run_controller(args: argparse.Namespace) -> int:
 
         metrics.start_metrics_server(args.metrics_port)
     stop = threading.Event()
+    # The API server may be starting or restarting: wait for it rather than exit.
+    resource_version = with_backoff("API discovery", lambda: discover_dra(api), stop).resource_version
     identity = operator_identity(args.leader_elect_identity)
     if args.leader_elect == "true":
         elector = LeaderElector(api, args.namespace, identity)

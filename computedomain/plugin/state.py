@@ -143,6 +143,7 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
                 raise ClaimError(
                     f"error adding node label for ComputeDomain {plan.domain.uid}: {err}"
                 ) from None
+            self._still_preparing(parsed.uid, plan.domain.uid)
             if not self.domains.node_ready(plan.domain.uid, self.clique_id, self.node):
                 raise DaemonNotReady(
                     f"error preparing channel for ComputeDomain {plan.domain.namespace}/{plan.domain.name}: "
@@ -224,12 +225,25 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
             raise PermanentClaimError(NAMESPACE_MISMATCH)
         return _Plan(device_type, r.request, r.pool, r.device, config, domain)
 
+    def _still_preparing(self, uid: str, domain_uid: str) -> None:
+        """After labelling the node (no lock held): if an unprepare of this claim began meanwhile,
+        its label removal may already have run, so take the label back and give up."""
+        with self.locked():
+            data, _ = self.load()
+            entry = data.claims.get(uid)
+            gone = entry is None or entry.unpreparing
+        if gone:
+            self.domains.remove_node_label(self.node, domain_uid)
+            raise ClaimError(f"claim {uid} was unprepared while it was being prepared")
+
     def _begin(
         self, uid: str, name: str, namespace: str, record: DomainClaimData
     ) -> list[PreparedDevice] | None:
         with self.locked():
             data, _ = self.load()
             entry = data.claims.get(uid)
+            if entry is not None and entry.unpreparing:
+                raise ClaimError(f"claim {uid} is being unprepared")
             if entry is not None and entry.state == PREPARE_COMPLETED:
                 self.ensure_spec(uid, entry)
                 return [to_prepared(d) for d in entry.preparedDevices]

@@ -90,6 +90,7 @@ class ClaimEntry(_Model, Generic[P]):
     driverData: P
     cdiSpec: dict[str, Any] | None = None  # the spec written for the claim (to restore a lost file)
     recovered: bool = False  # rebuilt from a CDI spec file after the checkpoint was lost
+    unpreparing: bool = False  # unprepare has begun (a prepare racing it must back off)
 
 
 class CheckpointData(_Model, Generic[P]):

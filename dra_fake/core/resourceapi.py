@@ -38,6 +38,14 @@ def _minor(raw: str) -> int:
     return int(digits or 0)
 
 
+def discover_dra(api: client.ApiClient) -> ServerInfo:
+    """discover(), failing (to be retried) while the server serves no resource.k8s.io version
+    this driver knows: a starting API server answers /version before it lists every group."""
+    info = discover(api)
+    info.resource_version  # noqa: B018 (raises RuntimeError when none is served)
+    return info
+
+
 def discover(api: client.ApiClient) -> ServerInfo:
     info = client.VersionApi(api).get_code()
     served: set[str] = set()
@@ -76,14 +84,28 @@ class ClaimNotFound(Exception):
     pass
 
 
-class ResourceApi:
-    """Generic CRUD on resource.k8s.io objects in the server's preferred version."""
+class ApiNotReached(Exception):
+    """The API server has not answered discovery yet (a plugin starting during an API outage)."""
 
-    def __init__(self, api: client.ApiClient, info: ServerInfo) -> None:
+
+class ResourceApi:
+    """Generic CRUD on resource.k8s.io objects in the server's preferred version. Created before
+    the server is reached (`info=None`): calls then fail with ApiNotReached until `discovered`."""
+
+    def __init__(self, api: client.ApiClient, info: ServerInfo | None = None) -> None:
         self.api = api
         self.custom = client.CustomObjectsApi(api)
-        self.info = info
+        self._info = info
         self._lock = threading.Lock()
+
+    @property
+    def info(self) -> ServerInfo:
+        if self._info is None:
+            raise ApiNotReached("the API server has not been reached yet (the plugin keeps trying)")
+        return self._info
+
+    def discovered(self, info: ServerInfo) -> None:
+        self._info = info
 
     @property
     def version(self) -> ResourceApiVersion:
@@ -91,7 +113,7 @@ class ResourceApi:
 
     def rediscover(self) -> None:
         with self._lock:
-            self.info = discover(self.api)
+            self._info = discover(self.api)
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """GET a ResourceClaim, falling back v1 -> v1beta2 -> v1beta1 among the served versions.

@@ -28,7 +28,7 @@ from dra_fake.core.claims import ClaimError
 from dra_fake.core.events import post_node_event
 from dra_fake.core.kube import read_node_uid
 from dra_fake.core.publisher import Publisher
-from dra_fake.core.resourceapi import ClaimNotFound, ResourceApi, ServerInfo, discover
+from dra_fake.core.resourceapi import ClaimNotFound, ResourceApi, ServerInfo, discover_dra
 from dra_fake.core.retry import with_backoff
 from dra_fake.core.slices import DesiredSlice
 from dra_fake.kubelet.api import ClaimRef, PreparedDevice, PrepareResult
@@ -46,17 +46,17 @@ class ClaimState(Protocol):
     def prepared_device_count(self) -> int: ...
 
 
-@dataclass(frozen=True)
+@dataclass
 class PluginContext:
-    """What a driver gets to build its state from."""
+    """What a driver gets to build its state from. The state is built and serves the kubelet
+    from local files before the API server is reached; `node_uid` is filled in once it is."""
 
     api: client.ApiClient
-    server: ServerInfo
     node: str
-    node_uid: str
     data_dir: Path  # <kubelet plugins dir>/<driver>, created (0750)
     cdi_root: Path
     stop: threading.Event
+    node_uid: str = ""
 
     def checkpoint_error_hook(self, driver: str) -> Any:
         """A corrupt checkpoint: counted, logged by the store, and shown as an Event on the Node."""
@@ -163,45 +163,25 @@ def _describe(err: BaseException) -> str:
 
 
 def run_plugin(args: argparse.Namespace, api: client.ApiClient, driver: KubeletDriver) -> int:
-    """Serve `driver` on this node until SIGTERM/SIGINT (flags: dra_fake.cli's plugin flags)."""
-    started = time.monotonic()
-    stop = threading.Event()
-    server: ServerInfo = with_backoff("API discovery", lambda: discover(api), stop)
-    node_uid: str = with_backoff(
-        f"get Node {args.node_name}", lambda: read_node_uid(api, args.node_name), stop
-    )
-    resources = ResourceApi(api, server)
-    log.info(
-        "API server",
-        extra={"version": "{}.{}".format(*server.version), "resourceApi": resources.version},
-    )
-    data_dir = Path(args.kubelet_plugins_directory_path) / args.driver_name
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
-    ctx = PluginContext(api, server, args.node_name, node_uid, data_dir, Path(args.cdi_root), stop)
-    state = driver.create_state(ctx)
-    state.startup()
-    slices = driver.desired_slices(server)
-    return serve(args, resources, state, slices, node_uid, stop, driver.display_name, started)
+    """Serve `driver` on this node until SIGTERM/SIGINT (flags: dra_fake.cli's plugin flags).
 
-
-def serve(
-    args: argparse.Namespace,
-    resources: ResourceApi,
-    state: ClaimState,
-    slices: list[DesiredSlice],
-    node_uid: str,
-    stop: threading.Event,
-    name: str,
-    started: float,
-) -> int:
-    """Metrics, the ResourceSlices, the kubelet's sockets and the health service, until stopped."""
+    The kubelet is served from local state first: the checkpoint is reconciled and the sockets
+    are up before the API server is reached, so unprepare works through an API outage (prepare
+    needs the claim from the server and fails per claim until it is reached). Discovery, the
+    Node's UID and the ResourceSlices follow in the background, retried until they succeed."""
     from dra_fake.kubelet.health import HealthServer
     from dra_fake.kubelet.server import KubeletPlugin, serve_forever
 
+    started = time.monotonic()
+    stop = threading.Event()
+    data_dir = Path(args.kubelet_plugins_directory_path) / args.driver_name
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+    ctx = PluginContext(api, args.node_name, data_dir, Path(args.cdi_root), stop)
+    state = driver.create_state(ctx)
+    state.startup()
     if args.metrics_port >= 0:
         metrics.start_metrics_server(args.metrics_port)
-    publisher = Publisher(resources, args.driver_name, args.node_name, node_uid, lambda: slices)
-    publisher.start()
+    resources = ResourceApi(api)
     handler = ClaimPreparer(resources, state)
     handler.update_gauges()  # initial values from the checkpoint
     kubelet = KubeletPlugin(
@@ -212,21 +192,63 @@ def serve(
         args.pod_uid or None,
     )
     kubelet.start()
-    components: list[Any] = [_PublisherStopper(publisher), kubelet]
+    components: list[Any] = [kubelet]
     if args.healthcheck_port >= 0:
         # In a pod HEALTHCHECK_ADDRESS is the pod IP, where the kubelet's gRPC probes dial.
         health = HealthServer(kubelet, args.healthcheck_port, host=args.healthcheck_address)
         health.start()
         components.append(health)
-    log.info(f"{name} running", extra={"startupSeconds": round(time.monotonic() - started, 3)})
+    publishing = _Publishing(args, api, driver, resources, ctx)
+    threading.Thread(target=publishing.run, name="api-connect", daemon=True).start()
+    components.insert(0, publishing)
+    log.info(
+        f"{driver.display_name} serving the kubelet",
+        extra={"startupSeconds": round(time.monotonic() - started, 3)},
+    )
     serve_forever(*components, stop_event=stop)
-    log.info(f"{name} stopped")
+    log.info(f"{driver.display_name} stopped")
     return 0
 
 
-class _PublisherStopper:
-    def __init__(self, publisher: Publisher) -> None:
+class _Publishing:
+    """Reach the API server (retried while it is away), then publish the node's slices."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        api: client.ApiClient,
+        driver: KubeletDriver,
+        resources: ResourceApi,
+        ctx: PluginContext,
+    ) -> None:
+        self.args, self.api, self.driver, self.resources, self.ctx = args, api, driver, resources, ctx
+        self.publisher: Publisher | None = None
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        try:
+            server: ServerInfo = with_backoff("API discovery", lambda: discover_dra(self.api), self._stopped)
+            self.resources.discovered(server)
+            self.ctx.node_uid = with_backoff(
+                f"get Node {self.ctx.node}", lambda: read_node_uid(self.api, self.ctx.node), self._stopped
+            )
+        except Exception:
+            if self._stopped.is_set():
+                return
+            raise
+        log.info(
+            "API server",
+            extra={"version": "{}.{}".format(*server.version), "resourceApi": self.resources.version},
+        )
+        slices = self.driver.desired_slices(server)
+        publisher = Publisher(
+            self.resources, self.args.driver_name, self.ctx.node, self.ctx.node_uid, lambda: slices
+        )
         self.publisher = publisher
+        if not self._stopped.is_set():
+            publisher.start()
 
     def stop(self, grace: float | None = None) -> None:
-        self.publisher.stop()
+        self._stopped.set()
+        if self.publisher is not None:
+            self.publisher.stop()

@@ -139,31 +139,36 @@ class PreparedClaims(ABC, Generic[P]):
     # --- the shared lifecycle -----------------------------------------------------------------
 
     def unprepare(self, claim_uid: str) -> None:
-        """Undo a claim's preparation; a claim not in the checkpoint is a success."""
-        with self.locked():
-            crash_point("unprepare:after-lock")
-            data, _ = self.load()
-            entry = data.claims.get(claim_uid)
-            if entry is None:
-                _log.info("Unprepare noop: claim not found in checkpoint data claim=%s", claim_uid)
-                return
-            try:
-                if entry.state == PREPARE_COMPLETED:
-                    entry.state = PREPARE_STARTED  # from here on the claim is partial: roll back
-                    self.store.save(data)
-                    crash_point("unprepare:after-started")
-                self.undo(claim_uid, entry)
-                crash_point("unprepare:after-undo")
-                self.cdi.remove(claim_uid)
-                crash_point("unprepare:after-cdi-removed")
-                del data.claims[claim_uid]
+        """Undo a claim's preparation; a claim not in the checkpoint is a success. The driver's
+        `undo` runs outside the node lock (it may call the API server): the entry is marked
+        PrepareStarted and `unpreparing` first, so a crash or a racing prepare sees it."""
+        try:
+            with self.locked():
+                crash_point("unprepare:after-lock")
+                data, _ = self.load()
+                entry = data.claims.get(claim_uid)
+                if entry is None:
+                    _log.info("Unprepare noop: claim not found in checkpoint data claim=%s", claim_uid)
+                    return
+                entry.state = PREPARE_STARTED  # from here on the claim is partial: roll back
+                entry.unpreparing = True
                 self.store.save(data)
-            except ClaimError:
-                raise
-            except Exception as exc:
-                raise ClaimError(f"error unpreparing devices for claim {claim_uid}: {exc}") from exc
-            crash_point("unprepare:after-dropped")
-            _log.info("claim unprepared claim=%s", claim_uid)
+                crash_point("unprepare:after-started")
+            self.undo(claim_uid, entry)
+            crash_point("unprepare:after-undo")
+            with self.locked():
+                data, _ = self.load()
+                if claim_uid in data.claims:
+                    self.cdi.remove(claim_uid)
+                    crash_point("unprepare:after-cdi-removed")
+                    del data.claims[claim_uid]
+                    self.store.save(data)
+        except ClaimError:
+            raise
+        except Exception as exc:
+            raise ClaimError(f"error unpreparing devices for claim {claim_uid}: {exc}") from exc
+        crash_point("unprepare:after-dropped")
+        _log.info("claim unprepared claim=%s", claim_uid)
 
     def startup(self) -> StartupReport:
         """Once at plugin start: roll back PrepareStarted claims, restore lost CDI specs of
@@ -175,8 +180,11 @@ class PreparedClaims(ABC, Generic[P]):
             rolled_back = []
             for uid, entry in list(data.claims.items()):
                 if entry.state == PREPARE_STARTED and not entry.recovered:
-                    self.rollback(data, uid)
-                    rolled_back.append(uid)
+                    try:
+                        self.rollback(data, uid)
+                        rolled_back.append(uid)
+                    except Exception as exc:  # e.g. the API server is away: the kubelet retries
+                        _log.error("rollback failed, kept as PrepareStarted claim=%s error=%s", uid, exc)
             restored = []
             for uid, entry in list(data.claims.items()):
                 if entry.state == PREPARE_COMPLETED and not self.cdi.exists(uid):

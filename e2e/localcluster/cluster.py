@@ -190,7 +190,13 @@ class LocalCluster:
 
     def restart_apiserver(self) -> None:
         """Stop kube-apiserver and start it again (same port, token and etcd data)."""
+        self.stop_apiserver()
+        self.start_apiserver()
+
+    def stop_apiserver(self) -> None:
         self._stop("kube-apiserver")
+
+    def start_apiserver(self) -> None:
         self._start_apiserver()
 
     def add_node(self, node: str) -> None:
