@@ -87,11 +87,21 @@ def feature_gates(release: Release) -> dict[str, bool]:
 
 def runtime_config(release: Release) -> dict[str, str]:
     """resource.k8s.io versions to serve: 1.32 has only v1beta1, 1.33 adds v1beta2 (both off by
-    default); from 1.34 v1 is served by default and the betas stay off, as on users' clusters."""
+    default); from 1.34 v1 is served by default and the betas stay off, as on users' clusters.
+
+    1.33 to 1.35 serve DeviceTaintRule only in v1alpha3: with the DRADeviceTaints gate on and that
+    version off, the 1.33 and 1.34 schedulers wait forever for their DeviceTaintRule informer and
+    never become ready (docs/reference/kind-offline.md#dra-per-kubernetes-minor)."""
     if release.minor <= 32:
         return {"resource.k8s.io/v1beta1": "true"}
     if release.minor == 33:
-        return {"resource.k8s.io/v1beta1": "true", "resource.k8s.io/v1beta2": "true"}
+        return {
+            "resource.k8s.io/v1beta1": "true",
+            "resource.k8s.io/v1beta2": "true",
+            "resource.k8s.io/v1alpha3": "true",
+        }
+    if release.minor <= 35:
+        return {"resource.k8s.io/v1alpha3": "true"}
     return {}
 
 

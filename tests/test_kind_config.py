@@ -1,0 +1,68 @@
+"""The kind cluster configuration e2e.kindcluster writes for each pinned release."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from e2e.kindcluster.config import HostFacts, dump, kind_config
+from e2e.kindcluster.versions import Release, pinned
+
+# DeviceTaintRule is served only in v1alpha3 up to 1.35 (k8s.io/api/resource/*/types.go); from 1.36
+# the scheduler copes without it. docs/reference/kind-offline.md#dra-per-kubernetes-minor.
+NEEDS_V1ALPHA3 = (33, 34, 35)
+
+LAPTOP = HostFacts(cgroup_v1=False, can_lower_oom_score=True)
+CI_HOST = HostFacts(cgroup_v1=True, can_lower_oom_score=False)
+
+
+def config_of(minor: int, host: HostFacts = LAPTOP, offline: bool = True) -> dict[str, object]:
+    release = Release(1, minor, 0)
+    # Round trip through the YAML kind reads, so what is asserted is what kind gets.
+    loaded = yaml.safe_load(dump(kind_config(release, [{"pool": "a"}], host, offline=offline)))
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+@pytest.mark.parametrize("minor", NEEDS_V1ALPHA3)
+def test_device_taints_gate_comes_with_its_api_version(minor: int) -> None:
+    """The 1.33 and 1.34 schedulers never become ready when the gate is on and the API is not served."""
+    config = config_of(minor)
+    assert config["featureGates"]["DRADeviceTaints"] is True  # type: ignore[index]
+    assert config["runtimeConfig"]["resource.k8s.io/v1alpha3"] == "true"  # type: ignore[index]
+
+
+def test_a_1_32_cluster_serves_v1beta1_with_dra_on_and_no_later_gates() -> None:
+    config = config_of(32)
+    assert config["featureGates"] == {"DynamicResourceAllocation": True}
+    assert config["runtimeConfig"] == {"resource.k8s.io/v1beta1": "true"}
+
+
+def test_from_1_34_the_beta_apis_stay_off_as_on_users_clusters() -> None:
+    for minor in (34, 35, 36, 37):
+        runtime = config_of(minor).get("runtimeConfig", {})
+        assert isinstance(runtime, dict)
+        assert not [v for v in runtime if "beta" in v], f"1.{minor}: {runtime}"
+
+
+def test_host_facts_shape_the_node_config() -> None:
+    ci = config_of(35, CI_HOST)
+    patch = ci["containerdConfigPatches"]
+    assert isinstance(patch, list) and "restrict_oom_score_adj = true" in patch[0]
+    assert ci["kubeadmConfigPatches"] == ["kind: KubeletConfiguration\nfailCgroupV1: false\n"]
+    # cgroup v1 is refused only from 1.35; an older kubelet gets no patch it would not know.
+    assert "kubeadmConfigPatches" not in config_of(34, CI_HOST)
+    laptop = config_of(37)
+    assert "restrict_oom_score_adj" not in laptop["containerdConfigPatches"][0]  # type: ignore[index]
+
+
+def test_public_node_images_keep_their_cni() -> None:
+    assert config_of(37, offline=True)["networking"] == {"disableDefaultCNI": True}
+    online = config_of(37, offline=False)
+    assert "networking" not in online
+    assert "conf_template" not in online["containerdConfigPatches"][0]  # type: ignore[index]
+
+
+def test_every_pinned_minor_is_covered() -> None:
+    """A newly pinned minor must be checked against its DeviceTaintRule version (and the table)."""
+    assert {r.minor for r in pinned()} <= {32, *NEEDS_V1ALPHA3, 36, 37}
