@@ -11,7 +11,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 PLURAL = "computedomains"
 CLIQUE_PLURAL = "computedomaincliques"
 
-# Label and finalizer keys (§4.3).
+# Label and finalizer keys (docs/reference/nvidia-compute-domains.md#31-controller-objects).
 CD_LABEL = "resource.nvidia.com/computeDomain"
 FINALIZER = "resource.nvidia.com/computeDomain"
 CLIQUE_LABEL = "resource.nvidia.com/computeDomain.cliqueID"

@@ -77,7 +77,7 @@ def add_parsers(sub: Any, env_default: Any, add_plugin_flags: Any) -> None:
         "--daemon-image",
         action=env_default,
         env="IMAGE_NAME",
-        default="ghcr.io/dra-fake/dra-fake:latest",
+        default="dra-fake:dev",  # what `make image` builds; the chart passes its own image
         help="image of the daemon pods (it must provide `dra-fake imex-daemon`)",
     )
     ctrl.add_argument(

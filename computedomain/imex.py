@@ -1,4 +1,5 @@
-"""The IMEX configuration directory of one ComputeDomain on one node (§4.6).
+"""The IMEX configuration directory of one ComputeDomain on one node
+(docs/reference/nvidia-compute-domains.md#54-imex-daemon-config).
 
 Daemon prepare creates `<plugins-dir>/compute-domain.nvidia.com/domains/<cdUID>/` with
 `imexd.cfg.tmpl`; the daemon (mounted at /imexd) renders `imexd.cfg` with its pod IP, writes

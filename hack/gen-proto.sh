@@ -17,6 +17,9 @@ set -euo pipefail
 export LC_ALL=C
 here=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
+# protoc runs from proto/dra: a relative interpreter path (.venv/bin/python) must be made absolute
+# first, without resolving the venv's symlink (that would leave the venv).
+[[ $python == */* ]] && python=$(cd "$(dirname "$python")" && pwd)/$(basename "$python")
 src="$here/proto/dra"
 out=${1:-"$here/dra_fake/kubelet/pb"}
 

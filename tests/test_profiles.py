@@ -38,7 +38,7 @@ def builtin_raw(profile_id: str) -> dict[str, Any]:
     return data
 
 
-# ---- built-in values (gpu-profiles.md §3, §4) -------------------------------------------------
+# ---- built-in values (docs/reference/gpu-profiles.md#full-gpu-properties, #mig-profiles-per-model) ---------
 
 
 def test_every_builtin_profile_loads_from_a_file_named_after_its_id(profiles: dict[str, GpuProfile]) -> None:
@@ -143,7 +143,8 @@ def test_mig_capability(profiles: dict[str, GpuProfile]) -> None:
     assert not profiles["h100-sxm5-80gb"].mig_toggle_needs_reset
 
 
-# profile, GI name, id, MiB, SM, CE, DEC, ENC, JPG, OFA, max (gpu-profiles.md §4)
+# profile, GI name, id, MiB, SM, CE, DEC, ENC, JPG, OFA, max
+# (docs/reference/gpu-profiles.md#mig-profiles-per-model)
 MIG_ROWS = [
     ("a100-sxm4-40gb", "1g.5gb+me", 20, 4864, 14, 1, 1, 0, 1, 1, 1),
     ("a100-sxm4-40gb", "3g.20gb", 9, 19968, 42, 3, 2, 0, 0, 0, 2),
@@ -170,7 +171,8 @@ def test_mig_profile_values_match_the_reference(
     assert (mig.decoders, mig.encoders, mig.jpeg_engines, mig.ofa_engines, mig.max_count) == row[6:]
 
 
-# GI profile id -> (placement starts, size), the same on every MIG GPU here (gpu-profiles.md §2.2)
+# GI profile id -> (placement starts, size), the same on every MIG GPU here
+# (docs/reference/gpu-profiles.md#placements-and-gi-profile-ids)
 PLACEMENTS = {19: ([0, 1, 2, 3, 4, 5, 6], 1), 20: ([0, 1, 2, 3, 4, 5, 6], 1), 15: ([0, 2, 4, 6], 2)}
 PLACEMENTS |= {14: ([0, 2, 4], 2), 9: ([0, 4], 4), 5: ([0], 4), 0: ([0], 8)}
 
@@ -189,7 +191,7 @@ def test_placements_and_gi_ids_follow_the_shared_table(profiles: dict[str, GpuPr
 
 
 def nvlib_profile_name(gi_slices: int, memory_mib: int, total_mib: int, suffix: str) -> str:
-    """go-nvlib's name formula (gpu-profiles.md §1.4)."""
+    """go-nvlib's name formula (docs/reference/gpu-profiles.md#mig-profile-names)."""
     total_bytes = total_mib * 2**20
     fraction = Decimal(math.ceil(memory_mib * 2**20 / total_bytes * 8)) / 8
     gb = (fraction * math.ceil(total_bytes / 2**30)).quantize(Decimal(1), rounding=ROUND_HALF_UP)

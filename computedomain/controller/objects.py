@@ -1,4 +1,5 @@
-"""The objects the controller creates for a ComputeDomain (§4.3), as pure manifest builders.
+"""The objects the controller creates for a ComputeDomain
+(docs/reference/nvidia-compute-domains.md#31-controller-objects), as pure manifest builders.
 
 Every object carries the label and finalizer `resource.nvidia.com/computeDomain=<cdUID>` and no
 ownerReference to the ComputeDomain: linkage is by label, as NVIDIA does it.

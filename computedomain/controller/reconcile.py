@@ -1,5 +1,6 @@
 """What the controller does to the API server for one ComputeDomain: ensure its objects, keep its
-status, delete it in NVIDIA's order, and clean up after vanished ComputeDomains (§4.3, §4.4).
+status, delete it in NVIDIA's order, and clean up after vanished ComputeDomains
+(docs/reference/nvidia-compute-domains.md#3-controller, #4-readiness-and-status).
 
 Idempotent throughout: every step looks before it acts and tolerates "already there" / "already
 gone", so a restarted controller (or a second attempt after an error) converges.

@@ -1,4 +1,5 @@
-"""ComputeDomain status (§4.4), pure: `status.nodes` from cliques and daemon pods, and NVIDIA's
+"""ComputeDomain status (docs/reference/nvidia-compute-domains.md#42-global-status-formula), pure:
+`status.nodes` from cliques and daemon pods, and NVIDIA's
 global formula."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The simulated IMEX daemon: what a ComputeDomain daemon pod runs (`dra-fake imex-daemon run|check`).
 
-`run` (§4.6): renders the IMEX config from the directory daemon prepare created (mounted at
+`run` (docs/reference/nvidia-compute-domains.md#55-daemon-run-and-check): renders the IMEX config from the
+directory daemon prepare created (mounted at
 /imexd), joins the ComputeDomainClique `<cdUID>.<cliqueID>` in its namespace with the smallest free
 index below MAX_NODES_PER_IMEX_DOMAIN (or, off-fabric, labels its pod with an empty clique ID),
 "starts IMEX" (records its state for `check`), then keeps its entry's status equal to its pod's

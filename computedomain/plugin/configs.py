@@ -1,4 +1,5 @@
-"""Opaque configs of `compute-domain.nvidia.com` claims, decoded strictly (§5).
+"""Opaque configs of `compute-domain.nvidia.com` claims, decoded strictly
+(docs/reference/nvidia-compute-domains.md#71-opaque-configs).
 
 `ComputeDomainChannelConfig{apiVersion, kind, domainID, allocationMode}` and
 `ComputeDomainDaemonConfig{apiVersion, kind, domainID}`. An unknown field is a permanent error

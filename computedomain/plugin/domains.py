@@ -1,5 +1,6 @@
 """What the compute-domain kubelet plugin reads and writes in the API server: ComputeDomains (by
-UID), this node's `resource.nvidia.com/computeDomain` label and the node's daemon entry (§4.4)."""
+UID), this node's `resource.nvidia.com/computeDomain` label and the node's daemon entry
+(docs/reference/nvidia-compute-domains.md#43-per-node-readiness-gate)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from dra_fake.core.resourceapi import as_dict
 
 log = logging.getLogger(__name__)
 
-# NVIDIA's messages (§4.6, §5).
+# NVIDIA's messages (docs/reference/nvidia-compute-domains.md#52-node-label, #72-channel-claims).
 LABEL_OWNED = "label already exists for a different ComputeDomain"
 NAMESPACE_MISMATCH = "the ResourceClaim's namespace is different than the ComputeDomain's namespace"
 

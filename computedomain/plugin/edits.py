@@ -1,4 +1,5 @@
-"""CDI specs of compute-domain.nvidia.com claims (§7.1): what the channel and daemon get.
+"""CDI specs of compute-domain.nvidia.com claims (docs/reference/nvidia-compute-domains.md#8-cdi): what the
+channel and daemon get.
 
 IMEX channels are character devices `/dev/nvidia-caps-imex-channels/channel<N>`: major of
 `nvidia-caps-imex-channels` in /proc/devices, minor N, mode 0666, written fully specified (`type:

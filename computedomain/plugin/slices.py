@@ -1,5 +1,6 @@
-"""What the compute-domain plugin publishes: `channel-0` and `daemon-0` per node (§5), and the two
-DeviceClasses NVIDIA's chart ships for them (§3.6)."""
+"""What the compute-domain plugin publishes: `channel-0` and `daemon-0` per node
+(docs/reference/nvidia-compute-domains.md#61-published-devices-and-deviceclasses), and the two
+DeviceClasses NVIDIA's chart ships for them."""
 
 from __future__ import annotations
 

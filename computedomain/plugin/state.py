@@ -1,4 +1,5 @@
-"""Prepare and unprepare of compute-domain.nvidia.com claims on one node (§5, §7.3).
+"""Prepare and unprepare of compute-domain.nvidia.com claims on one node
+(docs/reference/nvidia-compute-domains.md#7-compute-domain-kubelet-plugin).
 
 Built on dra_fake.core.state.PreparedClaims like the GPU driver (lock, checkpoint, unprepare,
 start-up reconciliation and recovery from CDI specs), with the ComputeDomain lifecycle, which has

@@ -20,7 +20,8 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-# gRPC call durations: kubelet calls time out after 45 s (reference §1.1).
+# gRPC call durations: kubelet calls time out after 45 s
+# (docs/reference/kubernetes-dra.md#discovery-and-registration-sequence).
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 45.0)
 
 # Values of the ``result`` label of dra_fake_requests_total.

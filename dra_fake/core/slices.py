@@ -15,7 +15,7 @@ ApiVersion = Literal["v1", "v1beta2", "v1beta1"]
 API_VERSIONS: tuple[ApiVersion, ...] = ("v1", "v1beta2", "v1beta1")
 RESOURCE_GROUP = "resource.k8s.io"
 
-# Limits from k8s.io/api resource types (dra-kubelet-interfaces.md §4.3).
+# Limits from k8s.io/api resource types (docs/reference/kubernetes-dra.md#limits).
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64  # when any device consumes counters or has taints
 MAX_ATTRIBUTES_AND_CAPACITIES = 32  # per device

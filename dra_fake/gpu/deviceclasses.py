@@ -1,4 +1,5 @@
-"""DeviceClasses as NVIDIA's chart ships them for gpu.nvidia.com (nvidia-driver-behaviour.md §3.6).
+"""DeviceClasses as NVIDIA's chart ships them for gpu.nvidia.com
+(docs/reference/nvidia-gpu-driver.md#36-deviceclasses).
 
 With the default driver name the classes are exactly NVIDIA's: `gpu.nvidia.com` (full GPUs) and
 `mig.nvidia.com` (MIG devices). With another driver name D, the GPU class is named D and the MIG

@@ -2,7 +2,7 @@
 
 Pure and deterministic: `desired_slices` turns an Inventory into slices in the v1 shape (plain,
 JSON-ready dicts; dra_fake.core.slices renders them for the server). Layout
-(nvidia-driver-behaviour.md §3):
+(docs/reference/nvidia-gpu-driver.md#3-resourceslices):
 
 - no dynamic MIG on the node: every device in one slice (more slices only past 128 devices);
 - dynamic MIG, server < 1.35: one slice per GPU holding its counter set and its devices;

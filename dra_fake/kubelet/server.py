@@ -1,6 +1,8 @@
 """The kubelet-facing gRPC servers of a DRA kubelet plugin.
 
-``KubeletPlugin`` serves, like Go's ``kubeletplugin`` library (reference §1, §2, §6.1):
+``KubeletPlugin`` serves, like Go's ``kubeletplugin`` library
+(docs/reference/kubernetes-dra.md#plugin-registration, #dra-grpc-services,
+#kubeletplugin-serving-and-prepare):
 
 * ``pluginregistration.Registration`` on ``<registrar_dir>/<driver>-reg.sock`` (rolling update:
   ``<driver>-<podUID>-reg.sock`` or a shorter fallback), which the kubelet's plugin watcher discovers;
@@ -40,7 +42,8 @@ from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2_grpc as regpb_grpc
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
-# Advertisement names, not gRPC service names (reference §1.4). v1 first: 1.34+ kubelets take the
+# Advertisement names, not gRPC service names (docs/reference/kubernetes-dra.md#advertised-versions). v1
+# first: 1.34+ kubelets take the
 # first entry they support; 1.32/1.33 kubelets ignore "v1.DRAPlugin" and pick v1beta1.
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 

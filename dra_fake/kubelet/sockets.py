@@ -1,6 +1,7 @@
 """Socket paths and unix-socket housekeeping for the kubelet-facing gRPC servers.
 
-Naming follows the Go ``kubeletplugin`` library (reference §1.3): the registration socket is
+Naming follows the Go ``kubeletplugin`` library (docs/reference/kubernetes-dra.md#socket-names): the
+registration socket is
 ``<registrar_dir>/<driver>-reg.sock`` and the DRA socket ``<plugins_dir>/<driver>/dra.sock``; with a
 rolling update (pod UID from the downward API) ``<driver>-<podUID>-reg.sock`` and ``dra-<podUID>.sock``.
 For the rolling-update registration socket the master (expected 1.37) fallbacks keep the full path

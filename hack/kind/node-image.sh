@@ -44,8 +44,10 @@ if image_exists "$node_image" && fresh "node-$version" "$node_key"; then log "$n
 mapfile -t wanted < <("$bin/kubeadm" config images list --kubernetes-version "$version" 2>/dev/null)
 [ "${#wanted[@]}" -ge 6 ] || die "kubeadm config images list gave: ${wanted[*]}"
 kind_mod=$(go_mod_dir "sigs.k8s.io/kind@$KIND_VERSION"); kind_src=$kind_mod/pkg/build/nodeimage
-mapfile -t kind_extra < <(grep -hoE '"docker.io/kindest/[a-z-]+:[^"]+"' "$kind_src"/const_cni.go "$kind_src"/const_storage.go | tr -d '"')
+mapfile -t kind_extra < <(grep -hoE '"[a-z0-9.-]+/kindest/[a-z-]+:[^"]+"' "$kind_src"/const_cni.go "$kind_src"/const_storage.go | tr -d '"')
 [ "${#kind_extra[@]}" = 3 ] || die "kind $KIND_VERSION extra images not found in $kind_src"
+# The registry that short names (busybox) stand for: the one kind's own references name.
+default_registry=${kind_extra[0]%%/*}
 work=$(mktemp -d "$KIND_WORK/node-build.XXXX"); trap 'rm -rf "$work"' EXIT
 
 tiny_image() { # NAME BINARY DEST-IN-IMAGE ENTRYPOINT-JSON
@@ -91,7 +93,7 @@ for ref in "${component_tags[@]}"; do
   name=${ref##*/}; docker save -o "$tb/server/bin/${name%%:*}.tar" "$ref"
 done
 docker save -o "$work/extra.tar" "$proxy_ref" "${extra_tags[@]}"
-python3 "$REPO/hack/kind/archive.py" "$work/extra.tar" "$tb/server/bin/kube-proxy.tar" > "$work/archive.txt"
+python3 "$REPO/hack/kind/archive.py" "$work/extra.tar" "$tb/server/bin/kube-proxy.tar" "$default_registry" > "$work/archive.txt"
 rm -f "$work/extra.tar"
 tar -C "$work/tarball" -czf "$work/kubernetes-server-$version.tar.gz" kubernetes
 rm -rf "$work/tarball"

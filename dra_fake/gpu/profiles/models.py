@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 # Architectures that need a GPU reset to toggle MIG mode: NVIDIA's driver offers dynamic MIG on
-# them only with MIG mode already on, and then without the full GPU (gpu-profiles.md §2.1).
+# them only with MIG mode already on, and then without the full GPU
+# (docs/reference/gpu-profiles.md#dynamic-mig-devices).
 MIG_TOGGLE_NEEDS_RESET = frozenset({"Ampere"})
 
 # MigProfile fields that become MIG device capacities (all must be known to publish a device).

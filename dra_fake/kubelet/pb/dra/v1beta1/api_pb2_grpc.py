@@ -51,7 +51,7 @@ class DRAPluginServicer:
 
     def NodePrepareResources(self, request, context):
         """Prepare a batch of claims on this node. A gRPC error fails the whole batch (the kubelet ignores
-        the response); per-claim failures go into the response's error fields (reference §2.3).
+        the response); per-claim failures go into the response's error fields (docs/reference/kubernetes-dra.md#what-the-kubelet-enforces).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
