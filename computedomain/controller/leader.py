@@ -1,6 +1,12 @@
 """Optional leader election on a coordination.k8s.io Lease (NVIDIA: 15 s lease, 10 s renew
 deadline, 2 s retry). The standby blocks in acquire(); a leader that cannot renew in time exits, so
-the Deployment restarts it as a standby and the other replica takes over."""
+the Deployment restarts it as a standby and the other replica takes over.
+
+Expiry is judged on this process's own clock, as client-go's leaderelection does: a standby notes
+when it last saw the Lease record change and takes over only once it has stayed unchanged for a
+whole lease duration. Comparing the holder's renewTime with the local clock would let a standby
+whose clock runs ahead steal a live lease (two leaders), or one whose clock lags wait forever.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,9 @@ import datetime as dt
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -26,10 +34,26 @@ def _now() -> dt.datetime:
 
 
 class LeaderElector:
-    def __init__(self, api: client.ApiClient, namespace: str, identity: str) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        identity: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.coord = client.CoordinationV1Api(api)
         self.namespace = namespace
         self.identity = identity
+        self.clock = clock
+        self._observed: tuple[Any, ...] | None = None  # the Lease record as last read
+        self._observed_at = 0.0  # when it last changed, on self.clock
+
+    def _observe(self, spec: client.V1LeaseSpec) -> float:
+        """Seconds since the Lease record last changed, as seen from here."""
+        record = (spec.holder_identity, spec.renew_time, spec.acquire_time, spec.lease_transitions)
+        if record != self._observed:
+            self._observed, self._observed_at = record, self.clock()
+        return self.clock() - self._observed_at
 
     def _try(self) -> bool:
         now = _now()
@@ -58,11 +82,8 @@ class LeaderElector:
         spec = lease.spec or client.V1LeaseSpec()
         lease.spec = spec
         held_by_other = spec.holder_identity not in (None, "", self.identity)
-        renew = spec.renew_time or spec.acquire_time
-        expired = renew is None or (now - renew).total_seconds() > (
-            spec.lease_duration_seconds or LEASE_SECONDS
-        )
-        if held_by_other and not expired:
+        unchanged_for = self._observe(spec)
+        if held_by_other and unchanged_for <= (spec.lease_duration_seconds or LEASE_SECONDS):
             return False
         if spec.holder_identity != self.identity:
             spec.lease_transitions = (spec.lease_transitions or 0) + 1
@@ -71,7 +92,8 @@ class LeaderElector:
         spec.renew_time = now
         spec.lease_duration_seconds = LEASE_SECONDS
         try:
-            self.coord.replace_namespaced_lease(LEASE_NAME, self.namespace, lease)
+            written = self.coord.replace_namespaced_lease(LEASE_NAME, self.namespace, lease)
+            self._observe(written.spec or spec)
             return True
         except ApiException as err:
             if err.status == 409:
@@ -94,15 +116,15 @@ class LeaderElector:
         self, stop: threading.Event, on_lost: Callable[[], None] = lambda: os._exit(1)
     ) -> threading.Thread:
         def loop() -> None:
-            last = _now()
+            last = self.clock()
             while not stop.wait(RETRY_SECONDS):
                 try:
                     if self._try():
-                        last = _now()
+                        last = self.clock()
                         continue
                 except Exception as err:  # a connection error must not end renewals
                     log.warning("lease renewal failed", extra={"error": str(err)})
-                if (_now() - last).total_seconds() > RENEW_DEADLINE:
+                if self.clock() - last > RENEW_DEADLINE:
                     log.error(
                         "leadership lost, exiting", extra={"lease": LEASE_NAME, "identity": self.identity}
                     )
