@@ -666,3 +666,55 @@ def test_health_transitions(env: Env) -> None:
             assert status() == NOT_SERVING
     finally:
         health.stop(grace=0)
+
+
+def health_status(health: HealthServer) -> Any:
+    with grpc.insecure_channel(f"127.0.0.1:{health.bound_port}") as channel:
+        health_stub: Any = health_pb2_grpc.HealthStub
+        return health_stub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10).status
+
+
+def test_a_plugin_busy_with_more_calls_than_workers_stays_live(root: str) -> None:
+    """The liveness probe needs no DRA worker: a burst of prepares must not get the plugin killed."""
+    handler = FakeHandler()
+    handler.release = threading.Event()
+    plugin = make_plugin(root, handler, metrics=DriverMetrics(CollectorRegistry()), max_workers=2)
+    plugin.start()
+    health = HealthServer(plugin, port=0, probe_timeout=0.5)
+    health.start()
+    channel, dra = stub(v1_grpc.DRAPluginStub, plugin.dra_socket)
+    calls = []
+    try:
+        for i in range(4):  # two running, two queued behind them
+            request = v1.NodePrepareResourcesRequest(claims=[claim(v1, f"uid-{i}")])
+            calls.append(dra.NodePrepareResources.future(request, timeout=WAIT))
+        poll(lambda: len(handler.prepare_calls) == 2, "both workers busy")
+        assert health_status(health) == SERVING
+        handler.release.set()
+        for i, call in enumerate(calls):
+            assert not call.result().claims[f"uid-{i}"].error
+    finally:
+        handler.release.set()
+        channel.close()
+        health.stop(grace=0)
+        plugin.stop(grace=0)
+
+
+def test_a_hung_dra_call_fails_the_liveness_probe(env: Env) -> None:
+    env.handler.release = threading.Event()
+    health = HealthServer(env.plugin, port=0, stuck_after=0.2)
+    health.start()
+    try:
+        dra = env.stub(v1_grpc.DRAPluginStub)
+        call = dra.NodePrepareResources.future(
+            v1.NodePrepareResourcesRequest(claims=[claim(v1, "uid-hung")]), timeout=WAIT
+        )
+        assert env.handler.entered.wait(WAIT)
+        poll(lambda: env.plugin.in_flight.oldest_age() > 0.2, "the call to outlive stuck_after")
+        assert health_status(health) == NOT_SERVING
+        env.handler.release.set()
+        assert not call.result().claims["uid-hung"].error
+        assert env.plugin.in_flight.oldest_age() == 0.0
+        assert health_status(health) == SERVING
+    finally:
+        health.stop(grace=0)

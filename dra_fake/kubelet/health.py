@@ -1,11 +1,18 @@
 """Standard gRPC health service (``grpc.health.v1.Health``) for the kubelet plugin's liveness probe.
 
-``Check`` probes the plugin end to end over its own unix sockets, as the kubelet would:
+``Check`` probes the plugin over its own unix sockets, as the kubelet reaches it:
 
-1. ``pluginregistration.Registration/GetInfo`` on the registration socket (answer must name our driver);
-2. an empty ``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources`` on the DRA socket.
+1. ``pluginregistration.Registration/GetInfo`` on the registration socket (answer must name our driver;
+   that server has its own workers, which only the kubelet's rare GetInfo uses);
+2. the DRA socket accepts a gRPC connection (the HTTP/2 handshake is done by gRPC's I/O threads, not
+   by the DRA workers), and no DRA call has been running longer than ``stuck_after``.
 
-SERVING only when both succeed and the kubelet has not reported a failed registration
+Point 2 differs from NVIDIA's check, which sends an empty NodePrepareResources: that call queues
+behind the kubelet's own calls, so a burst of prepares (a 64-pod job landing on the node) would fail
+the liveness probe and get a busy plugin killed. A busy plugin is alive; a hung one (a call far past
+the kubelet's 45 s timeout) is not.
+
+SERVING only when both hold and the kubelet has not reported a failed registration
 (NotifyRegistrationStatus with plugin_registered=false); otherwise NOT_SERVING. The service name
 ``kubelet-registered`` (the chart's readiness probe) also needs the kubelet to have confirmed the
 registration: a new plugin pod of a rolling update is Ready only once the kubelet can call it.
@@ -25,8 +32,6 @@ from typing import Any
 import grpc
 
 from dra_fake.kubelet import sockets
-from dra_fake.kubelet.pb.dra.v1 import api_pb2 as drapb_v1
-from dra_fake.kubelet.pb.dra.v1 import api_pb2_grpc as drapb_v1_grpc
 from dra_fake.kubelet.pb.health.v1 import health_pb2, health_pb2_grpc
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2_grpc as regpb_grpc
@@ -51,6 +56,9 @@ READINESS_SERVICE = "kubelet-registered"
 KNOWN_SERVICES = frozenset({"", REGISTRATION_SERVICE, DRA_V1_SERVICE, DRA_V1BETA1_SERVICE, READINESS_SERVICE})
 
 _PROBE_METADATA = ((PROBE_METADATA_KEY, "1"),)
+# A DRA call running this long is hung: the kubelet gave up on it at 45 s, and every API call a
+# handler makes has its own timeout (docs/reliability.md#timeouts).
+STUCK_AFTER = 120.0
 _StubFactory = Any  # generated stub classes are untyped
 
 
@@ -65,13 +73,19 @@ class HealthServer:
     """``grpc.health.v1.Health`` on ``host:port`` (TCP) probing ``plugin``.
 
     ``port`` 0 picks a free port (see ``bound_port``). ``probe_timeout`` bounds each of the two
-    probe calls; keep it below the liveness probe's ``timeoutSeconds``.
+    socket checks; keep it below the liveness probe's ``timeoutSeconds``.
     """
 
     def __init__(
-        self, plugin: KubeletPlugin, port: int, host: str = "127.0.0.1", probe_timeout: float = 1.0
+        self,
+        plugin: KubeletPlugin,
+        port: int,
+        host: str = "127.0.0.1",
+        probe_timeout: float = 1.0,
+        stuck_after: float = STUCK_AFTER,
     ) -> None:
         self.plugin, self.host, self.port, self.probe_timeout = plugin, host, port, probe_timeout
+        self.stuck_after = stuck_after
         self.bound_port: int | None = None
         self._lock = threading.Lock()
         self._server: Any = None
@@ -94,32 +108,40 @@ class HealthServer:
             grpc.insecure_channel(sockets.grpc_unix_target(self.plugin.dra_socket)) as dra_channel,
         ):
             reg_factory: _StubFactory = regpb_grpc.RegistrationStub
-            dra_factory: _StubFactory = drapb_v1_grpc.DRAPluginStub
-            return self._probe(reg_factory(reg_channel), dra_factory(dra_channel))
+            if not self._registration_answers(reg_factory(reg_channel)):
+                return NOT_SERVING
+            return SERVING if self._dra_alive(dra_channel) else NOT_SERVING
 
-    def _probe(self, reg: Any, dra: Any) -> ServingStatus:
+    def _registration_answers(self, reg: Any) -> bool:
         try:
             info = reg.GetInfo(regpb.InfoRequest(), timeout=self.probe_timeout, metadata=_PROBE_METADATA)
-            if info.name != self.plugin.driver_name:
-                log.warning("health: GetInfo names another driver", extra={"got": info.name})
-                return NOT_SERVING
         except grpc.RpcError as exc:
             log.warning(
                 "health: GetInfo failed",
                 extra={"socket": self.plugin.registration_socket, "error": _describe(exc)},
             )
-            return NOT_SERVING
+            return False
+        if info.name != self.plugin.driver_name:
+            log.warning("health: GetInfo names another driver", extra={"got": info.name})
+            return False
+        return True
+
+    def _dra_alive(self, channel: grpc.Channel) -> bool:
         try:
-            dra.NodePrepareResources(
-                drapb_v1.NodePrepareResourcesRequest(), timeout=self.probe_timeout, metadata=_PROBE_METADATA
-            )
-        except grpc.RpcError as exc:
+            grpc.channel_ready_future(channel).result(timeout=self.probe_timeout)
+        except grpc.FutureTimeoutError:
             log.warning(
-                "health: NodePrepareResources failed",
-                extra={"socket": self.plugin.dra_socket, "error": _describe(exc)},
+                "health: DRA socket does not accept connections", extra={"socket": self.plugin.dra_socket}
             )
-            return NOT_SERVING
-        return SERVING
+            return False
+        oldest = self.plugin.in_flight.oldest_age()
+        if oldest > self.stuck_after:
+            log.warning(
+                "health: a DRA call is hung",
+                extra={"socket": self.plugin.dra_socket, "runningSeconds": round(oldest, 1)},
+            )
+            return False
+        return True
 
     # -- grpc.health.v1.Health -----------------------------------------------------------------
 

@@ -96,6 +96,31 @@ class RegistrationState:
     updated: float | None = None  # time.time() of the last notification
 
 
+class InFlight:
+    """Start times of the DRA calls being handled, so the health probe can tell a hung handler (a
+    call older than any timeout allows) from a busy one without needing a worker thread itself."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started: dict[int, float] = {}
+        self._next = 0
+
+    def begin(self) -> int:
+        with self._lock:
+            self._next += 1
+            self._started[self._next] = time.monotonic()
+            return self._next
+
+    def end(self, token: int) -> None:
+        with self._lock:
+            self._started.pop(token, None)
+
+    def oldest_age(self) -> float:
+        """Seconds the longest-running call has been running (0 when idle)."""
+        with self._lock:
+            return time.monotonic() - min(self._started.values()) if self._started else 0.0
+
+
 class _Observed:
     """Request metrics around one call: inflight gauge, duration histogram, result counter."""
 
@@ -122,10 +147,16 @@ class _DRAServicer:
     """One DRAPlugin service version (v1 or v1beta1); the wire messages differ only in share_id."""
 
     def __init__(
-        self, version: str, pb: Any, driver_name: str, handler: DriverHandler, metrics: DriverMetrics
+        self,
+        version: str,
+        pb: Any,
+        driver_name: str,
+        handler: DriverHandler,
+        metrics: DriverMetrics,
+        in_flight: InFlight,
     ) -> None:
         self._version, self._pb, self._driver = version, pb, driver_name
-        self._handler, self._metrics = handler, metrics
+        self._handler, self._metrics, self._in_flight = handler, metrics, in_flight
         self._share_id = version == "v1"
 
     # gRPC method names are fixed by the proto.
@@ -163,18 +194,19 @@ class _DRAServicer:
         name = f"Node{verb.capitalize()}Resources"
         claims = _claim_refs(request.claims)
         fields = {"driver": self._driver, "api": self._version, "claims": _claim_names(claims)}
-        with _Observed(
-            self._metrics, f"{self._version}.{name}", enabled=bool(claims) and not _is_probe(context)
-        ) as obs:
-            if not claims:  # health probe; the kubelet never sends empty batches
+        with _Observed(self._metrics, f"{self._version}.{name}", enabled=bool(claims)) as obs:
+            if not claims:  # the kubelet never sends empty batches
                 obs.result = RESULT_SUCCESS
                 return response
+            token = self._in_flight.begin()
             try:
                 failed = handle(claims)
             except Exception as exc:
                 errors.inc(len(claims))
                 log.exception(f"{name} failed", extra=fields)
                 context.abort(grpc.StatusCode.INTERNAL, f"{verb} resources: {type(exc).__name__}: {exc}")
+            finally:
+                self._in_flight.end(token)
             errors.inc(failed)
             obs.result = RESULT_CLAIM_ERROR if failed else RESULT_SUCCESS
             log.info(name, extra={**fields, "failed": failed})
@@ -377,17 +409,20 @@ class KubeletPlugin:
         self.registered = threading.Event()  # set while the kubelet reports a successful registration
         self._state = RegistrationState()
         self._state_lock = threading.Lock()
+        self.in_flight = InFlight()
         self.dra_server = SocketServer(
             "dra",
             self.dra_socket,
             [
                 (
                     drapb_v1_grpc.add_DRAPluginServicer_to_server,
-                    _DRAServicer("v1", drapb_v1, driver_name, handler, self.metrics),
+                    _DRAServicer("v1", drapb_v1, driver_name, handler, self.metrics, self.in_flight),
                 ),
                 (
                     drapb_v1beta1_grpc.add_DRAPluginServicer_to_server,
-                    _DRAServicer("v1beta1", drapb_v1beta1, driver_name, handler, self.metrics),
+                    _DRAServicer(
+                        "v1beta1", drapb_v1beta1, driver_name, handler, self.metrics, self.in_flight
+                    ),
                 ),
             ],
             max_workers=max_workers,
