@@ -10,9 +10,10 @@ simulated IMEX daemon's state in `imex.state`, which `imex-daemon check` reads.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
-from dra_fake.core.atomic import atomic_write
+from dra_fake.core.atomic import atomic_write, fsync_dir
 
 TEMPLATE_NAME = "imexd.cfg.tmpl"
 CONFIG_NAME = "imexd.cfg"
@@ -40,6 +41,21 @@ IMEX_NODE_DISCONNECTED_GRACE_TIME=-1
 
 def domain_dir(plugin_data_dir: Path, cd_uid: str) -> Path:
     return plugin_data_dir / "domains" / cd_uid
+
+
+def domain_uids(plugin_data_dir: Path) -> list[str]:
+    root = plugin_data_dir / "domains"
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def remove_domain_dir(plugin_data_dir: Path, cd_uid: str) -> bool:
+    """Remove a domain's directory (the daemon writes only plain files into it); False if absent."""
+    directory = domain_dir(plugin_data_dir, cd_uid)
+    if not directory.is_dir():
+        return False
+    shutil.rmtree(directory)
+    fsync_dir(directory.parent)
+    return True
 
 
 DIRECTORY_MODE = 0o770  # the plugin (owner) writes the template, the daemon (group) its files

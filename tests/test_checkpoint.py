@@ -209,6 +209,19 @@ def test_corrupt_checkpoint_is_reported_and_moved_aside(
     assert again.quarantined == env.dir / "checkpoint.json.corrupt-19700101T000000Z.1"
 
 
+def test_only_the_newest_corrupt_checkpoints_are_kept(env: Env) -> None:
+    env.dir.mkdir()
+    moved = []
+    for _ in range(checkpoint.KEEP_CORRUPT + 3):
+        env.path.write_text("{")
+        result = env.store.load()
+        assert result.quarantined is not None
+        moved.append(result.quarantined)
+    left = sorted(env.dir.glob("checkpoint.json.corrupt-*"))
+    assert len(left) == checkpoint.KEEP_CORRUPT
+    assert moved[-1] in left  # the oldest went, not the one just moved aside
+
+
 def test_unknown_fields_from_newer_binaries_are_tolerated(env: Env) -> None:
     doc = valid_document()
     doc["data"]["futureField"] = {"x": 1}

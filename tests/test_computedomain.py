@@ -22,6 +22,7 @@ from computedomain.plugin.state import ComputeDomainState, DaemonNotReady
 from dra_fake.gpu.state import ClaimError, PermanentClaimError
 
 UID = "2f9c6a4e-0000-4000-8000-000000000001"
+DRIVER_NAMESPACE = "dra-fake"
 CLIQUE = "0b0f0c2d-6c67-4bba-9b6b-2a2f1e7ef7a1.32766"
 
 
@@ -170,6 +171,7 @@ def make_state(
         domains,
         clique,
         major,
+        DRIVER_NAMESPACE,
         boot_id_path=boot,
     )
 
@@ -222,11 +224,37 @@ def test_refusals(tmp_path: Path) -> None:
 
 def test_daemon_prepare_writes_the_imex_dir_and_env(tmp_path: Path) -> None:
     state = make_state(tmp_path, FakeDomains())
-    [device] = state.prepare(claim("daemon-0"))
+    [device] = state.prepare(claim("daemon-0", namespace=DRIVER_NAMESPACE))
     assert device.cdi_device_ids[0] == "k8s.compute-domain.nvidia.com/device=all"
     assert (tmp_path / "plugin" / "domains" / UID / "imexd.cfg.tmpl").is_file()
     env = (state.cdi.read("claim-daemon-0") or {})["devices"][0]["containerEdits"]["env"]
     assert f"CLIQUE_ID={CLIQUE}" in env and "COMPUTE_DOMAIN_NAMESPACE=team" in env
+
+
+def test_a_daemon_claim_outside_the_driver_namespace_is_refused(tmp_path: Path) -> None:
+    """It would mount the domain's IMEX directory read-write into any pod."""
+    state = make_state(tmp_path, FakeDomains())
+    with pytest.raises(
+        PermanentClaimError, match="only prepared in the driver namespace 'dra-fake', not in 'team'"
+    ):
+        state.prepare(claim("daemon-0", namespace="team"))
+    assert not (tmp_path / "plugin" / "domains").exists()
+    assert state.prepared_claims() == {}
+
+
+def test_the_imex_dir_goes_with_the_daemon_claim_and_leftovers_at_startup(tmp_path: Path) -> None:
+    state = make_state(tmp_path, FakeDomains())
+    state.prepare(claim("daemon-0", namespace=DRIVER_NAMESPACE))
+    domain = tmp_path / "plugin" / "domains" / UID
+    (domain / imex.STATE_NAME).write_text("written by the daemon")
+    leftover = tmp_path / "plugin" / "domains" / "0dead000-0000-4000-8000-000000000000"
+    leftover.mkdir()
+    (leftover / imex.NODES_NAME).write_text("from a plugin that died mid-unprepare")
+    report = state.startup()
+    assert report.driver_files_removed == 1
+    assert not leftover.exists() and domain.is_dir()  # a prepared daemon claim keeps its directory
+    state.unprepare("claim-daemon-0")
+    assert not domain.exists()
 
 
 def test_channel_major_only_from_the_kernels_character_devices(tmp_path: Path) -> None:
@@ -286,7 +314,7 @@ def test_the_imex_directory_is_writable_by_the_daemons_non_root_user(tmp_path: P
     try:
         base.chmod(0o755)
         state = make_state(base, FakeDomains())
-        state.prepare(claim("daemon-0"))
+        state.prepare(claim("daemon-0", namespace=DRIVER_NAMESPACE))
         directory = base / "plugin" / "domains" / UID
         assert directory.stat().st_gid == 65532 and directory.stat().st_mode & 0o777 == 0o770
         for parent in (base / "plugin", base / "plugin" / "domains"):  # the bind mount skips these
@@ -305,7 +333,7 @@ def test_the_imex_directory_is_writable_by_the_daemons_non_root_user(tmp_path: P
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, "the daemon's uid could not write its config"
         assert "IMEX_CMD_BIND_INTERFACE_IP=10.0.0.7" in (directory / imex.CONFIG_NAME).read_text()
-        state.prepare(claim("daemon-0"))  # idempotent
+        state.prepare(claim("daemon-0", namespace=DRIVER_NAMESPACE))  # idempotent
     finally:
         shutil.rmtree(base)
 

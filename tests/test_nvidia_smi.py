@@ -354,6 +354,17 @@ def test_startup_restores_missing_files(a100: tuple[DeviceState, Any]) -> None:
     assert "kind=gpu" in info.read_text()
 
 
+def test_startup_removes_info_files_no_claim_mounts(tmp_path: Path) -> None:
+    state, _ = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  mig: dynamic\n")
+    state.prepare(claim(UID1, ["gpu-0-mig-1g10gb-19-3"]))
+    kept = Path(read_spec(state, UID1)["devices"][0]["containerEdits"]["mounts"][0]["hostPath"])
+    # A plugin killed after destroying a MIG device but before dropping its claim leaves this.
+    orphan = kept.with_name("gpu-0-mig-1g10gb-19-4_MIG-00000000-0000-0000-0000-000000000000")
+    orphan.write_text("kind=mig\n")
+    assert state.startup().driver_files_removed == 1
+    assert kept.is_file() and not orphan.exists()
+
+
 def test_script_is_posix_sh() -> None:
     """dash -n parses it strictly; no bashisms the common ones would show."""
     text = script_text()

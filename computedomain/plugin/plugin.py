@@ -105,6 +105,7 @@ class ComputeDomainDriver:
             ComputeDomainApi(ctx.api, self.args.namespace),
             self.clique_id,
             major,
+            self.args.namespace,
             daemon_gid=self.args.daemon_run_as_group,
             on_checkpoint_error=ctx.checkpoint_error_hook(self.args.driver_name),
         )

@@ -35,6 +35,7 @@ from dra_fake.core import cdi, metrics
 from dra_fake.core.checkpoint import (
     PREPARE_COMPLETED,
     PREPARE_STARTED,
+    CheckpointData,
     CheckpointedDevice,
     ClaimEntry,
     DriverData,
@@ -59,6 +60,12 @@ class Domains(Protocol):
     def add_node_label(self, node: str, uid: str) -> None: ...
     def remove_node_label(self, node: str, uid: str) -> bool: ...
     def node_ready(self, uid: str, clique_id: str, node: str) -> bool: ...
+
+
+def daemon_namespace_refused(namespace: str, driver_namespace: str) -> str:
+    return (
+        f"daemon claims are only prepared in the driver namespace {driver_namespace!r}, not in {namespace!r}"
+    )
 
 
 class DaemonNotReady(ClaimError):
@@ -101,6 +108,7 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
         domains: Domains,
         clique_id: str,
         channel_major: int | None,
+        driver_namespace: str,
         daemon_gid: int = 65532,
         boot_id_path: Path | None = None,
         lock_timeout: float = DEFAULT_TIMEOUT_SECONDS,
@@ -121,6 +129,7 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
         self.clique_id = clique_id
         self.channel_major = channel_major
         self.daemon_gid = daemon_gid
+        self.driver_namespace = driver_namespace
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -163,10 +172,19 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
         return self._complete(parsed.uid, plan)
 
     def undo(self, claim_uid: str, entry: DomainClaimEntry) -> None:
-        """A channel claim's node label goes (only while it carries the claim's ComputeDomain)."""
+        """A channel claim's node label goes (only while it carries the claim's ComputeDomain); a
+        daemon claim's IMEX directory goes (the kubelet unprepares once the daemon has stopped)."""
         record = entry.driverData
         if record.type == "channel":
             self.domains.remove_node_label(self.node, record.domainID)
+        elif record.domainID:
+            imex.remove_domain_dir(self.data_dir, record.domainID)
+
+    def sweep(self, data: CheckpointData[DomainClaimData]) -> int:
+        """IMEX directories of domains no daemon claim here holds."""
+        held = {e.driverData.domainID for e in data.claims.values() if e.driverData.type == "daemon"}
+        gone = [uid for uid in imex.domain_uids(self.data_dir) if uid not in held]
+        return sum(imex.remove_domain_dir(self.data_dir, uid) for uid in gone)
 
     def recover_entry(self, claim_uid: str, spec: Mapping[str, Any]) -> DomainClaimEntry | None:
         """From the spec: the device (channel-0 / daemon-0) and the domain (COMPUTE_DOMAIN_UUID)."""
@@ -224,6 +242,10 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
             raise ClaimError(f"ComputeDomain with UID {config.domain_id} not found")
         if device_type == "channel" and domain.namespace != namespace:
             raise PermanentClaimError(NAMESPACE_MISMATCH)
+        if device_type == "daemon" and namespace != self.driver_namespace:
+            # A daemon claim mounts the domain's IMEX directory read-write: only the controller's
+            # daemon pods (in the driver namespace) may have one.
+            raise PermanentClaimError(daemon_namespace_refused(namespace, self.driver_namespace))
         return _Plan(device_type, r.request, r.pool, r.device, config, domain)
 
     def _still_preparing(self, uid: str, domain_uid: str) -> None:

@@ -31,7 +31,7 @@ from typing import Any, Final, Generic, Literal, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dra_fake.core import metrics
-from dra_fake.core.atomic import atomic_write, fsync_dir, stale_temp_files
+from dra_fake.core.atomic import atomic_write, fsync_dir, remove_durably, stale_temp_files
 
 _log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ FORMAT_VERSION = 2
 V1 = 1  # read and converted: see the module docstring
 CHECKPOINT_FILE_NAME = "checkpoint.json"
 CHECKPOINT_FILE_MODE = 0o600
+KEEP_CORRUPT = 5  # quarantined corrupt checkpoints kept beside the live one
 DEFAULT_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
 PREPARE_STARTED: Final = "PrepareStarted"
@@ -327,4 +328,18 @@ class CheckpointStore(Generic[P]):
         except OSError as exc:
             _log.error("corrupt checkpoint could not be moved aside path=%s error=%s", self.path, exc)
             return None
+        self._drop_old_quarantined()
         return target
+
+    def _drop_old_quarantined(self) -> None:
+        """Keep the newest KEEP_CORRUPT quarantined files: enough to debug, bounded on a node whose
+        disk keeps corrupting them."""
+        try:
+            quarantined = sorted(
+                self.path.parent.glob(f"{self.path.name}.corrupt-*"),
+                key=lambda p: (p.stat().st_mtime, p.name),
+            )
+            for old in quarantined[:-KEEP_CORRUPT]:
+                remove_durably(old)
+        except OSError as exc:
+            _log.warning("old corrupt checkpoints not removed dir=%s error=%s", self.path.parent, exc)

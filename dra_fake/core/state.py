@@ -82,6 +82,7 @@ class StartupReport:
     specs_restored: tuple[str, ...] = ()  # PrepareCompleted claims whose missing CDI spec was rewritten
     recovered: tuple[str, ...] = ()  # claims rebuilt from CDI specs after a corrupt checkpoint
     temp_files_removed: int = 0
+    driver_files_removed: int = 0  # the driver's own files no entry needs (PreparedClaims.sweep)
 
 
 def to_prepared(d: CheckpointedDevice) -> PreparedDevice:
@@ -135,6 +136,11 @@ class PreparedClaims(ABC, Generic[P]):
     def before_spec(self, spec: Mapping[str, Any]) -> None:
         """Files a spec mounts, written before the spec (a runtime never sees a spec whose
         mounts are missing)."""
+
+    def sweep(self, data: CheckpointData[P]) -> int:
+        """At start-up, under the lock: remove the driver's own files that no entry of `data`
+        needs (left by a crash, or by an older version); returns how many went."""
+        return 0
 
     # --- the shared lifecycle -----------------------------------------------------------------
 
@@ -207,6 +213,7 @@ class PreparedClaims(ABC, Generic[P]):
             orphans = [uid for uid in self.cdi.claim_uids() if uid not in data.claims]
             for uid in orphans:
                 self.cdi.remove(uid)
+            swept = self.sweep(data)
             self.store.save(data)
         report = StartupReport(
             checkpoint_status=status,
@@ -215,10 +222,11 @@ class PreparedClaims(ABC, Generic[P]):
             specs_restored=tuple(restored),
             recovered=recovered,
             temp_files_removed=temp,
+            driver_files_removed=swept,
         )
         _log.info(
             "startup reconciliation driver=%s checkpoint=%s rolledBack=%s orphansRemoved=%s "
-            "specsRestored=%s recovered=%s tempFilesRemoved=%d",
+            "specsRestored=%s recovered=%s tempFilesRemoved=%d driverFilesRemoved=%d",
             self.driver,
             status,
             ",".join(report.rolled_back) or "-",
@@ -226,6 +234,7 @@ class PreparedClaims(ABC, Generic[P]):
             ",".join(report.specs_restored) or "-",
             ",".join(report.recovered) or "-",
             temp,
+            swept,
         )
         return report
 

@@ -422,3 +422,8 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         """The nvidia-smi files a spec mounts."""
         if self.nvidia_smi is not None:
             self.nvidia_smi.ensure_files(spec)
+
+    def sweep(self, data: CheckpointData[GpuClaimData]) -> int:
+        if self.nvidia_smi is None:
+            return 0
+        return self.nvidia_smi.sweep(e.cdiSpec for e in data.claims.values() if e.cdiSpec)

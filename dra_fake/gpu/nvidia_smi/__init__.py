@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -228,6 +228,24 @@ class NvidiaSmi:
 
     def remove_info(self, device: str, uuid: str) -> None:
         remove_durably(self.info_path(device, uuid))
+
+    def sweep(self, specs: Iterable[Mapping[str, Any]]) -> int:
+        """Remove the info files none of `specs` mounts (a dynamic MIG device's file outlives its
+        device when the plugin dies between destroying it and dropping the claim)."""
+        devices = self.dir / "devices"
+        if not devices.is_dir():
+            return 0
+        keep = {
+            Path(str(mount.get("hostPath", "")))
+            for spec in specs
+            for edits in _edits(spec)
+            for mount in edits.get("mounts") or []
+        }
+        removed = 0
+        for path in sorted(devices.iterdir()):
+            if path not in keep and path.is_file():
+                removed += remove_durably(path)
+        return removed
 
 
 def _read(path: Path) -> bytes | None:
