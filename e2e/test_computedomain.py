@@ -6,6 +6,7 @@ workload's container sees, deletion, and a controller restart. Two GPU nodes."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -320,6 +321,33 @@ def test_claim_from_another_namespace_is_refused(kube: Kube, ns: str, bed: TestB
     delete_cd_and_wait_clean(bed, ns, "home", cd["metadata"]["uid"])
 
 
+def test_a_daemon_claim_outside_the_driver_namespace_is_refused(
+    kube: Kube, ns: str, bed: TestBed, nodes: list[str]
+) -> None:
+    """The daemon's device mounts the domain's IMEX directory read-write: a copy of the daemon
+    template in a user namespace must not get it."""
+    cd = create_cd(kube, ns, cd_manifest("guarded", "guarded-channel"))
+    uid = cd["metadata"]["uid"]
+    daemon = poll(
+        "daemon template", lambda: get_template(kube, bed.driver_namespace, daemon_object_name(uid))
+    )
+    copy = {
+        "apiVersion": f"resource.k8s.io/{kube.resource_version}",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "borrowed-daemon"},
+        "spec": daemon["spec"],
+    }
+    kube.create(copy, ns)
+    kube.core.create_namespaced_pod(ns, channel_pod("intruder", "borrowed-daemon", node=nodes[0]))
+    assert (
+        f"daemon claims are only prepared in the driver namespace '{bed.driver_namespace}'"
+        in prepare_failures(kube, ns, "intruder")
+    )
+    assert kube.pod(ns, "intruder")["status"]["phase"] == "Pending"
+    kube.delete_pod(ns, "intruder")
+    delete_cd_and_wait_clean(bed, ns, "guarded", uid)
+
+
 def test_second_domain_on_an_owned_node_is_refused(
     kube: Kube, ns: str, bed: TestBed, nodes: list[str]
 ) -> None:
@@ -337,6 +365,51 @@ def test_second_domain_on_an_owned_node_is_refused(
     kube.delete_pod(ns, "b")
     delete_cd_and_wait_clean(bed, ns, "first", first["metadata"]["uid"])  # removes first's label
     delete_cd_and_wait_clean(bed, ns, "second", second["metadata"]["uid"])
+
+
+def test_a_foreign_template_in_the_way_is_reported_once_and_replaced_once_gone(
+    kube: Kube, ns: str, bed: TestBed
+) -> None:
+    """Retrying cannot remove someone else's ResourceClaimTemplate: one Warning, not one per retry;
+    once its owner deletes it, the periodic sync creates the ComputeDomain's own."""
+    foreign = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "taken"},
+        "spec": {
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+            }
+        },
+    }
+    kube.create(foreign, ns)
+    cd = create_cd(kube, ns, cd_manifest("blocked", "taken"))
+    uid = cd["metadata"]["uid"]
+
+    def warnings() -> list[str]:
+        return [
+            e.get("message", "")
+            for e in kube.events(ns, "blocked")
+            if e.get("type") == "Warning" and "does not belong to this ComputeDomain" in e.get("message", "")
+        ]
+
+    first = poll("a Warning about the foreign template", warnings)
+    assert "ResourceClaimTemplate" in first[0] and "taken" in first[0]
+    # Several retry periods of the old behaviour (a Warning every 2 s) and status syncs later:
+    window = time.monotonic() + 6
+    while time.monotonic() < window:
+        assert len(warnings()) == 1, warnings()
+        time.sleep(0.5)
+    kube.custom.delete_namespaced_custom_object(*kube.resource, ns, "resourceclaimtemplates", "taken")
+
+    def ours() -> dict[str, Any] | None:
+        template = get_template(kube, ns, "taken")
+        labels = (template or {}).get("metadata", {}).get("labels") or {}
+        return template if labels.get(CD_LABEL) == uid else None
+
+    poll("the ComputeDomain's own template", ours)
+    assert len(warnings()) == 1
+    delete_cd_and_wait_clean(bed, ns, "blocked", uid)
 
 
 @pytest.mark.needs("node")

@@ -3,6 +3,7 @@ ComputeDomain (kopf posts handler failures; we post our own reasons too)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -10,7 +11,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from computedomain.api import FINALIZER, GROUP, PLURAL, VERSION
-from computedomain.controller.reconcile import NotDoneYet, Reconciler
+from computedomain.controller.reconcile import ForeignObject, NotDoneYet, Reconciler
 
 PREFIX = "computedomain.dra-fake.dev"
 
@@ -57,8 +58,12 @@ def build_registry(
             return
         try:
             created = reconciler.ensure(cd)
-        except (ApiException, RuntimeError) as err:
-            message = str(err) if isinstance(err, RuntimeError) else f"{err.status} {err.reason}: {err.body}"
+        except ForeignObject as err:
+            # Once, not every retry: only a person can resolve it; the sync timer then creates ours.
+            kopf.warn(body, reason="ReconcileFailed", message=str(err))
+            raise kopf.PermanentError(str(err)) from err
+        except ApiException as err:
+            message = f"{err.status} {err.reason}: {err.body}"
             kopf.warn(body, reason="ReconcileFailed", message=message)
             raise kopf.TemporaryError(message, delay=2) from err
         for what in created:
@@ -72,7 +77,8 @@ def build_registry(
         cd = _as_dict(body)
         if cd["metadata"].get("deletionTimestamp"):
             return
-        reconciler.ensure(cd)  # recreate what someone deleted
+        with contextlib.suppress(ForeignObject):  # reported once, by the create handler
+            reconciler.ensure(cd)  # recreate what someone deleted
         reconciler.sync_status(cd)
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)

@@ -26,6 +26,11 @@ class NotDoneYet(Exception):
     """A step is waiting for the API server (objects still terminating): retry shortly."""
 
 
+class ForeignObject(Exception):
+    """An object we would create exists and is not ours: retrying cannot help until a person
+    removes it (the periodic sync creates ours once it is gone)."""
+
+
 def _dicts(api: client.ApiClient, items: Any) -> list[dict[str, Any]]:
     """Typed client models -> plain JSON dicts (camelCase keys, as the API server sends them)."""
     return list(api.sanitize_for_serialization(items))  # type: ignore[no-untyped-call]
@@ -85,7 +90,7 @@ class Reconciler:
                     f"ResourceClaimTemplate {cd['metadata']['namespace']}/{workload['metadata']['name']}"
                 )
         elif (existing["metadata"].get("labels") or {}).get(CD_LABEL) != uid:
-            raise RuntimeError(
+            raise ForeignObject(
                 f"ResourceClaimTemplate {workload['metadata']['namespace']}/{workload['metadata']['name']} "
                 "exists and does not belong to this ComputeDomain"
             )
