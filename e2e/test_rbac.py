@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,7 +156,10 @@ def apply_all(api: client.ApiClient, objs: list[dict[str, Any]]) -> None:
     rest = [o for o in objs if o["kind"] != "CustomResourceDefinition"]
     for obj in sorted(rest, key=lambda o: order.index(o["kind"]) if o["kind"] in order else len(order)):
         res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        res.create(body=inert(json.loads(json.dumps(obj))), namespace=NS if res.namespaced else None)
+        # helm sets no namespace on most objects (the release's applies); a few name theirs (the
+        # Node-events Role lives in `default`, where the kubelet posts Node events).
+        namespace = obj["metadata"].get("namespace", NS) if res.namespaced else None
+        res.create(body=inert(json.loads(json.dumps(obj))), namespace=namespace)
 
 
 def token_kubeconfig(cluster: LocalCluster, token: str, path: Path) -> Path:
@@ -259,7 +263,7 @@ def test_rendered_objects_valid_against_this_servers_schemas(
 ) -> None:
     schemas = tmp_path / "schemas"
     crds = [REPO / "crds", CHART / "crds"]
-    gen = [os.environ.get("PYTHON", "python3"), str(REPO / "hack" / "chart-schemas.py")]
+    gen = [sys.executable, str(REPO / "hack" / "chart-schemas.py")]
     gen += ["--kubeconfig", str(cluster.kubeconfig), "--out", str(schemas)]
     for c in crds:
         gen += ["--crds", str(c)]
@@ -419,6 +423,34 @@ def test_admission_policy_keeps_a_plugin_on_its_own_node(
     custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", "own-x")
 
 
+def test_admission_policy_limits_node_patches_to_the_own_nodes_domain_label(
+    installed: dict[str, Path], admin: client.ApiClient
+) -> None:
+    """`nodes patch` is cluster-wide in RBAC; the chart's policy narrows it to what the
+    compute-domain plugin does: the resource.nvidia.com/computeDomain label of its own node."""
+    core = client.CoreV1Api(sa_api(installed["node-1"]))
+    label = "resource.nvidia.com/computeDomain"
+
+    def refused(node: str, labels: dict[str, str | None]) -> str:
+        with pytest.raises(ApiException) as err:
+            core.patch_node(node, {"metadata": {"labels": labels}})
+        assert err.value.status in (403, 422), err.value
+        return str(err.value.body)
+
+    assert "may not modify node node-2" in refused("node-2", {label: "x"})
+    assert "only the label resource.nvidia.com/computeDomain may change" in refused(
+        "node-1", {"kubernetes.io/hostname": "node-2"}
+    )
+    assert "only the label" in refused("node-1", {"evil.example/owned": "yes"})
+    with pytest.raises(ApiException) as err:
+        core.patch_node("node-1", {"spec": {"unschedulable": True}})
+    assert err.value.status in (403, 422) and "only the label" in str(err.value.body)
+    # its own node's domain label: allowed, set and removed
+    core.patch_node("node-1", {"metadata": {"labels": {label: "0f000000-0000-4000-8000-000000000000"}}})
+    core.patch_node("node-1", {"metadata": {"labels": {label: None}}})
+    assert label not in (client.CoreV1Api(admin).read_node("node-1").metadata.labels or {})
+
+
 def test_token_without_node_binding_cannot_write_slices(
     installed: dict[str, Path], admin: client.ApiClient, cluster: LocalCluster
 ) -> None:
@@ -469,7 +501,7 @@ def cd_installed(
         cluster, request_token(admin, pod, CONTROLLER_SA), cluster.root / "sa-controller.kubeconfig"
     )
     args = [
-        os.environ.get("PYTHON", "python3"),
+        sys.executable,
         "-m",
         "dra_fake",
         "compute-domain-controller",
@@ -527,7 +559,13 @@ def test_compute_domain_flow_with_the_charts_rbac(
                     )
                 ).read_text()
             )["containers"]["ctr"]
-            assert record["deviceNodes"] == ["/dev/nvidia-caps-imex-channels/channel0"]
+            # a device node where the host has the nvidia-caps-imex-channels major, else a
+            # read-only directory of placeholder files mounted there (computedomain/plugin/edits.py)
+            channels = [p for p in record.get("deviceNodes", []) if "imex-channels" in p]
+            for m in record.get("mounts", []):
+                if m["destination"] == "/dev/nvidia-caps-imex-channels":
+                    channels += [f"{m['destination']}/{f}" for f in sorted(os.listdir(m["source"]))]
+            assert channels == ["/dev/nvidia-caps-imex-channels/channel0"]
             assert f"COMPUTE_DOMAIN_UUID={uid}" in record["env"]
         assert poll(
             "CD Ready on both nodes",
@@ -662,17 +700,6 @@ def without(rules: list[dict[str, Any]], resource: str, verb: str) -> list[dict[
     return out
 
 
-@pytest.mark.parametrize(
-    ("resource", "verb"),
-    [
-        ("", ""),
-        ("nodes", "get"),
-        ("resourceslices", "list"),
-        ("resourceslices", "watch"),
-        ("resourceslices", "create"),
-    ],
-    ids=["all-rules-publish", "nodes-get", "slices-list", "slices-watch", "slices-create"],
-)
 def forbidden(log: Path) -> list[str]:
     """Errors of the plugin's JSON log that are the API server's 403 (an ApiException's text
     starts with its status): not just any "403" in a UID or a timestamp."""
@@ -688,6 +715,17 @@ def forbidden(log: Path) -> list[str]:
     return errors
 
 
+@pytest.mark.parametrize(
+    ("resource", "verb"),
+    [
+        ("", ""),
+        ("nodes", "get"),
+        ("resourceslices", "list"),
+        ("resourceslices", "watch"),
+        ("resourceslices", "create"),
+    ],
+    ids=["all-rules-publish", "nodes-get", "slices-list", "slices-watch", "slices-create"],
+)
 def test_each_startup_rule_is_needed(
     installed: dict[str, Path],
     admin: client.ApiClient,
@@ -721,7 +759,7 @@ def test_each_startup_rule_is_needed(
     token = core.create_namespaced_service_account_token(PROBE_SA, NS, {"spec": {"expirationSeconds": 600}})
     kc = token_kubeconfig(cluster, str(token.status.token), tmp_path / "probe.kubeconfig")
     args = [
-        os.environ.get("PYTHON", "python3"),
+        sys.executable,
         "-m",
         "dra_fake",
         "gpu-kubelet-plugin",

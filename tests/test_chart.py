@@ -257,6 +257,8 @@ CD_OBJECTS = {
     ("RoleBinding", "r-dra-fake-compute-domain-daemon"),
     ("DeviceClass", "compute-domain-daemon.nvidia.com"),
     ("DeviceClass", "compute-domain-default-channel.nvidia.com"),
+    ("ValidatingAdmissionPolicy", "r-dra-fake-kubelet-plugin-own-node-label"),
+    ("ValidatingAdmissionPolicyBinding", "r-dra-fake-kubelet-plugin-own-node-label"),
 }
 
 

@@ -62,5 +62,6 @@ def read_node_uid(api: client.ApiClient, node: str) -> str:
     resp = api.call_api(method, url, header_params=headers, body=body)
     data = resp.read() or b""  # type: ignore[no-untyped-call]
     if resp.status != 200:
-        raise ApiException(status=resp.status, reason=f"get Node {node}: {data[:200]!r}")
+        # As the typed client raises it: "(403)\nReason: Forbidden\nHTTP response body: ..."
+        raise ApiException(status=resp.status, reason=resp.reason or "", body=data.decode(errors="replace"))
     return str(json.loads(cast(bytes, data))["metadata"]["uid"])
