@@ -4,7 +4,9 @@ cluster named by $KUBECONFIG. e2e/testbed.py says what differs between them.
 
 Tests declare what they need with `@pytest.mark.needs(...)`: "harness" (the local harness's
 internals), "kind" (Helm and real containers of our kind cluster), "node" (node files and
-processes: harness or kind), "partitionable" (dynamic MIG: counters in ResourceSlices). Tests a
+processes: harness or kind), "partitionable" (dynamic MIG: counters in ResourceSlices),
+"counter-rollback" (a scheduler that gives back the counters of a device a constraint rejected:
+not 1.34 and 1.35, docs/reference/kubernetes-dra.md#counter-leak-in-the-134-and-135-allocator). Tests a
 cluster cannot run are deselected at collection, with the reason printed, never skipped: in CI
 a skip is a failure.
 """
@@ -16,10 +18,11 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from e2e.kube import Kube
+from e2e.kube import Kube, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
 from e2e.testbed import ApiOnlyBed, HarnessBed, KindBed, TestBed, kind_cluster_of
 
@@ -46,25 +49,35 @@ class Environment:
     capabilities: frozenset[str]
     resource_versions: tuple[str, ...]
     partitionable: bool
+    server_minor: int
 
     @classmethod
     def detect(cls) -> Environment:
         kubeconfig = os.environ.get("KUBECONFIG")
         if not kubeconfig:  # the local control plane: the pinned release, every version served
-            return cls("harness", HarnessBed.capabilities, ("v1", "v1beta2", "v1beta1"), True)
+            return cls("harness", HarnessBed.capabilities, ("v1", "v1beta2", "v1beta1"), True, local_minor())
         kube = Kube(Path(kubeconfig))
         devices = [d for s in kube.slices() for d in s["spec"]["devices"]]
         partitionable = any(d.get("consumesCounters") for d in devices)
-        if kind_cluster_of(Path(kubeconfig)):
-            return cls("kind", KindBed.capabilities, kube.info.resource_versions, partitionable)
-        return cls("api", ApiOnlyBed.capabilities, kube.info.resource_versions, partitionable)
+        bed, capabilities = (
+            ("kind", KindBed.capabilities)
+            if kind_cluster_of(Path(kubeconfig))
+            else ("api", ApiOnlyBed.capabilities)
+        )
+        info = kube.info
+        return cls(bed, capabilities, info.resource_versions, partitionable, info.version[1])
 
     def missing(self, item: pytest.Item) -> str | None:
         for marker in item.iter_markers("needs"):
             for need in marker.args:
                 if need == "partitionable" and not self.partitionable:
                     return "the server has no partitionable devices (dynamic MIG)"
-                if need != "partitionable" and need not in self.capabilities:
+                if need == "counter-rollback" and self.server_minor in COUNTER_LEAK_MINORS:
+                    return (
+                        f"the 1.{self.server_minor} scheduler keeps the counters of devices a constraint "
+                        "rejected (fixed in 1.36)"
+                    )
+                if need not in ("partitionable", "counter-rollback") and need not in self.capabilities:
                     return f"needs the {need} test bed (this is {self.bed})"
         params = getattr(item, "callspec", None)
         version = params.params.get("api_version") if params else None
@@ -74,10 +87,13 @@ class Environment:
 
 
 ENVIRONMENT: Environment | None = None
+# kubernetes/kubernetes#140436, fixed in 1.36 and 1.37 (docs/reference/kubernetes-dra.md).
+COUNTER_LEAK_MINORS = (34, 35)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "needs(*what): harness | kind | node | partitionable (see conftest)")
+def local_minor() -> int:
+    """The minor of the local control plane's pinned release (e2e/cluster/K8S_VERSION)."""
+    return int((REPO / "e2e" / "cluster" / "K8S_VERSION").read_text().strip().lstrip("v").split(".")[1])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -180,3 +196,20 @@ def components_alive(local_cluster: LocalCluster | None) -> Iterator[None]:
         dead = local_cluster.dead_processes()
         if dead:
             pytest.fail("components died: " + "; ".join(f"{p.name}:\n{p.tail(15)}" for p in dead))
+
+
+def published(kube: Kube, node: str) -> dict[str, dict[str, Any]]:
+    """The node's devices. Polls: the kubelet wipes a node's slices when it starts, and the driver
+    re-creates them, so right after start-up they may be briefly absent."""
+    slices = poll(f"ResourceSlices of {node}", lambda: kube.slices(node=node), 30)
+    return {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
+
+
+@pytest.fixture
+def full_gpu_node(kube: Kube, nodes: list[str]) -> str:
+    for node in nodes:
+        devs = published(kube, node)
+        if len([d for d in devs if "-mig-" not in d]) == 8 and not any("-mig-" in d for d in devs):
+            return node
+    require(False, "a node with 8 full GPUs and no MIG")
+    raise AssertionError

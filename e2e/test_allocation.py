@@ -13,7 +13,7 @@ import yaml
 from dra_fake.core.slices import PARTITIONABLE_DEVICES_SINCE, slice_manifest, slice_spec
 from dra_fake.gpu.inventory import load_inventory
 from dra_fake.gpu.slices import desired_slices
-from e2e.conftest import E2E_NODE_CONFIGS, require
+from e2e.conftest import E2E_NODE_CONFIGS, published, require
 from e2e.kube import Kube, poll, workload_container
 from e2e.testbed import TestBed, assert_sees_its_gpus
 
@@ -73,26 +73,9 @@ def unschedulable(kube: Kube, ns: str, name: str) -> str:
     return poll(f"pod {name} Unschedulable", reason, 60)
 
 
-def published(kube: Kube, node: str) -> dict[str, dict[str, Any]]:
-    """The node's devices. Polls: the kubelet wipes a node's slices when it starts, and the driver
-    re-creates them, so right after start-up they may be briefly absent."""
-    slices = poll(f"ResourceSlices of {node}", lambda: kube.slices(node=node), 30)
-    return {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
-
-
 def attr(device: dict[str, Any], name: str) -> Any:
     value = device["attributes"][name]
     return next(iter(value.values()))
-
-
-@pytest.fixture
-def full_gpu_node(kube: Kube, nodes: list[str]) -> str:
-    for node in nodes:
-        devs = published(kube, node)
-        if len([d for d in devs if "-mig-" not in d]) == 8 and not any("-mig-" in d for d in devs):
-            return node
-    require(False, "a node with 8 full GPUs and no MIG")
-    raise AssertionError
 
 
 @pytest.fixture
@@ -224,7 +207,7 @@ def test_selector_matching_no_device_pends(kube: Kube, ns: str, selector: str) -
     assert "cannot allocate all claims" in unschedulable(kube, ns, "p")
 
 
-@pytest.mark.needs("partitionable")
+@pytest.mark.needs("partitionable", "counter-rollback")
 def test_match_attribute_parent_uuid_keeps_mig_devices_on_one_gpu(
     kube: Kube, ns: str, dynamic_mig_gpu: tuple[str, dict[str, Any]], bed: TestBed
 ) -> None:

@@ -110,11 +110,16 @@ def test_pod_deletion_unprepares_and_removes_the_cdi_spec(kube: Kube, ns: str, b
 
 
 @pytest.mark.needs("node")
-def test_a_crashed_plugin_comes_back_and_its_claims_stay_usable(kube: Kube, ns: str, bed: TestBed) -> None:
+def test_a_crashed_plugin_comes_back_and_its_claims_stay_usable(
+    kube: Kube, ns: str, bed: TestBed, full_gpu_node: str
+) -> None:
     """SIGKILL the GPU plugin while a pod holds a GPU: the kubelet (or harness) restarts it, the
-    pod keeps its GPU, a new pod on that node gets one, and the old claim still unprepares."""
+    pod keeps its GPU, a new pod on that node gets one, and the old claim still unprepares. On a
+    node with 8 full GPUs: the MIG node may have only one full GPU, which `before` holds."""
     kube.apply_yaml(GPU_TEMPLATE, ns)
-    kube.create(pod_with_claim_template("before", "single-gpu"), ns)
+    before = pod_with_claim_template("before", "single-gpu")
+    before["spec"]["nodeSelector"] = {"kubernetes.io/hostname": full_gpu_node}  # type: ignore[index]
+    kube.create(before, ns)
     node = kube.wait_running(ns, "before")["spec"]["nodeName"]
     claim = kube.claim(ns, kube.pod(ns, "before")["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
     bed.crash_plugin(node)
