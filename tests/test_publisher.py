@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
-from dra_fake.core.publisher import Publisher, dropped_features
+from dra_fake.core.publisher import PUBLISHER_ANNOTATION, Instance, Publisher, dropped_features
 from dra_fake.gpu.inventory import load_inventory
 from dra_fake.gpu.slices import desired_slices
 
@@ -120,3 +122,104 @@ def test_dropped_features_names_each_gate() -> None:
         "DRAPartitionableDevices",
     ]
     assert dropped_features(sent, sent) == []
+
+
+class WatchResponse:
+    """A watch's HTTP response: one JSON event per line."""
+
+    status = 200
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.lines = [json.dumps(e).encode() + b"\n" for e in events]
+
+    def stream(self, amt: Any = None, decode_content: Any = None) -> Any:
+        return iter(self.lines)
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+class WatchingCustomObjects(FakeCustomObjects):
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.events = events
+        self.watch_calls: list[dict[str, Any]] = []
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str, **kw: Any) -> Any:
+        if kw.get("watch"):
+            self.watch_calls.append(kw)
+            return WatchResponse(self.events)
+        return super().list_cluster_custom_object(group, version, plural, **kw)
+
+
+def slice_event(kind: str, rv: str) -> dict[str, Any]:
+    return {"type": kind, "object": {"metadata": {"name": "s", "resourceVersion": rv}}}
+
+
+def test_the_slice_watch_resumes_from_the_last_version_it_saw() -> None:
+    custom = WatchingCustomObjects([slice_event("ADDED", "5"), slice_event("BOOKMARK", "9")])
+    pub = publisher(custom)
+    assert pub._watch_once(None) == "9"
+    assert pub._trigger.is_set()
+    assert "resource_version" not in custom.watch_calls[0]
+    assert custom.watch_calls[0]["allow_watch_bookmarks"] is True
+
+    pub._trigger.clear()
+    custom.events = [slice_event("BOOKMARK", "12")]
+    assert pub._watch_once("9") == "12"
+    assert custom.watch_calls[1]["resource_version"] == "9"
+    assert not pub._trigger.is_set(), "a bookmark is no change"
+
+
+def test_an_expired_watch_version_is_reported_as_gone() -> None:
+    expired = {
+        "type": "ERROR",
+        "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"},
+    }
+    pub = publisher(WatchingCustomObjects([expired]))
+    with pytest.raises(ApiException) as gone:
+        pub._watch_once("3")
+    assert gone.value.status == 410
+
+
+def test_of_two_instances_of_one_node_the_newer_publishes_and_the_older_stops_writing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A rolling update: the old pod still runs when the new one, with another inventory, starts."""
+    custom = FakeCustomObjects()
+    old = publisher(custom, "examples/inventory/h100-dynamic-mig.yaml")
+    new = publisher(custom, "examples/inventory/mixed-mig.yaml")
+    old.instance = Instance("boot-a", 100, 7)
+    new.instance = Instance("boot-a", 200, 9)
+    old.sync()
+    new.sync()
+    written = copy.deepcopy(custom.objects)
+    writes = custom.writes
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):  # each watch event of the other's write
+            assert old.sync().empty
+            assert new.sync().empty
+    assert custom.writes == writes
+    assert custom.objects == written
+    assert all(o["metadata"]["annotations"][PUBLISHER_ANNOTATION] == "boot-a/200/9" for o in written.values())
+    assert old.superseded and not new.superseded
+    assert sum("a newer instance" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize(
+    ("annotation", "superseded"),
+    [
+        ("boot-a/200/9", True),
+        ("boot-a/100/8", True),  # same start tick: the pid orders them
+        ("boot-a/100/7", False),  # itself
+        ("boot-a/50/9", False),  # older
+        ("boot-b/900/9", False),  # an earlier boot: long gone
+        ("", False),  # written by a version without the annotation
+        ("garbage", False),
+    ],
+)
+def test_which_instance_supersedes_which(annotation: str, superseded: bool) -> None:
+    assert Instance("boot-a", 100, 7).superseded_by(annotation) is superseded

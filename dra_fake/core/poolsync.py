@@ -20,6 +20,7 @@ class ExistingSlice:
     uid: str
     resource_version: str
     spec: Spec
+    publisher: str = ""  # the instance that wrote it (dra_fake.core.publisher.PUBLISHER_ANNOTATION)
 
     @property
     def generation(self) -> int:

@@ -3,14 +3,24 @@
 Watches its own slices and re-syncs on every change (the kubelet wipes a node's slices when
 it starts and 30 s after a driver deregisters), retries with backoff when the API server is
 away, and detects fields the server dropped (a feature gate off) instead of looping.
+
+Two plugin instances of one node run at once during a rolling update (the new pod starts before
+the old one ends). If their inventories differ, each would rewrite the other's slices on every
+watch event, bumping the pool generation each time. So every slice names the instance that wrote
+it, and an instance that finds slices of a newer instance of the same node stops writing: the
+newest wins, and the old one is about to end anyway.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
@@ -24,6 +34,8 @@ from dra_fake.core.retry import Backoff
 from dra_fake.core.slices import DesiredSlice, slice_manifest, slice_spec
 
 WATCH_SECONDS = 60  # server-side timeout of the slice watch; the read timeout allows it
+PUBLISHER_ANNOTATION = "dra-fake.dev/publisher"
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +70,40 @@ def dropped_features(sent: Spec, stored: Spec) -> list[str]:
     return sorted({_GATED_FIELDS[k] for k in lost if k in _GATED_FIELDS} or ({"unknown"} if lost else set()))
 
 
+@dataclass(frozen=True, order=True)
+class Instance:
+    """One plugin process, ordered by start time on the node's boot clock (every container of a
+    node shares the kernel, so CLOCK_BOOTTIME is one clock for all of them and never jumps)."""
+
+    boot_id: str
+    started_ns: int
+    pid: int
+
+    @classmethod
+    def current(cls) -> Instance:
+        try:
+            boot_id = BOOT_ID_PATH.read_text().strip()
+        except OSError:
+            boot_id = ""
+        return cls(boot_id, time.clock_gettime_ns(time.CLOCK_BOOTTIME), os.getpid())
+
+    def render(self) -> str:
+        return f"{self.boot_id}/{self.started_ns}/{self.pid}"
+
+    @classmethod
+    def parse(cls, text: str) -> Instance | None:
+        parts = text.split("/")
+        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+            return None
+        return cls(parts[0], int(parts[1]), int(parts[2]))
+
+    def superseded_by(self, annotation: str) -> bool:
+        """True when `annotation` names a newer instance of this boot (one of an earlier boot
+        is long gone)."""
+        other = Instance.parse(annotation)
+        return other is not None and other.boot_id == self.boot_id and other > self
+
+
 class Publisher:
     def __init__(
         self,
@@ -67,8 +113,11 @@ class Publisher:
         node_uid: str,
         desired: Callable[[], list[DesiredSlice]],
         resync_seconds: float = 300.0,
+        instance: Instance | None = None,
     ) -> None:
         self.api = api
+        self.instance = instance or Instance.current()
+        self.superseded = False
         self.driver = driver
         self.node_name = node_name
         self.node_uid = node_uid
@@ -118,29 +167,50 @@ class Publisher:
 
     def _watch_loop(self) -> None:
         backoff = Backoff()
+        resource_version: str | None = None
         while not self._stop.is_set():
-            w = watch.Watch()  # type: ignore[no-untyped-call]
             try:
-                for event in w.stream(  # type: ignore[no-untyped-call]
-                    self.api.custom.list_cluster_custom_object,
-                    RESOURCE_GROUP,
-                    self.api.version,
-                    "resourceslices",
-                    field_selector=self._selector(),
-                    timeout_seconds=WATCH_SECONDS,
-                    _request_timeout=(REQUEST_TIMEOUT[0], WATCH_SECONDS + 15),
-                ):
-                    if self._stop.is_set():
-                        break
-                    if event["type"] in ("DELETED", "MODIFIED", "ADDED"):
-                        self._trigger.set()
+                resource_version = self._watch_once(resource_version)
                 backoff.reset()
-            except Exception as err:
+            except ApiException as err:
+                if err.status == 410:  # our version left the server's window: list and watch anew
+                    resource_version = None
                 log.debug("slice watch ended", extra={"error": str(err)})
                 self._stop.wait(backoff.next())
                 self._trigger.set()  # we may have missed events
-            finally:
-                w.stop()  # type: ignore[no-untyped-call]
+            except Exception as err:
+                log.debug("slice watch ended", extra={"error": str(err)})
+                self._stop.wait(backoff.next())
+                self._trigger.set()
+
+    def _watch_once(self, resource_version: str | None) -> str | None:
+        """One watch of this node's slices from `resource_version` (None: from now, every slice
+        arriving as ADDED); every change triggers a sync. Returns the version to resume from, so
+        the next watch neither re-lists nor misses what changed in between (client-go's reflector
+        does the same); bookmarks keep it fresh while nothing changes."""
+        w = watch.Watch()  # type: ignore[no-untyped-call]
+        resume = {} if resource_version is None else {"resource_version": resource_version}
+        seen = resource_version
+        try:
+            for event in w.stream(  # type: ignore[no-untyped-call]
+                self.api.custom.list_cluster_custom_object,
+                RESOURCE_GROUP,
+                self.api.version,
+                "resourceslices",
+                field_selector=self._selector(),
+                allow_watch_bookmarks=True,
+                timeout_seconds=WATCH_SECONDS,
+                _request_timeout=(REQUEST_TIMEOUT[0], WATCH_SECONDS + 15),
+                **resume,
+            ):
+                if self._stop.is_set():
+                    break
+                seen = event["raw_object"].get("metadata", {}).get("resourceVersion") or seen
+                if event["type"] in ("DELETED", "MODIFIED", "ADDED"):
+                    self._trigger.set()
+        finally:
+            w.stop()  # type: ignore[no-untyped-call]
+        return seen
 
     def _selector(self) -> str:
         return f"spec.nodeName={self.node_name},spec.driver={self.driver}"
@@ -154,14 +224,41 @@ class Publisher:
         )
         return [
             ExistingSlice(
-                o["metadata"]["name"], o["metadata"]["uid"], o["metadata"]["resourceVersion"], o["spec"]
+                o["metadata"]["name"],
+                o["metadata"]["uid"],
+                o["metadata"]["resourceVersion"],
+                o["spec"],
+                (o["metadata"].get("annotations") or {}).get(PUBLISHER_ANNOTATION, ""),
             )
             for o in objs["items"]
         ]
 
+    def _manifest(self, spec: Spec, name: str) -> dict[str, Any]:
+        obj = slice_manifest(
+            spec,
+            api_version=self.api.version,
+            name=name,
+            owner_node_name=self.node_name,
+            owner_node_uid=self.node_uid,
+        )
+        obj["metadata"]["annotations"] = {PUBLISHER_ANNOTATION: self.instance.render()}
+        return obj
+
     def sync(self) -> PoolPlan:
         desired = self.desired()
         version = self.api.version
+        existing = self.existing()
+        newer = next((e.publisher for e in existing if self.instance.superseded_by(e.publisher)), None)
+        if newer is not None:
+            if not self.superseded:
+                log.warning(
+                    "a newer instance of this plugin publishes this node's ResourceSlices; this one "
+                    "stops writing them",
+                    extra={"instance": self.instance.render(), "newer": newer},
+                )
+            self.superseded = True
+            return PoolPlan(generation=max((e.generation for e in existing), default=0))
+        self.superseded = False
 
         def build(index: int, generation: int) -> Spec:
             return slice_spec(
@@ -174,17 +271,11 @@ class Publisher:
                 slice_count=len(desired),
             )
 
-        plan = plan_pool(self.existing(), len(desired), build, self.driver, self.node_name, same=self._same)
+        plan = plan_pool(existing, len(desired), build, self.driver, self.node_name, same=self._same)
         for e in plan.deletes:
             self._delete(e)
         for e, spec in plan.updates:
-            obj = slice_manifest(
-                spec,
-                api_version=version,
-                name=e.name,
-                owner_node_name=self.node_name,
-                owner_node_uid=self.node_uid,
-            )
+            obj = self._manifest(spec, e.name)
             obj["metadata"]["resourceVersion"] = e.resource_version
             stored = as_dict(
                 self.api.custom.replace_cluster_custom_object(
@@ -193,13 +284,7 @@ class Publisher:
             )
             self._check_stored(e.name, spec, stored["spec"])
         for name, spec in plan.creates:
-            obj = slice_manifest(
-                spec,
-                api_version=version,
-                name=name,
-                owner_node_name=self.node_name,
-                owner_node_uid=self.node_uid,
-            )
+            obj = self._manifest(spec, name)
             try:
                 stored = as_dict(
                     self.api.custom.create_cluster_custom_object(
