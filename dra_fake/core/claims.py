@@ -47,16 +47,36 @@ def _str_field(obj: Mapping[str, Any], key: str, what: str) -> str:
     return value
 
 
+def _object(value: Any, what: str) -> Mapping[str, Any]:
+    """A JSON object, or {} when absent. The API server validates claims, so a wrong shape means
+    a server or client we do not know; it fails this claim, naming the field."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PermanentClaimError(f"invalid claim: {what} is not an object")
+    return value
+
+
+def _array(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise PermanentClaimError(f"invalid claim: {what} is not an array")
+    return value
+
+
 def parse_claim(claim: Mapping[str, Any], driver: str) -> ParsedClaim:
     """The parts of a ResourceClaim (v1, v1beta2 or v1beta1 JSON) that prepare reads."""
-    metadata = claim.get("metadata") or {}
+    claim = _object(claim, "the claim")
+    metadata = _object(claim.get("metadata"), "metadata")
     uid = _str_field(metadata, "uid", "metadata")
-    allocation = (claim.get("status") or {}).get("allocation")
+    allocation = _object(_object(claim.get("status"), "status").get("allocation"), "status.allocation")
     if not allocation:
         raise PermanentClaimError("claim not yet allocated")
-    devices = allocation.get("devices") or {}
+    devices = _object(allocation.get("devices"), "status.allocation.devices")
     results = []
-    for raw in devices.get("results") or []:
+    for index, item in enumerate(_array(devices.get("results"), "status.allocation.devices.results")):
+        raw = _object(item, f"status.allocation.devices.results[{index}]")
         if raw.get("driver") != driver:
             continue
         share_id = raw.get("shareID")
@@ -66,7 +86,7 @@ def parse_claim(claim: Mapping[str, Any], driver: str) -> ParsedClaim:
                 driver=driver,
                 pool=_str_field(raw, "pool", "allocation result"),
                 device=_str_field(raw, "device", "allocation result"),
-                admin_access=bool(raw.get("adminAccess")),
+                admin_access=raw.get("adminAccess") is True,
                 share_id=share_id if isinstance(share_id, str) and share_id else None,
             )
         )
@@ -75,5 +95,5 @@ def parse_claim(claim: Mapping[str, Any], driver: str) -> ParsedClaim:
         name=str(metadata.get("name", "")),
         namespace=str(metadata.get("namespace", "")),
         results=tuple(results),
-        config=tuple(devices.get("config") or []),
+        config=tuple(_array(devices.get("config"), "status.allocation.devices.config")),
     )

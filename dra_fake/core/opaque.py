@@ -52,9 +52,11 @@ def decode_claim_configs(
     """`status.allocation.devices.config[]` -> this driver's configs: FromClass first, then
     FromClaim, each in list order; `decode` turns the parameters into the driver's config."""
     by_source: dict[str, list[tuple[tuple[str, ...], C]]] = {SOURCE_FROM_CLASS: [], SOURCE_FROM_CLAIM: []}
-    for entry in entries:
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            raise error(f"invalid config entry {index}: expected an object")
         source = entry.get("source")
-        if source not in by_source:
+        if not isinstance(source, str) or source not in by_source:
             raise error(f"invalid config source: {source}")
         opaque = entry.get("opaque")
         if not isinstance(opaque, dict):

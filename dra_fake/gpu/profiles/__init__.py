@@ -55,7 +55,8 @@ def format_validation_error(source: str, error: ValidationError, prefix: str = "
     """One line per pydantic error: `<source>: <prefix><field path>: <message>`."""
     lines = []
     for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"])
+        # A key with a newline or control character must not break the one-line-per-error form.
+        path = ".".join(str(part) if str(part).isprintable() else repr(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
         if not path:
             # Model-level validators put the field path at the start of the message themselves.

@@ -1,0 +1,315 @@
+"""Property-based fuzzing (hypothesis) of everything user-controlled the plugins decode: opaque
+configs of both drivers, claims and their allocation results, inventory configs, checkpoint files.
+
+Each target gets valid shapes with hostile values and plain garbage. The property: the input is
+accepted, or rejected with the target's own error type and a one-line message; nothing else
+escapes, and no case takes longer than the deadline. `make test` runs FUZZ_EXAMPLES (2,000) cases
+per target, deterministically; `make fuzz` runs 100,000 random ones with a 100 ms deadline
+(docs/reliability.md#fuzzing has the latest figures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from crash_helper import DRIVER, NODE, make_state
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from computedomain import api as cd_api
+from computedomain.plugin import configs as cd_configs
+from computedomain.plugin.state import DomainClaimData
+from dra_fake.core.checkpoint import FORMAT_VERSION, CheckpointStore, CorruptCheckpointError, checksum
+from dra_fake.core.claims import ClaimError, parse_claim
+from dra_fake.gpu import configs as gpu_configs
+from dra_fake.gpu.inventory import InventoryError, build_inventory, parse_config
+from dra_fake.gpu.profiles import load_profiles
+from dra_fake.gpu.state import GpuClaimData
+
+FULL_RUN = os.environ.get("FUZZ_PROFILE") == "full"
+settings.register_profile(
+    "bounded",
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "2000")),
+    deadline=timedelta(milliseconds=500),  # generous: a loaded CI machine must not flake
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "full",
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "100000")),
+    deadline=timedelta(milliseconds=100),
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+FUZZ = settings.get_profile("full" if FULL_RUN else "bounded")
+
+# --- strategies ------------------------------------------------------------------------------
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=16,
+)
+quantities = st.one_of(
+    st.from_regex(
+        r"[+-]?[0-9]{1,40}(\.[0-9]{0,12})?([eE][+-]?[0-9]{1,12}|[KMGTPE]i|[kMGTPEmnu])?", fullmatch=True
+    ),
+    st.text(max_size=30),
+    st.integers(),
+    st.floats(allow_nan=False),
+    json_values,
+)
+
+
+def maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A field that may be absent (None drops it), hold the strategy's value, or any JSON value."""
+    return st.one_of(st.none(), strategy, json_values)
+
+
+def objects(fields: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    """An object with some of `fields` (hostile values) and sometimes a stray field."""
+    known = st.fixed_dictionaries({k: maybe(v) for k, v in fields.items()})
+    stray = st.dictionaries(st.text(max_size=8), json_values, max_size=1)
+    return st.builds(lambda k, s: {**s, **{a: b for a, b in k.items() if b is not None}}, known, stray)
+
+
+mps = objects(
+    {
+        "defaultActiveThreadPercentage": st.integers(),
+        "defaultPinnedDeviceMemoryLimit": quantities,
+        "defaultPerDevicePinnedMemoryLimit": st.dictionaries(
+            st.sampled_from(["0", "1", "gpu-0", "GPU-x"]) | st.text(max_size=8), quantities, max_size=3
+        ),
+    }
+)
+sharing = objects(
+    {
+        "strategy": st.sampled_from(["TimeSlicing", "MPS", ""]) | st.text(max_size=10),
+        "timeSlicingConfig": objects({"interval": st.sampled_from(["Default", "Short", "Medium", "Long"])}),
+        "mpsConfig": mps,
+    }
+)
+gpu_parameters = objects(
+    {
+        "apiVersion": st.just(gpu_configs.API_VERSION) | st.text(max_size=10),
+        "kind": st.sampled_from(["GpuConfig", "MigDeviceConfig", "VfioDeviceConfig"]) | st.text(max_size=10),
+        "sharing": sharing,
+        "iommu": objects({"backendPolicy": st.text(max_size=10), "enableAPIDevice": st.booleans()}),
+    }
+)
+cd_parameters = objects(
+    {
+        "apiVersion": st.just(cd_api.API_VERSION) | st.text(max_size=10),
+        "kind": st.sampled_from([cd_api.CHANNEL_KIND, cd_api.DAEMON_KIND]) | st.text(max_size=10),
+        "domainID": st.uuids().map(str) | st.text(max_size=10),
+        "allocationMode": st.sampled_from([cd_api.ALLOCATION_SINGLE, cd_api.ALLOCATION_ALL]),
+    }
+)
+
+
+def config_entries(driver: str, parameters: st.SearchStrategy[Any]) -> st.SearchStrategy[list[Any]]:
+    entry = objects(
+        {
+            "source": st.sampled_from(["FromClass", "FromClaim"]),
+            "requests": st.lists(st.sampled_from(["gpu", "mig", "r"]), max_size=2),
+            "opaque": objects({"driver": st.just(driver), "parameters": parameters}),
+        }
+    )
+    return st.lists(entry | json_values, max_size=3)
+
+
+DEVICES = [
+    "gpu-0",
+    "gpu-1",
+    "gpu-2-mig-1g10gb-19-0",
+    "gpu-3",
+    "gpu-3-mig-1g10gb-19-0",
+    "gpu-3-mig-2g20gb-14-0",
+]
+results = st.lists(
+    objects(
+        {
+            "request": st.sampled_from(["gpu", "mig", "r"]),
+            "driver": st.just(DRIVER),
+            "pool": st.just(NODE),
+            "device": st.sampled_from(DEVICES) | st.text(max_size=10),
+            "adminAccess": st.booleans(),
+            "shareID": st.uuids().map(str),
+        }
+    )
+    | json_values,
+    max_size=3,
+)
+claims = objects(
+    {
+        "metadata": objects(
+            {"uid": st.uuids().map(str), "name": st.just("c"), "namespace": st.just("default")}
+        ),
+        "status": objects(
+            {
+                "allocation": objects(
+                    {
+                        "devices": objects(
+                            {"results": results, "config": config_entries(DRIVER, gpu_parameters)}
+                        )
+                    }
+                )
+            }
+        ),
+    }
+)
+
+# --- the property ----------------------------------------------------------------------------
+
+
+def accepted_or_one_line_error(
+    fn: Callable[[], object], errors: tuple[type[Exception], ...], line_prefix: str | None = None
+) -> None:
+    """`line_prefix`: a file's validation may list several problems, one line each, each
+    starting with the file's name."""
+    try:
+        fn()
+    except errors as err:
+        message = str(err)
+        assert message.strip(), f"{type(err).__name__} without a message"
+        if line_prefix is None:
+            assert "\n" not in message, f"multi-line error: {message!r}"
+        else:
+            assert all(line.startswith(line_prefix) for line in message.split("\n")), message
+
+
+# --- targets ---------------------------------------------------------------------------------
+
+
+@FUZZ
+@given(config_entries(DRIVER, gpu_parameters))
+def test_gpu_opaque_configs(entries: list[Any]) -> None:
+    def decode() -> None:
+        for claim_config in gpu_configs.decode_claim_configs(DRIVER, entries):
+            config = gpu_configs.normalize(claim_config.config, gpu_configs.FeatureGates.of("MPSSupport"))
+            gpu_configs.validate(config, gpu_configs.FeatureGates.of("MPSSupport", "TimeSlicingSettings"))
+
+    accepted_or_one_line_error(decode, (gpu_configs.ConfigError,))
+
+
+@FUZZ
+@given(config_entries(cd_api.DRIVER_NAME, cd_parameters))
+def test_compute_domain_opaque_configs(entries: list[Any]) -> None:
+    accepted_or_one_line_error(
+        lambda: cd_configs.decode_claim_configs(cd_api.DRIVER_NAME, entries), (cd_configs.CdConfigError,)
+    )
+
+
+@FUZZ
+@given(claims | json_values)
+def test_claims_and_allocation_results(claim: Any) -> None:
+    accepted_or_one_line_error(lambda: parse_claim(claim, DRIVER), (ClaimError,))
+
+
+@pytest.fixture(scope="module")
+def gpu_root() -> Any:
+    with tempfile.TemporaryDirectory() as root:
+        yield Path(root)
+
+
+@settings(FUZZ, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(claim=claims)
+def test_prepare_of_hostile_claims_fails_only_that_claim_and_leaves_nothing(
+    gpu_root: Path, claim: Any
+) -> None:
+    """The whole prepare path, files included: a rejected claim writes nothing, an accepted one
+    unprepares to nothing."""
+    state = make_state(gpu_root)
+    accepted_or_one_line_error(lambda: state.prepare(claim), (ClaimError,))
+    uid = claim.get("metadata", {}).get("uid") if isinstance(claim.get("metadata"), dict) else None
+    if isinstance(uid, str) and uid:
+        state.unprepare(uid)
+    assert state.prepared_claims() == {}
+    assert not list(state.cdi.root.glob("*.json")), "a CDI spec outlived its claim"
+
+
+profiles = load_profiles(())
+inventory_configs = objects(
+    {
+        "gpus": st.lists(
+            objects(
+                {
+                    "count": st.integers(min_value=-1, max_value=10),
+                    "profile": st.sampled_from(sorted(profiles)) | st.text(max_size=8),
+                    "mig": st.sampled_from(["none", "static", "dynamic"]) | st.text(max_size=6),
+                    "migDevices": st.lists(
+                        objects(
+                            {
+                                "profile": st.sampled_from(["1g.10gb", "2g.20gb", "7g.80gb"]),
+                                "start": st.integers(),
+                            }
+                        ),
+                        max_size=3,
+                    ),
+                    "overrides": st.dictionaries(
+                        st.sampled_from(
+                            ["memoryBytes", "productName", "driverVersion", "migProfiles", "numa"]
+                        )
+                        | st.text(max_size=8),
+                        json_values,
+                        max_size=2,
+                    ),
+                }
+            ),
+            max_size=3,
+        ),
+        "driverVersion": st.text(max_size=12),
+        "cudaDriverVersion": st.text(max_size=12),
+    }
+)
+
+
+@FUZZ
+@given(inventory_configs | json_values)
+def test_inventory_configs(data: Any) -> None:
+    accepted_or_one_line_error(
+        lambda: build_inventory(parse_config(data, "fuzz"), "node-a", profiles, source="fuzz"),
+        (InventoryError,),
+        "fuzz: ",
+    )
+
+
+def envelope(data: Any, version: Any = FORMAT_VERSION) -> bytes:
+    return json.dumps({"version": version, "checksum": checksum(data), "data": data}).encode()
+
+
+claim_entries = st.dictionaries(
+    st.uuids().map(str),
+    objects(
+        {
+            "state": st.sampled_from(["PrepareStarted", "PrepareCompleted"]),
+            "name": st.text(max_size=8),
+            "namespace": st.text(max_size=8),
+            "preparedDevices": st.lists(json_values, max_size=2),
+            "driverData": json_values,
+            "cdiSpec": json_values,
+        }
+    ),
+    max_size=3,
+)
+checkpoint_files = st.one_of(
+    st.binary(max_size=200),
+    st.builds(envelope, objects({"nodeBootID": st.text(max_size=8), "claims": claim_entries})),
+    st.builds(envelope, json_values, st.sampled_from([1, 2, 3]) | json_values),
+)
+
+
+@FUZZ
+@given(checkpoint_files, st.sampled_from([GpuClaimData, DomainClaimData]))
+def test_checkpoint_files(raw: bytes, payload: Any) -> None:
+    store = CheckpointStore(Path(tempfile.gettempdir()), payload, Path("/nonexistent"))
+    accepted_or_one_line_error(lambda: store.codec.decode(raw), (CorruptCheckpointError,))
