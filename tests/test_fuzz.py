@@ -3,8 +3,8 @@ configs of both drivers, claims and their allocation results, inventory configs,
 
 Each target gets valid shapes with hostile values and plain garbage. The property: the input is
 accepted, or rejected with the target's own error type and a one-line message; nothing else
-escapes, and no case takes longer than the deadline. `make test` runs FUZZ_EXAMPLES (2,000) cases
-per target, deterministically; `make fuzz` runs 100,000 random ones with a 100 ms deadline
+escapes. `make test` runs FUZZ_EXAMPLES (2,000) cases per target, deterministically and without
+a deadline; `make fuzz` runs 100,000 random ones where a case over 100 ms fails
 (docs/reliability.md#fuzzing has the latest figures).
 """
 
@@ -37,7 +37,7 @@ FULL_RUN = os.environ.get("FUZZ_PROFILE") == "full"
 settings.register_profile(
     "bounded",
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "2000")),
-    deadline=timedelta(milliseconds=500),  # generous: a loaded CI machine must not flake
+    deadline=None,  # timing goals live in make fuzz, not in make test
     derandomize=True,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -15,6 +15,7 @@ import shutil
 import ssl
 import sys
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -513,7 +514,8 @@ class LocalCluster:
     def stop_cd_plugin(self, node: str, kill: bool = False) -> None:
         self._stop(f"cd-plugin-{node}", kill=kill)
 
-    def start_cd_controller(self) -> Process:
+    def start_cd_controller(self, name: str = "cd-controller", extra: Sequence[str] = ()) -> Process:
+        """The controller; `name` and `extra` flags for more replicas (e2e/test_soak.py)."""
         args = [
             sys.executable,
             "-m",
@@ -522,11 +524,12 @@ class LocalCluster:
             f"--kubeconfig={self.kubeconfig}",
             f"--namespace={CD_NAMESPACE}",
             "--status-sync-seconds=1",
+            *extra,
         ]
-        return self._track(spawn("cd-controller", args, self.logs, cwd=REPO))
+        return self._track(spawn(name, args, self.logs, cwd=REPO))
 
-    def stop_cd_controller(self, kill: bool = False) -> None:
-        self._stop("cd-controller", kill=kill)
+    def stop_cd_controller(self, kill: bool = False, name: str = "cd-controller") -> None:
+        self._stop(name, kill=kill)
 
 
 def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
