@@ -51,7 +51,7 @@ def decode(parameters: object) -> CdConfig:
     if not isinstance(parameters, dict):
         raise CdConfigError("error decoding config parameters: expected a JSON object")
     kind = parameters.get("kind")
-    if parameters.get("apiVersion") != API_VERSION or kind not in _FIELDS:
+    if parameters.get("apiVersion") != API_VERSION or not isinstance(kind, str) or kind not in _FIELDS:
         raise CdConfigError(
             f"error decoding config parameters: unknown config {parameters.get('apiVersion')}/{kind} "
             f"(expected {API_VERSION} {CHANNEL_KIND} or {DAEMON_KIND})"

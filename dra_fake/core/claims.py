@@ -10,8 +10,20 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def one_line(text: str) -> str:
+    """`text` with every non-printable character escaped (`\\n`, `\\x1e`): a claim's error quotes
+    user input (config keys, strategies), and it must stay one line in the kubelet's events and
+    our logs."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class ClaimError(Exception):
     """Preparing or unpreparing one claim failed; the kubelet retries later."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 class PermanentClaimError(ClaimError):

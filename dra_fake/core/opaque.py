@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from dra_fake.core.claims import one_line
+
 SOURCE_FROM_CLASS = "FromClass"
 SOURCE_FROM_CLAIM = "FromClaim"
 
@@ -20,7 +22,10 @@ C = TypeVar("C")
 
 
 class OpaqueConfigError(ValueError):
-    """A config entry the driver cannot use; the message follows NVIDIA's wording."""
+    """A config entry the driver cannot use; the message follows NVIDIA's wording, on one line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 @dataclass(frozen=True)
