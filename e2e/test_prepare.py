@@ -66,7 +66,9 @@ BAD_CONFIGS = [
             "kind": "GpuConfig",
             "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"intervall": "Short"}},
         },
-        "intervall",
+        # NVIDIA's wording and wrapping, as users grep for it in Events
+        "prepare devices failed: error getting opaque device configs: error decoding config parameters: "
+        'strict decoding error: unknown field "sharing.timeSlicingConfig.intervall"',
     ),
     (
         "gate-off",

@@ -297,8 +297,8 @@ GATE_TS = (
     "feature gate is not enabled"
 )
 GATE_MPS = '"MPS" is selected as the GPU sharing strategy, but the "MPSSupport" feature gate is not enabled'
-GPU_PFX = "error validating GPU config: invalid GPU sharing settings: "
-MIG_PFX = "error validating GPU config: invalid MIG device sharing settings: "
+GPU_PFX = "error validating GPU config: "  # no "invalid GPU sharing settings: " (NVIDIA: fall-through only)
+MIG_PFX = "error validating GPU config: "
 
 VALIDATION_ERRORS: dict[str, tuple[Any, list[ResultDevice], Any, str]] = {
     "TimeSlicing gate off": (
@@ -449,9 +449,12 @@ def test_validation_errors(params: Any, results: list[ResultDevice], gates: Any,
 ENTRY_ERRORS = {
     "invalid source": (
         {"source": "FromNowhere", "opaque": {"driver": DRIVER}},
-        "invalid config source: FromNowhere",
+        "error getting opaque device configs: invalid config source: FromNowhere",
     ),
-    "not opaque": ({"source": "FromClaim"}, "only opaque parameters are supported by this driver"),
+    "not opaque": (
+        {"source": "FromClaim"},
+        "error getting opaque device configs: only opaque parameters are supported by this driver",
+    ),
 }
 
 

@@ -168,7 +168,7 @@ PERMANENT = {
     "config error": (
         [result("gpu", "gpu-0")],
         [ts_config("Sometimes")],
-        "error validating GPU config: invalid GPU sharing settings: unknown time-slice interval: Sometimes, "
+        "error validating GPU config: unknown time-slice interval: Sometimes, "
         "supported time-slice intervals: Default, Short, Medium, Long",
     ),
     "unknown field": (
@@ -182,7 +182,7 @@ PERMANENT = {
                 }
             )
         ],
-        "error decoding config parameters: strict decoding error: "
+        "error getting opaque device configs: error decoding config parameters: strict decoding error: "
         'unknown field "sharing.timeSlicingConfig.intervall"',
     ),
     "config kind mismatch": (
@@ -197,8 +197,53 @@ PERMANENT = {
 def test_permanent_errors_change_nothing(state: DeviceState, results: Any, config: Any, message: str) -> None:
     with pytest.raises(PermanentClaimError) as err:
         state.prepare(make_claim(UID1, results, config))
-    assert str(err.value) == message
+    assert str(err.value) == f"{failed(UID1)}prepare devices failed: {message}"
     assert state.prepared_claims() == {} and state.cdi.claim_uids() == []
+
+
+def failed(uid: str, namespace: str = "default", name: str = "claim") -> str:
+    """NVIDIA's outer wrapping of every per-claim prepare error."""
+    return f"error preparing devices for claim {namespace}/{name}:{uid}: "
+
+
+# NVIDIA's gpu-kubelet-plugin v0.4.1, captured
+# (docs/reference/nvidia-gpu-driver.md#8-observed-in-captures-v041).
+CAPTURED = {
+    "bad-unknown-field": (
+        {"apiVersion": API, "kind": "GpuConfig", "bogusField": 1},
+        FeatureGates.of("TimeSlicingSettings", "MPSSupport"),
+        "prepare devices failed: error getting opaque device configs: error decoding config parameters: "
+        'strict decoding error: unknown field "bogusField"',
+    ),
+    "bad-timeslicing": (
+        {"apiVersion": API, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}},
+        FeatureGates(),
+        'prepare devices failed: error validating GPU config: "TimeSlicing" is selected as the GPU sharing '
+        'strategy, but the "TimeSlicingSettings" feature gate is not enabled',
+    ),
+    "bad-mps-150": (
+        {
+            "apiVersion": API,
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 150}},
+        },
+        FeatureGates.of("MPSSupport"),
+        "prepare devices failed: error validating GPU config: active thread percentage must not be greater "
+        "than 100",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "name,params,gates,cause", [(k, *v) for k, v in CAPTURED.items()], ids=CAPTURED.keys()
+)
+def test_errors_match_nvidias_captured_output(
+    tmp_path: Path, name: str, params: Any, gates: FeatureGates, cause: str
+) -> None:
+    state = make_state(tmp_path, gates=gates)
+    with pytest.raises(PermanentClaimError) as err:
+        state.prepare(make_claim(UID1, [result("gpu", "gpu-0")], [opaque(params)], name=name))
+    assert str(err.value) == failed(UID1, name=name) + cause
 
 
 def test_mps_feature_gate_off(tmp_path: Path) -> None:
@@ -216,7 +261,10 @@ def test_device_held_by_another_claim(state: DeviceState) -> None:
     with pytest.raises(ClaimError) as err:
         state.prepare(make_claim(UID2, [result("gpu", "gpu-1"), result("gpu", "gpu-0")]))
     assert not isinstance(err.value, PermanentClaimError)
-    assert str(err.value) == f"requested device gpu-0 is already allocated to different claim {UID1}"
+    assert str(err.value) == (
+        f"{failed(UID2)}unable to prepare claim {UID2}: requested device gpu-0 is already allocated to "
+        f"different claim {UID1}"
+    )
     assert state.prepared_claims() == {UID1: "PrepareCompleted"}
     state.unprepare(UID1)
     assert [d.device_name for d in state.prepare(make_claim(UID2, [result("gpu", "gpu-0")]))] == ["gpu-0"]
@@ -292,7 +340,7 @@ def test_dynamic_mig_overlaps_refused(state: DeviceState, first: Any, second: An
         state.prepare(make_claim(UID1, first))
     with pytest.raises(ClaimError) as err:
         state.prepare(make_claim(UID2, second))
-    assert str(err.value) == message
+    assert str(err.value) == f"{failed(UID2)}unable to prepare claim {UID2}: {message}"
     assert UID2 not in state.prepared_claims()
 
 

@@ -493,18 +493,15 @@ def _validate_mig_sharing(sharing: MigDeviceSharing, gates: GateLookup) -> None:
 
 def validate(config: DeviceConfig, gates: GateLookup) -> None:
     """Raise ConfigError with NVIDIA's message if a (normalized) config is invalid."""
+    # NVIDIA returns the sharing checks' messages as they are; its `invalid GPU sharing settings`
+    # prefix belongs to a fall-through no valid config reaches
+    # (docs/reference/nvidia-gpu-driver.md#44-validation-messages).
     if isinstance(config, GpuConfig):
         if config.sharing is not None:
-            try:
-                _validate_gpu_sharing(config.sharing, gates)
-            except ConfigError as exc:
-                raise ConfigError(f"invalid GPU sharing settings: {exc}") from None
+            _validate_gpu_sharing(config.sharing, gates)
     elif isinstance(config, MigDeviceConfig):
         if config.sharing is not None:
-            try:
-                _validate_mig_sharing(config.sharing, gates)
-            except ConfigError as exc:
-                raise ConfigError(f"invalid MIG device sharing settings: {exc}") from None
+            _validate_mig_sharing(config.sharing, gates)
     else:
         policy = (config.iommu or IommuConfig()).backend_policy or "LegacyOnly"
         if policy not in IOMMU_BACKEND_POLICIES:
@@ -644,7 +641,12 @@ def apply_configs(
     default for its device type; the config kind must fit the device type. Results with the same
     config form one group (one MPS daemon, device indexes count within the group).
     """
-    configs = decode_claim_configs(driver, entries)
+    try:
+        configs = decode_claim_configs(driver, entries)
+    except (
+        ConfigError
+    ) as exc:  # NVIDIA's wrapping (docs/reference/nvidia-gpu-driver.md#45-how-errors-reach-the-kubelet)
+        raise ConfigError(f"error getting opaque device configs: {exc}") from None
     groups: dict[object, tuple[DeviceConfig, list[int]]] = {}
     for i, result in enumerate(results):
         chosen = select_config(configs, result.request)

@@ -135,11 +135,22 @@ class DeviceState(PreparedClaims[GpuClaimData]):
     # --- public API -------------------------------------------------------------------------
 
     def prepare(self, claim: Mapping[str, Any]) -> list[PreparedDevice]:
-        """Prepare a claim's devices of this driver; idempotent. Raises ClaimError."""
+        """Prepare a claim's devices of this driver; idempotent. Raises ClaimError, worded and
+        wrapped as NVIDIA's (docs/reference/nvidia-gpu-driver.md#45-how-errors-reach-the-kubelet):
+        `error preparing devices for claim <ns>/<name>:<uid>: prepare devices failed: <cause>`, and
+        `unable to prepare claim <uid>: <cause>` in place of the inner layer for a device another
+        claim holds."""
         parsed = parse_claim(claim, self.driver)
         if not parsed.results:
             _log.info("prepare: no devices of this driver claim=%s", parsed.uid)
             return []
+        try:
+            return self._prepare(parsed)
+        except ClaimError as err:
+            outer = f"error preparing devices for claim {parsed.namespace}/{parsed.name}:{parsed.uid}"
+            raise type(err)(f"{outer}: {err}") from err
+
+    def _prepare(self, parsed: ParsedClaim) -> list[PreparedDevice]:
         with self.locked():
             crash_point("prepare:after-lock")
             data, _ = self.load()
@@ -169,7 +180,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                 self.store.save(data)
             except Exception as exc:
                 self.abort(data, parsed.uid, exc)
-                raise ClaimError(f"error preparing devices for claim {parsed.uid}: {exc}") from exc
+                raise ClaimError(f"prepare devices failed: {exc}") from exc
             crash_point("prepare:after-completed")
             _log.info(
                 "claim prepared claim=%s namespace=%s name=%s devices=%s",
@@ -302,11 +313,13 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         for r in claim.results:
             if r.pool != self.pool:
                 raise PermanentClaimError(
-                    f"requested device is not allocatable: {r.device} "
+                    f"prepare devices failed: requested device is not allocatable: {r.device} "
                     f"(pool {r.pool}; this node's pool is {self.pool})"
                 )
             if r.device not in self.devices:
-                raise PermanentClaimError(f"requested device is not allocatable: {r.device}")
+                raise PermanentClaimError(
+                    f"prepare devices failed: requested device is not allocatable: {r.device}"
+                )
         held = self._holdings(data, claim.uid)
 
         uuids: list[str] = []
@@ -324,7 +337,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             elif device.uuid is not None:
                 uuids.append(device.uuid)
             else:
-                raise PermanentClaimError(f"requested device {r.device} has no UUID")
+                raise PermanentClaimError(f"prepare devices failed: requested device {r.device} has no UUID")
 
         try:
             sharing = configs.apply_configs(
@@ -338,8 +351,11 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                 claim.uid,
             )
         except configs.ConfigError as exc:
-            raise PermanentClaimError(str(exc)) from None
-        self._check_conflicts(claim, held)
+            raise PermanentClaimError(f"prepare devices failed: {exc}") from None
+        try:
+            self._check_conflicts(claim, held)
+        except ClaimError as exc:
+            raise ClaimError(f"unable to prepare claim {claim.uid}: {exc}") from None
 
         undo = GpuClaimData(migDevices=list(migs.values()))
         seen_ts: set[str] = set()
