@@ -85,7 +85,9 @@ def test_spec_is_schema_valid_and_env_only() -> None:
         ]  # no deviceNodes, mounts or hooks: nothing to stat on the host
         assert all("=" in e and not e.startswith("=") for e in container_edits["env"])
     assert spec["containerEdits"]["env"] == [
-        f"NVIDIA_VISIBLE_DEVICES={GPU.uuid},MIG-1234",
+        "NVIDIA_VISIBLE_DEVICES=void",  # as NVIDIA's spec: never real GPUs by name
+        "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64",
+        f"DRA_FAKE_VISIBLE_DEVICES={GPU.uuid},MIG-1234",
         f"DRA_FAKE_CLAIM_UID={UID_LETTER}",
     ]
 

@@ -203,7 +203,7 @@ def test_spec_mounts_script_and_one_info_file_per_device(a100: tuple[DeviceState
     assert script["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/nvidia-smi")
     assert Path(script["hostPath"]).read_text() == script_text()
     assert os.stat(script["hostPath"]).st_mode & 0o777 == 0o755
-    assert "ro" in script["options"] and "bind" in script["options"]
+    assert script["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's mount options
     for dev in spec["devices"]:
         [mount] = dev["containerEdits"]["mounts"]
         assert mount["containerPath"].startswith("/var/run/dra-fake/nvidia-smi/devices/")

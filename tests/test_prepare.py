@@ -93,7 +93,8 @@ def test_prepare_returns_devices_and_writes_spec(state: DeviceState) -> None:
     assert (entry.state, entry.name, entry.namespace) == ("PrepareCompleted", "claim", "default")
     env = spec_env(state, UID1)
     uuids = [state.devices["gpu-0"].uuid, state.devices["gpu-1"].uuid]
-    assert f"NVIDIA_VISIBLE_DEVICES={','.join(str(u) for u in uuids)}" in env
+    assert f"DRA_FAKE_VISIBLE_DEVICES={','.join(str(u) for u in uuids)}" in env
+    assert "NVIDIA_VISIBLE_DEVICES=void" in env
     assert state.prepared_claims() == {UID1: "PrepareCompleted"}
     assert state.claim_counts() == {"PrepareStarted": 0, "PrepareCompleted": 1}
     assert state.prepared_device_count() == 2

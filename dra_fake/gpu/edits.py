@@ -79,10 +79,16 @@ def device_env(spec_device: SpecDevice) -> list[str]:
     return out
 
 
+# NVIDIA's claim spec sets these two (docs/reference/nvidia-gpu-driver.md#5-cdi): GPUs reach a
+# container as device nodes, never by name in NVIDIA_VISIBLE_DEVICES, which a node with the NVIDIA
+# container runtime would read as a request for real GPUs. Our UUID list has its own name.
+NVIDIA_SPEC_ENV = ("NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64")
+
+
 def spec_env(claim_uid: str, devices: Sequence[SpecDevice]) -> list[str]:
     """Spec-level env (applies when any device of the claim is injected)."""
     uuids = list(dict.fromkeys(d.uuid for d in devices))
-    return [f"NVIDIA_VISIBLE_DEVICES={','.join(uuids)}", f"DRA_FAKE_CLAIM_UID={claim_uid}"]
+    return [*NVIDIA_SPEC_ENV, f"DRA_FAKE_VISIBLE_DEVICES={','.join(uuids)}", f"DRA_FAKE_CLAIM_UID={claim_uid}"]
 
 
 def build_claim_spec(

@@ -34,7 +34,7 @@ _log = logging.getLogger(__name__)
 
 CONTAINER_BINARY = "/usr/bin/nvidia-smi"
 CONTAINER_DEVICES_DIR = "/var/run/dra-fake/nvidia-smi/devices"
-MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "bind"]
+MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's, for its nvidia-smi mount
 _INFO_NAME = re.compile(r"^(?P<device>[a-z0-9-]+)_(?P<uuid>(GPU|MIG)-[0-9a-f-]+)$")
 
 # Board power limits in W (public data sheets; nvidia-smi prints them as Pwr:Usage/Cap).
