@@ -87,8 +87,8 @@ NVIDIA_SPEC_ENV = ("NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_CTK_LIBCUDA_DIR=/usr/l
 
 def spec_env(claim_uid: str, devices: Sequence[SpecDevice]) -> list[str]:
     """Spec-level env (applies when any device of the claim is injected)."""
-    uuids = list(dict.fromkeys(d.uuid for d in devices))
-    return [*NVIDIA_SPEC_ENV, f"DRA_FAKE_VISIBLE_DEVICES={','.join(uuids)}", f"DRA_FAKE_CLAIM_UID={claim_uid}"]
+    uuids = ",".join(dict.fromkeys(d.uuid for d in devices))
+    return [*NVIDIA_SPEC_ENV, f"DRA_FAKE_VISIBLE_DEVICES={uuids}", f"DRA_FAKE_CLAIM_UID={claim_uid}"]
 
 
 def build_claim_spec(
