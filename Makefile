@@ -39,7 +39,7 @@ demo: venv cluster-build ## the main job: cluster, driver, example workloads, su
 lint: venv ## ruff, mypy, and the import layers (import-linter; docs/architecture.md)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy dra_fake computedomain e2e/localcluster e2e/kindcluster
+	$(VENV)/bin/mypy dra_fake computedomain e2e/localcluster e2e/kindcluster e2e/soak.py
 	$(VENV)/bin/lint-imports --no-cache
 
 unit: venv ## unit tests (no cluster)

@@ -17,6 +17,7 @@ calls; several callers at once). After each restart:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from dra_fake.kubelet.pb.dra.v1 import api_pb2, api_pb2_grpc
 from e2e.kube import Kube, poll
@@ -107,7 +110,9 @@ class KillSoak:
     def running(self) -> Iterator[KillSoak]:
         """A kubelet-less Node with the GPU plugin, and `claims` claims allocated on it."""
         self.kube.core.create_node(
-            {"metadata": {"name": self.node, "labels": {"kubernetes.io/hostname": self.node}}}
+            client.V1Node(
+                metadata=client.V1ObjectMeta(name=self.node, labels={"kubernetes.io/hostname": self.node})
+            )
         )
         room = {"pods": "110", "cpu": "8", "memory": "32Gi"}  # what a kubelet would report
         self.kube.core.patch_node_status(self.node, {"status": {"capacity": room, "allocatable": room}})
@@ -121,11 +126,10 @@ class KillSoak:
             self._stop.set()
             self._resume()  # release parked callers
             self.cluster.stop_plugin(self.node, kill=True)
-            for pod in self.kube.core.list_namespaced_pod(self.namespace).items:
-                # No kubelet confirms a graceful deletion on this node: remove them at once.
-                self.kube.core.delete_namespaced_pod(
-                    pod.metadata.name, self.namespace, grace_period_seconds=0
-                )
+            for i in range(self.claim_count):
+                # No kubelet confirms a graceful deletion on this node: remove the pods at once.
+                with contextlib.suppress(ApiException):
+                    self.kube.core.delete_namespaced_pod(f"p{i}", self.namespace, grace_period_seconds=0)
             self.kube.delete_namespace(self.namespace, wait=True)
             self.kube.core.delete_node(self.node)  # its slices go with it (owner reference)
 
@@ -172,7 +176,7 @@ class KillSoak:
     def _call(self, prepare: bool, claims: list[Claim]) -> dict[str, str]:
         """One call for `claims`: uid -> error ("" on success). Raises grpc.RpcError."""
         with grpc.insecure_channel(f"unix://{self.socket}") as channel:
-            stub = api_pb2_grpc.DRAPluginStub(channel)
+            stub = api_pb2_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
             if prepare:
                 response: Any = stub.NodePrepareResources(
                     api_pb2.NodePrepareResourcesRequest(claims=[c.pb() for c in claims]), timeout=CALL_TIMEOUT
@@ -419,7 +423,9 @@ class ApiOutages:
 
     def leader_overlaps(self) -> list[str]:
         now = time.time()
-        spans = [
-            s for name in self.REPLICAS for s in leaderships(self.cluster.logs / f"{name}.log", name, now)
-        ]
+        spans = []
+        for name in self.REPLICAS:
+            with self._log(name).open("rb") as f:
+                f.seek(self.log_offsets[name])
+                spans += leaderships(f.read().decode(errors="replace"), name, now)
         return overlapping(spans) if spans else ["no replica ever led"]

@@ -45,7 +45,8 @@ settings.register_profile(
 settings.register_profile(
     "full",
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "100000")),
-    deadline=timedelta(milliseconds=100),
+    # FUZZ_DEADLINE_MS=0: no deadline (a run beside other work, where timing means nothing)
+    deadline=timedelta(milliseconds=int(os.environ.get("FUZZ_DEADLINE_MS", "100"))) or None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
