@@ -411,3 +411,20 @@ def test_an_unprepare_racing_the_node_label_leaves_no_label(tmp_path: Path) -> N
         state.prepare(claim())
     assert domains.labels == {}
     assert state.prepared_claims() == {} and not state.cdi.exists("claim-channel-0")
+
+
+def test_the_controller_retries_transient_api_errors_forever() -> None:
+    """kopf gives up after 54 s by default and the controller exits; an API server restarting for
+    longer must not end it (make soak found it)."""
+    import itertools
+
+    import kopf
+
+    from computedomain.controller.handlers import configure
+
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    backoffs = settings.networking.error_backoffs
+    first = list(itertools.islice(iter(backoffs), 1000))  # type: ignore[arg-type]
+    assert len(first) == 1000 and max(first) == 30.0 and sum(first) > 54 * 10
+    assert list(itertools.islice(iter(backoffs), 3)) == [1.0, 1.0, 2.0]  # every request starts anew

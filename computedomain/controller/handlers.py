@@ -4,7 +4,9 @@ ComputeDomain (kopf posts handler failures; we post our own reasons too)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
@@ -16,6 +18,19 @@ from computedomain.controller.reconcile import ForeignObject, NotDoneYet, Reconc
 PREFIX = "computedomain.dra-fake.dev"
 
 
+class RetryForever:
+    """kopf's delays between retries of a transient API error (connection refused, 5xx, 403
+    during upgrades, 429): kopf's own first, then every 30 s, never giving up. kopf's default gives
+    up after 54 s and the controller exits; client-go's informers retry forever, and an API server
+    that restarts for minutes must not end the controller (found by make soak)."""
+
+    FIRST = (1.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0)
+    LIMIT = 30.0
+
+    def __iter__(self) -> Iterator[float]:  # a fresh sequence for every request
+        return itertools.chain(self.FIRST, itertools.repeat(self.LIMIT))
+
+
 def configure(settings: kopf.OperatorSettings) -> None:
     """The CD's finalizer is NVIDIA's; kopf's bookkeeping lives in annotations (the CRD's status
     schema has no room for kopf's own fields)."""
@@ -25,6 +40,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
         prefix=PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
+    settings.networking.error_backoffs = RetryForever()
     # No watch on CustomResourceDefinitions (kopf would retry a 403 forever otherwise): the
     # ComputeDomain CRD is resolved once at start-up, so it must exist before the controller starts
     # (helm installs crds/ first; so does the local cluster). Least privilege: no CRD rights.
