@@ -300,18 +300,25 @@ def test_allocation_mode_all_injects_every_channel(
     delete_cd_and_wait_clean(bed, ns, "all", cd["metadata"]["uid"])
 
 
+def copy_template(kube: Kube, template: dict[str, Any], name: str, namespace: str) -> None:
+    """A user's copy of one of the controller's ResourceClaimTemplates, in `namespace`."""
+    kube.create(
+        {
+            "apiVersion": f"resource.k8s.io/{kube.resource_version}",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": template["spec"],
+        },
+        namespace,
+    )
+
+
 def test_claim_from_another_namespace_is_refused(kube: Kube, ns: str, bed: TestBed, nodes: list[str]) -> None:
     cd = create_cd(kube, ns, cd_manifest("home", "home-channel"))
     template = poll("workload template", lambda: get_template(kube, ns, "home-channel"))
     other = kube.namespace("e2e-other")
     try:
-        copy = {
-            "apiVersion": f"resource.k8s.io/{kube.resource_version}",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "stolen"},
-            "spec": template["spec"],
-        }
-        kube.create(copy, other)
+        copy_template(kube, template, "stolen", other)
         kube.core.create_namespaced_pod(other, channel_pod("thief", "stolen", node=nodes[0]))
         assert NAMESPACE_MISMATCH in prepare_failures(kube, other, "thief")
         assert kube.pod(other, "thief")["status"]["phase"] == "Pending"
@@ -331,13 +338,7 @@ def test_a_daemon_claim_outside_the_driver_namespace_is_refused(
     daemon = poll(
         "daemon template", lambda: get_template(kube, bed.driver_namespace, daemon_object_name(uid))
     )
-    copy = {
-        "apiVersion": f"resource.k8s.io/{kube.resource_version}",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "borrowed-daemon"},
-        "spec": daemon["spec"],
-    }
-    kube.create(copy, ns)
+    copy_template(kube, daemon, "borrowed-daemon", ns)
     kube.core.create_namespaced_pod(ns, channel_pod("intruder", "borrowed-daemon", node=nodes[0]))
     assert (
         f"daemon claims are only prepared in the driver namespace '{bed.driver_namespace}'"
