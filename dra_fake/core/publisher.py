@@ -172,16 +172,12 @@ class Publisher:
             try:
                 resource_version = self._watch_once(resource_version)
                 backoff.reset()
-            except ApiException as err:
-                if err.status == 410:  # our version left the server's window: list and watch anew
-                    resource_version = None
+            except Exception as err:
+                if isinstance(err, ApiException) and err.status == 410:
+                    resource_version = None  # it left the server's window: list and watch anew
                 log.debug("slice watch ended", extra={"error": str(err)})
                 self._stop.wait(backoff.next())
                 self._trigger.set()  # we may have missed events
-            except Exception as err:
-                log.debug("slice watch ended", extra={"error": str(err)})
-                self._stop.wait(backoff.next())
-                self._trigger.set()
 
     def _watch_once(self, resource_version: str | None) -> str | None:
         """One watch of this node's slices from `resource_version` (None: from now, every slice
