@@ -20,13 +20,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from dra_fake.core import metrics
+from dra_fake.core.checkpoint import DEFAULT_BOOT_ID_PATH
 from dra_fake.core.kube import REQUEST_TIMEOUT
 from dra_fake.core.poolsync import ExistingSlice, PoolPlan, Spec, plan_pool
 from dra_fake.core.resourceapi import RESOURCE_GROUP, ResourceApi, as_dict
@@ -35,7 +35,6 @@ from dra_fake.core.slices import DesiredSlice, slice_manifest, slice_spec
 
 WATCH_SECONDS = 60  # server-side timeout of the slice watch; the read timeout allows it
 PUBLISHER_ANNOTATION = "dra-fake.dev/publisher"
-BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +81,7 @@ class Instance:
     @classmethod
     def current(cls) -> Instance:
         try:
-            boot_id = BOOT_ID_PATH.read_text().strip()
+            boot_id = DEFAULT_BOOT_ID_PATH.read_text().strip()
         except OSError:
             boot_id = ""
         return cls(boot_id, time.clock_gettime_ns(time.CLOCK_BOOTTIME), os.getpid())
