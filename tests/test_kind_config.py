@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -66,3 +70,24 @@ def test_public_node_images_keep_their_cni() -> None:
 def test_every_pinned_minor_is_covered() -> None:
     """A newly pinned minor must be checked against its DeviceTaintRule version (and the table)."""
     assert {r.minor for r in pinned()} <= {32, *NEEDS_V1ALPHA3, 36, 37}
+
+
+def test_a_build_stamp_does_not_depend_on_how_the_script_was_invoked(tmp_path: Path) -> None:
+    """make runs hack/kind/images.sh, make kind-matrix runs it by absolute path: one key for both.
+
+    A key that hashed the path as given rebuilt every node image on the next run of the other."""
+    repo = Path(__file__).resolve().parent.parent
+    lib = repo / "hack" / "kind" / "lib.sh"
+
+    def key_of(path: str, cwd: Path) -> str:
+        script = f'source "{lib}"; files_key "{path}"'
+        env = {"PATH": os.environ["PATH"], "KIND_WORK": str(tmp_path)}
+        done = subprocess.run(
+            ["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    relative = key_of("hack/kind/node-image.sh", repo)
+    assert relative == key_of(str(repo / "hack" / "kind" / "node-image.sh"), tmp_path)
+    assert relative != key_of("hack/kind/node-base.sh", repo)

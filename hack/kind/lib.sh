@@ -27,8 +27,9 @@ die() { log "error: $*" >&2; exit 1; }
 fresh() { [ "${FORCE:-}" != 1 ] && [ "$(cat "$KIND_WORK/stamps/${1//[\/:]/_}" 2>/dev/null)" = "$2" ]; }
 stamp() { mkdir -p "$KIND_WORK/stamps"; echo "$2" > "$KIND_WORK/stamps/${1//[\/:]/_}"; }
 key() { printf '%s\n' "$@" | sha256sum | cut -c1-16; }
-# Hash of files (content and mode), for stamps that depend on scripts or config files.
-files_key() { (for f in "$@"; do stat -c '%a %n' "$f"; cat "$f"; done) | sha256sum | cut -c1-16; }
+# Hash of files (base name, mode, content), for stamps that depend on scripts or config files. Not the
+# path as given: a script run as hack/kind/x.sh and as $REPO/hack/kind/x.sh must give one key.
+files_key() { (for f in "$@"; do printf '%s %s\n' "${f##*/}" "$(stat -c %a "$f")"; cat "$f"; done) | sha256sum | cut -c1-16; }
 
 # docker build with the classic builder (Debian's docker 20.10 has no BuildKit); quiet unless it fails.
 docker_build() {
