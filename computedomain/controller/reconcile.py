@@ -270,35 +270,40 @@ class Reconciler:
 
     def cleanup_orphans(self) -> dict[str, list[str]]:
         """Remove templates, DaemonSets, cliques and node labels of ComputeDomain UIDs that no
-        longer exist (NVIDIA's CleanupManager)."""
-        live = {
-            cd["metadata"]["uid"]
-            for cd in as_dict(self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))["items"]
-        }
-        done: dict[str, list[str]] = {"templates": [], "daemonSets": [], "cliques": [], "nodes": []}
+        longer exist (NVIDIA's CleanupManager). The objects are listed before the ComputeDomains:
+        each is made after its domain, so a domain created meanwhile is in the second list (listed
+        the other way round, a domain and clique created between the two lists looked orphaned)."""
         rcts = as_dict(
             self.custom.list_cluster_custom_object(
                 *self.resource, "resourceclaimtemplates", label_selector=CD_LABEL
             )
         )["items"]
+        daemon_sets = _dicts(
+            self.api, self.apps.list_namespaced_daemon_set(self.namespace, label_selector=CD_LABEL).items
+        )
+        cliques = as_dict(
+            self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, CLIQUE_PLURAL, label_selector=CD_LABEL
+            )
+        )["items"]
+        nodes = _dicts(self.api, self.core.list_node(label_selector=CD_LABEL).items)
+        live = {
+            cd["metadata"]["uid"]
+            for cd in as_dict(self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))["items"]
+        }
+        done: dict[str, list[str]] = {"templates": [], "daemonSets": [], "cliques": [], "nodes": []}
         for rct in rcts:
             m = rct["metadata"]
             if m["labels"][CD_LABEL] not in live:
                 self._delete_rct(m["namespace"], m["name"])
                 self._release_rct(m["namespace"], m["name"])
                 done["templates"].append(f"{m['namespace']}/{m['name']}")
-        all_ds = self.apps.list_namespaced_daemon_set(self.namespace, label_selector=CD_LABEL)
-        for ds in _dicts(self.api, all_ds.items):
+        for ds in daemon_sets:
             uid = ds["metadata"]["labels"][CD_LABEL]
             if uid not in live:
                 self._delete_ds(uid)
                 self._release_ds(uid)
                 done["daemonSets"].append(ds["metadata"]["name"])
-        cliques = as_dict(
-            self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, CLIQUE_PLURAL, label_selector=CD_LABEL
-            )
-        )["items"]
         for clique in cliques:
             if clique["metadata"]["labels"][CD_LABEL] not in live:
                 try:
@@ -308,7 +313,7 @@ class Reconciler:
                     done["cliques"].append(clique["metadata"]["name"])
                 except ApiException as err:
                     _ignore(err, 404)
-        for node in _dicts(self.api, self.core.list_node(label_selector=CD_LABEL).items):
+        for node in nodes:
             uid = node["metadata"]["labels"][CD_LABEL]
             if uid not in live and self.remove_node_labels(uid):
                 done["nodes"].append(node["metadata"]["name"])
