@@ -203,6 +203,33 @@ def test_channel_waits_for_the_daemon_then_injects_channel_0(tmp_path: Path) -> 
     assert domains.labels == {} and not state.cdi.exists("claim-channel-0")
 
 
+def test_errors_are_worded_and_wrapped_as_nvidias(tmp_path: Path) -> None:
+    """docs/reference/nvidia-compute-domains.md#72-channel-claims: the kubelet's Event carries these."""
+    outer = (
+        "error preparing devices for claim team/c:claim-channel-0: prepare devices failed: "
+        "error applying config: "
+    )
+    domains = FakeDomains()
+    state = make_state(tmp_path, domains)
+    with pytest.raises(DaemonNotReady) as not_ready:
+        state.prepare(claim())
+    assert (
+        str(not_ready.value)
+        == outer + "error asserting ComputeDomain Ready: current node not ready in ComputeDomain"
+    )
+    state.unprepare("claim-channel-0")
+    domains.labels["node-1"] = "another-domain"
+    with pytest.raises(ClaimError) as owned:
+        state.prepare(claim())
+    assert str(owned.value) == outer + "error adding Node label for ComputeDomain: " + LABEL_OWNED
+    with pytest.raises(PermanentClaimError) as elsewhere:
+        state.prepare(claim(namespace="other"))
+    assert str(elsewhere.value) == (
+        "error preparing devices for claim other/c:claim-channel-0: prepare devices failed: "
+        "error applying config: error asserting ComputeDomain's namespace: " + NAMESPACE_MISMATCH
+    )
+
+
 def test_all_mode_injects_2048_channels(tmp_path: Path) -> None:
     state = make_state(tmp_path, FakeDomains(ready=True))
     state.prepare(claim(allocationMode="All"))
@@ -413,6 +440,37 @@ def test_an_unprepare_racing_the_node_label_leaves_no_label(tmp_path: Path) -> N
     assert state.prepared_claims() == {} and not state.cdi.exists("claim-channel-0")
 
 
+def test_a_prepare_after_an_unprepare_that_failed_half_way_finishes_it_then_prepares(tmp_path: Path) -> None:
+    """Found by the outage soak: the API server went away while an unprepare removed the node
+    label; the entry stayed `unpreparing` and every later prepare was refused until an unprepare
+    came. A prepare now finishes the unprepare and prepares afresh."""
+    domains = FakeDomains(ready=True)
+    state = make_state(tmp_path, domains)
+    state.prepare(claim())
+    remove = domains.remove_node_label
+
+    def api_away(node: str, uid: str) -> bool:
+        raise ConnectionError("connection refused")
+
+    domains.remove_node_label = api_away  # type: ignore[method-assign]
+    with pytest.raises(ClaimError, match="connection refused"):
+        state.unprepare("claim-channel-0")
+    with pytest.raises(ClaimError, match="connection refused"):  # still away: the prepare fails too
+        state.prepare(claim())
+    assert state.prepared_claims() == {"claim-channel-0": "PrepareStarted"}
+    removed: list[str] = []
+
+    def api_back(node: str, uid: str) -> bool:
+        removed.append(uid)
+        return remove(node, uid)
+
+    domains.remove_node_label = api_back  # type: ignore[method-assign]
+    [device] = state.prepare(claim())
+    assert device.device_name == "channel-0" and removed == [UID]
+    assert state.prepared_claims() == {"claim-channel-0": "PrepareCompleted"}
+    assert domains.labels == {"node-1": UID} and state.cdi.exists("claim-channel-0")
+
+
 def test_the_controller_retries_transient_api_errors_forever() -> None:
     """kopf gives up after 54 s by default and the controller exits; an API server restarting for
     longer must not end it (make soak found it)."""
@@ -428,3 +486,48 @@ def test_the_controller_retries_transient_api_errors_forever() -> None:
     first = list(itertools.islice(iter(backoffs), 1000))  # type: ignore[arg-type]
     assert len(first) == 1000 and max(first) == 30.0 and sum(first) > 54 * 10
     assert list(itertools.islice(iter(backoffs), 3)) == [1.0, 1.0, 2.0]  # every request starts anew
+
+
+def test_orphan_cleanup_keeps_the_clique_of_a_domain_created_during_the_pass() -> None:
+    """Found by the kill soak: the pass listed the ComputeDomains, then the cliques; a domain and
+    its clique created in between made the clique look orphaned, and it was deleted (the channel
+    then waited for a Ready daemon forever)."""
+    from types import SimpleNamespace
+
+    from kubernetes import client
+
+    from computedomain.api import CD_LABEL, PLURAL
+    from computedomain.controller.reconcile import Reconciler
+
+    domains: list[dict[str, Any]] = []
+    deleted: list[str] = []
+
+    class Custom:
+        def list_cluster_custom_object(self, group: str, version: str, plural: str, **_: Any) -> Any:
+            return {"items": list(domains) if plural == PLURAL else []}
+
+        def list_namespaced_custom_object(self, *_: Any, **__: Any) -> Any:
+            domains.append({"metadata": {"uid": "new"}})  # created a moment ago, its daemon joined
+            return {"items": [{"metadata": {"name": "new.clique", "labels": {CD_LABEL: "new"}}}]}
+
+        def delete_namespaced_custom_object(self, *args: Any) -> None:
+            deleted.append(args[-1])
+
+    none = SimpleNamespace(items=[])
+    settings = objects.DaemonSettings(
+        namespace="ns", image="i", service_account="sa", max_nodes_per_imex_domain=18
+    )
+    reconciler = Reconciler(client.ApiClient(), settings)
+    reconciler.custom = Custom()  # type: ignore[assignment]
+    reconciler.apps = SimpleNamespace(list_namespaced_daemon_set=lambda *a, **k: none)  # type: ignore[assignment]
+    reconciler.core = SimpleNamespace(list_node=lambda *a, **k: none)  # type: ignore[assignment]
+    assert reconciler.cleanup_orphans()["cliques"] == [] and deleted == []
+    domains.clear()  # the domain is deleted: now its clique is an orphan
+    reconciler.custom = SimpleNamespace(  # type: ignore[assignment]
+        list_cluster_custom_object=lambda g, v, plural, **k: {"items": []},
+        list_namespaced_custom_object=lambda *a, **k: {
+            "items": [{"metadata": {"name": "new.clique", "labels": {CD_LABEL: "new"}}}]
+        },
+        delete_namespaced_custom_object=lambda *a: deleted.append(a[-1]),
+    )
+    assert reconciler.cleanup_orphans()["cliques"] == ["new.clique"] and deleted == ["new.clique"]

@@ -40,7 +40,7 @@ from dra_fake.core.checkpoint import (
     ClaimEntry,
     DriverData,
 )
-from dra_fake.core.claims import AllocationResult, ClaimError, PermanentClaimError, parse_claim
+from dra_fake.core.claims import AllocationResult, ClaimError, ParsedClaim, PermanentClaimError, parse_claim
 from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS
 from dra_fake.core.opaque import main_request
 from dra_fake.core.state import PreparedClaims, to_prepared
@@ -48,6 +48,9 @@ from dra_fake.kubelet.api import PreparedDevice
 
 log = logging.getLogger(__name__)
 
+# NVIDIA's wording (docs/reference/nvidia-compute-domains.md#72-channel-claims).
+APPLYING = "error applying config: "
+NODE_NOT_READY = "current node not ready in ComputeDomain"
 CHANNEL_DEVICE = "channel-0"
 DAEMON_DEVICE = "daemon-0"
 DEVICE_TYPES = {CHANNEL_DEVICE: "channel", DAEMON_DEVICE: "daemon"}
@@ -134,9 +137,20 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
     # --- public API ---------------------------------------------------------------------------
 
     def prepare(self, claim: Mapping[str, Any]) -> list[PreparedDevice]:
+        """Raises ClaimError worded and wrapped as NVIDIA's
+        (docs/reference/nvidia-compute-domains.md#72-channel-claims): `error preparing devices for
+        claim <ns>/<name>:<uid>: prepare devices failed: <cause>`, a step of applying the config
+        adding `error applying config: `."""
         parsed = parse_claim(claim, self.driver)
         if not parsed.results:
             return []
+        try:
+            return self._prepare(parsed)
+        except ClaimError as err:
+            outer = f"error preparing devices for claim {parsed.namespace}/{parsed.name}:{parsed.uid}"
+            raise type(err)(f"{outer}: prepare devices failed: {err}") from err
+
+    def _prepare(self, parsed: ParsedClaim) -> list[PreparedDevice]:
         plan = self._plan(parsed.namespace, parsed.results, parsed.config)
         record = DomainClaimData(
             type="channel" if plan.device_type == "channel" else "daemon",
@@ -150,24 +164,19 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
             try:
                 self.domains.add_node_label(self.node, plan.domain.uid)
             except NodeOwnedError as err:
-                raise ClaimError(
-                    f"error adding node label for ComputeDomain {plan.domain.uid}: {err}"
-                ) from None
+                raise ClaimError(f"{APPLYING}error adding Node label for ComputeDomain: {err}") from None
             self._still_preparing(parsed.uid, plan.domain.uid)
             if not self.domains.node_ready(plan.domain.uid, self.clique_id, self.node):
-                raise DaemonNotReady(
-                    f"error preparing channel for ComputeDomain {plan.domain.namespace}/{plan.domain.name}: "
-                    f"the IMEX daemon on node {self.node} is not Ready yet (retrying)"
-                )
+                raise DaemonNotReady(f"{APPLYING}error asserting ComputeDomain Ready: {NODE_NOT_READY}")
         else:
             directory = imex.domain_dir(self.data_dir, plan.domain.uid)
             try:
                 imex.write_template(directory, self.daemon_gid)
             except PermissionError as err:
                 raise ClaimError(
-                    f"error preparing daemon for ComputeDomain {plan.domain.namespace}/{plan.domain.name}: "
-                    f"cannot give {directory} to the daemon's group {self.daemon_gid} "
-                    f"(the plugin needs the CHOWN capability): {err}"
+                    f"{APPLYING}error preparing ComputeDomain daemon settings for requests "
+                    f"'[{plan.request}]' in claim '{parsed.uid}': cannot give {directory} to the "
+                    f"daemon's group {self.daemon_gid} (the plugin needs the CHOWN capability): {err}"
                 ) from None
         return self._complete(parsed.uid, plan)
 
@@ -238,10 +247,13 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
         except cdconfig.CdConfigError as err:
             raise PermanentClaimError(str(err)) from None
         domain = self.domains.get_by_uid(config.domain_id)
+        asserting = (
+            f"{APPLYING}error asserting ComputeDomain's namespace: " if device_type == "channel" else ""
+        )
         if domain is None:
-            raise ClaimError(f"ComputeDomain with UID {config.domain_id} not found")
+            raise ClaimError(f"{asserting}ComputeDomain not found: {config.domain_id}")
         if device_type == "channel" and domain.namespace != namespace:
-            raise PermanentClaimError(NAMESPACE_MISMATCH)
+            raise PermanentClaimError(f"{asserting}{NAMESPACE_MISMATCH}")
         if device_type == "daemon" and namespace != self.driver_namespace:
             # A daemon claim mounts the domain's IMEX directory read-write: only the controller's
             # daemon pods (in the driver namespace) may have one.
@@ -265,16 +277,21 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
         with self.locked():
             data, _ = self.load()
             entry = data.claims.get(uid)
-            if entry is not None and entry.unpreparing:
-                raise ClaimError(f"claim {uid} is being unprepared")
-            if entry is not None and entry.state == PREPARE_COMPLETED:
+            interrupted = entry is not None and entry.unpreparing
+            if entry is not None and not interrupted and entry.state == PREPARE_COMPLETED:
                 self.ensure_spec(uid, entry)
                 return [to_prepared(d) for d in entry.preparedDevices]
-            data.claims[uid] = DomainClaimEntry(
-                state=PREPARE_STARTED, name=name, namespace=namespace, driverData=record
-            )
-            self.store.save(data)
-        return None
+            if not interrupted:
+                data.claims[uid] = DomainClaimEntry(
+                    state=PREPARE_STARTED, name=name, namespace=namespace, driverData=record
+                )
+                self.store.save(data)
+                return None
+        # An unprepare that failed half-way (the API server away while it removed the node
+        # label): the kubelet, which serialises a claim's calls, now wants the claim again. Finish
+        # the unprepare (its error, if it fails again, is this prepare's), then prepare afresh.
+        self.unprepare(uid)
+        return self._begin(uid, name, namespace, record)
 
     def _complete(self, uid: str, plan: _Plan) -> list[PreparedDevice]:
         domain = plan.domain
@@ -323,7 +340,10 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
                         and other.state == PREPARE_COMPLETED
                         and any(d.deviceName == CHANNEL_DEVICE for d in other.preparedDevices)
                     ):
-                        raise ClaimError(f"channel 0 already allocated by claim {other_uid}")
+                        raise ClaimError(
+                            f"{APPLYING}allocation failed: channel 0 already allocated by claim "
+                            f"{other_uid} (according to checkpoint)"
+                        )
             self.write_spec(uid, spec)
             entry.state = PREPARE_COMPLETED
             entry.preparedDevices = [device]
