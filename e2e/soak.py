@@ -1,14 +1,19 @@
-"""Kill soak: the GPU plugin under a stream of prepare/unprepare calls, SIGKILLed at random
-moments and restarted, its files checked after every restart (docs/reliability.md#kill-soak).
+"""Kill soak: the GPU and compute-domain plugins under a stream of prepare/unprepare calls,
+SIGKILLed at random moments and restarted, their files checked after every restart
+(docs/reliability.md#kill-soak).
 
-The plugin serves a Node of its own that no kubelet runs: the real scheduler allocates the
-claims of pods bound there, and this module is the kubelet, calling the plugin's DRA socket as
-the kubelet does (each claim handled by one caller at a time, as the kubelet serialises a claim's
-calls; several callers at once). After each restart:
+The plugins serve a Node of their own that no kubelet runs: the real scheduler allocates the
+claims of pods bound there (GPU claims; a ComputeDomain's channel claim and its daemon claim), and
+this module is the kubelet, calling each plugin's DRA socket as the kubelet does (each claim
+handled by one caller at a time, as the kubelet serialises a claim's calls; several callers at
+once). It is also the domain's IMEX daemon: the ComputeDomainClique says this node is Ready, so a
+channel prepare goes through. After each restart, for each plugin:
 
 - the checkpoint holds only PrepareCompleted claims (start-up rolled back the rest), and they are
   exactly the claims with a CDI spec: no spec without a claim, no claim without its spec;
 - no temporary file is left in the CDI or the plugin directory;
+- the node carries the ComputeDomain label exactly while the channel claim is prepared, and the
+  domain's IMEX directory exists exactly while the daemon claim is prepared;
 - every claim whose last answered call was a successful prepare is still prepared, every claim
   whose last answered call was a successful unprepare is gone;
 - a claim whose call the kill interrupted is settled by one more prepare or unprepare, which
@@ -28,6 +33,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +41,32 @@ import grpc
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from computedomain.api import (
+    API_VERSION,
+    CD_LABEL,
+    CHANNEL_CLASS,
+    CHANNEL_KIND,
+    CLIQUE_LABEL,
+    CLIQUE_PLURAL,
+    DAEMON_CLASS,
+    DAEMON_KIND,
+    GROUP,
+    PLURAL,
+    STATUS_READY,
+    VERSION,
+    clique_object_name,
+)
+from computedomain.api import DRIVER_NAME as CD_DRIVER
+from computedomain.imex import domain_dir
+from dra_fake.core.atomic import TEMP_SUFFIX
+from dra_fake.core.resourceapi import as_dict
 from dra_fake.kubelet.pb.dra.v1 import api_pb2, api_pb2_grpc
 from e2e.kube import Kube, poll
-from e2e.localcluster.cluster import LocalCluster
+from e2e.localcluster.cluster import CD_CLIQUE_ID, CD_NAMESPACE, LocalCluster
 
 log = logging.getLogger("soak")
-DRIVER = "gpu.nvidia.com"
+GPU_DRIVER = "gpu.nvidia.com"
+DRIVERS = (GPU_DRIVER, CD_DRIVER)
 PREPARED, UNPREPARED, UNKNOWN = "prepared", "unprepared", "unknown"
 CALL_TIMEOUT = 30.0
 SETTLE_TIMEOUT = 30.0
@@ -51,6 +77,7 @@ class Claim:
     name: str
     namespace: str
     uid: str
+    driver: str
     state: str = UNPREPARED  # what the last answered call left; UNKNOWN when a kill cut it off
 
     def pb(self) -> api_pb2.Claim:
@@ -66,10 +93,14 @@ class Report:
     settled: int = 0
     inconsistencies: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    kills: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DRIVERS, 0))
 
     def line(self) -> str:
+        killed = ", ".join(f"{driver} {n}" for driver, n in self.kills.items() if n)
         return (
-            f"{self.rounds} {self.what} in {self.seconds:.0f} s: {self.calls_ok} calls answered, "
+            f"{self.rounds} {self.what} in {self.seconds:.0f} s"
+            + (f" (SIGKILLs: {killed})" if killed else "")
+            + f": {self.calls_ok} calls answered, "
             f"{self.calls_cut} cut off, {self.settled} claims settled afterwards, "
             f"{len(self.inconsistencies)} inconsistencies"
         )
@@ -82,6 +113,9 @@ class KillSoak:
         self.claim_count, self.callers = claims, callers
         self.claims: list[Claim] = []
         self.namespace = ""
+        self.domain_uid = ""
+        self._start = {GPU_DRIVER: cluster.start_plugin, CD_DRIVER: cluster.start_cd_plugin}
+        self._stop_plugin = {GPU_DRIVER: cluster.stop_plugin, CD_DRIVER: cluster.stop_cd_plugin}
         self.report = Report()
         self._lock = threading.Lock()
         # Callers call while not paused; a caller whose call failed (a kill) or that finds the
@@ -93,22 +127,21 @@ class KillSoak:
         self._stop = threading.Event()
 
     # ---- paths ----------------------------------------------------------------------------
-    @property
-    def socket(self) -> Path:
-        return self.cluster.node_dir(self.node) / "plugins" / DRIVER / "dra.sock"
+    def socket(self, driver: str) -> Path:
+        return self.plugin_dir(driver) / "dra.sock"
 
     @property
     def cdi_dir(self) -> Path:
         return self.cluster.node_dir(self.node) / "cdi"
 
-    @property
-    def plugin_dir(self) -> Path:
-        return self.cluster.node_dir(self.node) / "plugins" / DRIVER
+    def plugin_dir(self, driver: str) -> Path:
+        return self.cluster.node_dir(self.node) / "plugins" / driver
 
     # ---- set-up -----------------------------------------------------------------------------
     @contextmanager
     def running(self) -> Iterator[KillSoak]:
-        """A kubelet-less Node with the GPU plugin, and `claims` claims allocated on it."""
+        """A kubelet-less Node with both plugins, `claims` GPU claims and a ComputeDomain's channel
+        and daemon claims allocated on it."""
         self.kube.core.create_node(
             client.V1Node(
                 metadata=client.V1ObjectMeta(name=self.node, labels={"kubernetes.io/hostname": self.node})
@@ -117,65 +150,162 @@ class KillSoak:
         room = {"pods": "110", "cpu": "8", "memory": "32Gi"}  # what a kubelet would report
         self.kube.core.patch_node_status(self.node, {"status": {"capacity": room, "allocatable": room}})
         self.namespace = self.kube.namespace("soak")
+        pods: list[tuple[str, str]] = []  # (namespace, name)
         try:
-            self.cluster.start_plugin(self.node, wait=False)
-            poll(f"slices of {self.node}", lambda: self.kube.slices(node=self.node), 60)
-            self._allocate()
+            for driver in DRIVERS:
+                self._start[driver](self.node, wait=False)
+            for driver in DRIVERS:
+                poll(f"{driver} slices of {self.node}", partial(self.kube.slices, driver, self.node), 60)
+            self.domain_uid = self._create_domain()
+            wanted = [(self.namespace, f"c{i}", GPU_DRIVER, "none") for i in range(self.claim_count)]
+            wanted += [
+                (self.namespace, "channel", CHANNEL_CLASS, CHANNEL_KIND),
+                (CD_NAMESPACE, f"{self.node}-daemon", DAEMON_CLASS, DAEMON_KIND),
+            ]
+            for namespace, name, device_class, config_kind in wanted:
+                self._claim_with_pod(namespace, name, device_class, config_kind)
+                pods.append((namespace, name))
+            self._allocated(wanted)
             yield self
         finally:
             self._stop.set()
             self._resume()  # release parked callers
-            self.cluster.stop_plugin(self.node, kill=True)
-            for i in range(self.claim_count):
+            for driver in DRIVERS:
+                self._stop_plugin[driver](self.node, kill=True)
+            for namespace, name in pods:
                 # No kubelet confirms a graceful deletion on this node: remove the pods at once.
                 with contextlib.suppress(ApiException):
-                    self.kube.core.delete_namespaced_pod(f"p{i}", self.namespace, grace_period_seconds=0)
+                    self.kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                if namespace == CD_NAMESPACE:
+                    self._delete_custom(*self.kube.resource, namespace, "resourceclaims", name)
+            if self.domain_uid:
+                self._remove_domain()
             self.kube.delete_namespace(self.namespace, wait=True)
             self.kube.core.delete_node(self.node)  # its slices go with it (owner reference)
 
-    def _allocate(self) -> None:
-        for i in range(self.claim_count):
-            self.kube.create(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceClaim",
-                    "metadata": {"name": f"c{i}"},
-                    "spec": {
-                        "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}
-                    },
-                },
+    def _create_domain(self) -> str:
+        """A ComputeDomain in the soak namespace, and its clique with this node's daemon Ready (what
+        the IMEX daemon would write): a channel prepare finds the daemon Ready at once."""
+        cd = as_dict(
+            self.kube.custom.create_namespaced_custom_object(
+                GROUP,
+                VERSION,
                 self.namespace,
-            )
-            self.kube.create(
+                PLURAL,
                 {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": f"p{i}"},
-                    "spec": {
-                        "nodeSelector": {"kubernetes.io/hostname": self.node},
-                        "tolerations": [{"operator": "Exists"}],  # the node is never Ready
-                        "resourceClaims": [{"name": "gpu", "resourceClaimName": f"c{i}"}],
-                        "containers": [
-                            {"name": "c", "image": "none", "resources": {"claims": [{"name": "gpu"}]}}
-                        ],
-                    },
+                    "apiVersion": API_VERSION,
+                    "kind": "ComputeDomain",
+                    "metadata": {"name": "soak"},
+                    "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "soak-channel"}}},
                 },
-                self.namespace,
             )
+        )
+        uid = str(cd["metadata"]["uid"])
+        daemon = {"nodeName": self.node, "ipAddress": "192.0.2.1", "cliqueID": CD_CLIQUE_ID, "index": 0}
+        self.kube.custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            CD_NAMESPACE,
+            CLIQUE_PLURAL,
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ComputeDomainClique",
+                "metadata": {
+                    "name": clique_object_name(uid, CD_CLIQUE_ID),
+                    "labels": {CD_LABEL: uid, CLIQUE_LABEL: CD_CLIQUE_ID},
+                },
+                "daemons": [{**daemon, "status": STATUS_READY}],
+            },
+        )
+        return uid
 
-        def allocated() -> list[dict[str, Any]] | None:
-            items = self.kube.claims(self.namespace)
-            done = [c for c in items if (c.get("status") or {}).get("allocation")]
-            return done if len(done) == self.claim_count else None
+    def _claim_with_pod(self, namespace: str, name: str, device_class: str, config_kind: str) -> None:
+        """A claim of one device of `device_class` (with the domain's opaque config unless
+        `config_kind` is "none") and a pod bound to this node that uses it, both called `name`."""
+        devices: dict[str, Any] = {
+            "requests": [{"name": "dev", "exactly": {"deviceClassName": device_class}}]
+        }
+        if config_kind != "none":
+            parameters = {"apiVersion": API_VERSION, "kind": config_kind, "domainID": self.domain_uid}
+            devices["config"] = [{"opaque": {"driver": CD_DRIVER, "parameters": parameters}}]
+        self.kube.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name},
+                "spec": {"devices": devices},
+            },
+            namespace,
+        )
+        self.kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": self.node},
+                    "tolerations": [{"operator": "Exists"}],  # the node is never Ready
+                    "resourceClaims": [{"name": "dev", "resourceClaimName": name}],
+                    "containers": [
+                        {"name": "c", "image": "none", "resources": {"claims": [{"name": "dev"}]}}
+                    ],
+                },
+            },
+            namespace,
+        )
 
-        for c in poll(f"{self.claim_count} claims allocated on {self.node}", allocated, 90):
-            meta = c["metadata"]
-            self.claims.append(Claim(meta["name"], meta["namespace"], meta["uid"]))
+    def _allocated(self, wanted: list[tuple[str, str, str, str]]) -> None:
+        def allocated() -> list[Claim] | None:
+            found = []
+            for namespace, name, device_class, _ in wanted:
+                claim = as_dict(
+                    self.kube.custom.get_namespaced_custom_object(
+                        *self.kube.resource, namespace, "resourceclaims", name
+                    )
+                )
+                if not (claim.get("status") or {}).get("allocation"):
+                    return None
+                driver = GPU_DRIVER if device_class == GPU_DRIVER else CD_DRIVER
+                found.append(Claim(name, namespace, claim["metadata"]["uid"], driver))
+            return found
+
+        self.claims = poll(f"{len(wanted)} claims allocated on {self.node}", allocated, 90)
+
+    def _delete_custom(self, group: str, version: str, namespace: str, plural: str, name: str) -> None:
+        """Delete an object, its finalizers first: no controller may be left to remove them."""
+        with contextlib.suppress(ApiException):
+            self.kube.custom.patch_namespaced_custom_object(
+                group, version, namespace, plural, name, {"metadata": {"finalizers": None}}
+            )
+        with contextlib.suppress(ApiException):
+            self.kube.custom.delete_namespaced_custom_object(group, version, namespace, plural, name)
+
+    def _remove_domain(self) -> None:
+        """The domain, its clique and what a ComputeDomain controller may have made for it (claim
+        templates, a DaemonSet): a controller may run during the soak, or have stopped before this."""
+        selector = f"{CD_LABEL}={self.domain_uid}"
+        self._delete_custom(GROUP, VERSION, self.namespace, PLURAL, "soak")
+        kinds = [
+            (GROUP, VERSION, CLIQUE_PLURAL),
+            (*self.kube.resource, "resourceclaimtemplates"),
+            ("apps", "v1", "daemonsets"),
+        ]
+        for group, version, plural in kinds:
+            for namespace in (self.namespace, CD_NAMESPACE):
+                found = as_dict(
+                    self.kube.custom.list_namespaced_custom_object(
+                        group, version, namespace, plural, label_selector=selector
+                    )
+                )
+                for item in found["items"]:
+                    self._delete_custom(group, version, namespace, plural, item["metadata"]["name"])
 
     # ---- the kubelet side --------------------------------------------------------------------
-    def _call(self, prepare: bool, claims: list[Claim]) -> dict[str, str]:
-        """One call for `claims`: uid -> error ("" on success). Raises grpc.RpcError."""
-        with grpc.insecure_channel(f"unix://{self.socket}") as channel:
+    def _call(self, prepare: bool, claims: list[Claim], driver: str = "") -> dict[str, str]:
+        """One call for `claims` (all of one driver): uid -> error ("" on success). Raises
+        grpc.RpcError."""
+        driver = driver or claims[0].driver
+        with grpc.insecure_channel(f"unix://{self.socket(driver)}") as channel:
             stub = api_pb2_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
             if prepare:
                 response: Any = stub.NodePrepareResources(
@@ -211,12 +341,15 @@ class KillSoak:
 
     def _caller(self, index: int, rng: random.Random) -> None:
         mine = self.claims[index :: self.callers]
+        drivers = sorted({c.driver for c in mine})
         while not self._stop.is_set():
             with self._gate:
                 epoch = self._epoch
                 paused = self._paused
+            driver = rng.choice(drivers)
+            pool = [c for c in mine if c.driver == driver]
             if paused or not self._apply(
-                rng.random() < 0.5, rng.sample(mine, rng.randint(1, min(3, len(mine))))
+                rng.random() < 0.5, rng.sample(pool, rng.randint(1, min(3, len(pool))))
             ):
                 self._park(index, epoch)
 
@@ -242,34 +375,74 @@ class KillSoak:
     # ---- checks ----------------------------------------------------------------------------
     def _serving(self) -> bool:
         try:
-            self._call(False, [])
+            for driver in DRIVERS:
+                self._call(False, [], driver)
             return True
         except grpc.RpcError:
             return False
 
-    def check(self) -> list[str]:
-        """What is inconsistent on disk and against the calls' answers (empty: all is well)."""
+    def check(self, restarted: bool) -> list[str]:
+        """What is inconsistent on disk, on the Node and against the calls' answers (empty: all
+        is well). After a restart no claim is half-prepared (start-up rolled them back); without
+        one (an API outage), a claim whose last call failed may be."""
         problems: list[str] = []
-        path = self.plugin_dir / "checkpoint.json"
-        entries: dict[str, Any] = json.loads(path.read_text())["data"]["claims"] if path.exists() else {}
-        for uid, entry in entries.items():
-            if entry["state"] != "PrepareCompleted":
-                problems.append(f"claim {uid} is {entry['state']} after start-up")
-        specs = {
-            p.name.split("_", 1)[1].removesuffix(".yaml")
-            for p in self.cdi_dir.glob("k8s.gpu.nvidia.com-claim_*")
-        }
-        if specs != set(entries):
-            problems.append(f"CDI specs {sorted(specs)} != checkpoint claims {sorted(entries)}")
-        for directory in (self.cdi_dir, self.plugin_dir):
-            leftovers = [p.name for p in directory.rglob("*") if ".tmp" in p.name]
+        completed: dict[str, Any] = {}  # uid -> PrepareCompleted checkpoint entry, of both plugins
+        partial: dict[str, Any] = {}  # uid -> PrepareStarted entry
+        unknown = {c.uid for c in self.claims if c.state == UNKNOWN}
+        for driver in DRIVERS:
+            path = self.plugin_dir(driver) / "checkpoint.json"
+            entries: dict[str, Any] = json.loads(path.read_text())["data"]["claims"] if path.exists() else {}
+            for uid, entry in entries.items():
+                if entry["state"] == "PrepareCompleted":
+                    completed[uid] = entry
+                    continue
+                partial[uid] = entry
+                if restarted or uid not in unknown:
+                    problems.append(f"{driver} claim {uid} is {entry['state']} (restarted: {restarted})")
+            specs = {
+                p.name.split("_", 1)[1].removesuffix(".yaml")
+                for p in self.cdi_dir.glob(f"k8s.{driver}-claim_*")
+            }
+            without_spec = sorted(set(entries) - specs - set(partial))
+            if without_spec:
+                problems.append(f"{driver} claims prepared without a CDI spec: {without_spec}")
+            if specs - set(entries):
+                problems.append(f"{driver} CDI specs of no claim: {sorted(specs - set(entries))}")
+            leftovers = [p.name for p in self.plugin_dir(driver).rglob("*") if p.name.endswith(TEMP_SUFFIX)]
             if leftovers:
-                problems.append(f"temporary files left in {directory.name}: {leftovers}")
+                problems.append(f"temporary files left in {driver}'s directory: {leftovers}")
+        leftovers = [p.name for p in self.cdi_dir.rglob("*") if p.name.endswith(TEMP_SUFFIX)]
+        if leftovers:
+            problems.append(f"temporary files left in the CDI directory: {leftovers}")
         for c in self.claims:
-            if c.state == PREPARED and c.uid not in entries:
-                problems.append(f"claim {c.name} was prepared but is gone after the restart")
-            if c.state == UNPREPARED and c.uid in entries:
-                problems.append(f"claim {c.name} was unprepared but is back after the restart")
+            if c.state == PREPARED and c.uid not in completed:
+                problems.append(f"claim {c.name} was prepared but is gone")
+            if c.state == UNPREPARED and (c.uid in completed or c.uid in partial):
+                problems.append(f"claim {c.name} was unprepared but is back")
+        return problems + self._check_domain(completed, partial)
+
+    def _check_domain(self, completed: dict[str, Any], partial: dict[str, Any]) -> list[str]:
+        """The node label follows the channel claim, the IMEX directory the daemon claim (either
+        way while that claim is half-prepared)."""
+
+        def types(entries: dict[str, Any]) -> set[str]:
+            return {
+                e["driverData"].get("type") for e in entries.values() if isinstance(e.get("driverData"), dict)
+            }
+
+        done, half = types(completed), types(partial)
+        problems = []
+        meta = self.kube.core.read_node(self.node).metadata
+        label = ((meta.labels if meta else None) or {}).get(CD_LABEL)
+        if "channel" in done and label != self.domain_uid:
+            problems.append(f"the channel claim is prepared but the node label is {label!r}")
+        if "channel" not in done | half and label is not None:
+            problems.append(f"no channel claim is prepared but the node keeps label {CD_LABEL}={label}")
+        exists = domain_dir(self.plugin_dir(CD_DRIVER), self.domain_uid).is_dir()
+        if "daemon" in done and not exists:
+            problems.append("the daemon claim is prepared but its IMEX directory is missing")
+        if "daemon" not in done | half and exists:
+            problems.append("no daemon claim is prepared but its IMEX directory is left")
         return problems
 
     def settle(self, rng: random.Random) -> None:
@@ -293,12 +466,20 @@ class KillSoak:
             self.report.settled += 1
 
     # ---- the soak ----------------------------------------------------------------------------
-    def kill_plugin(self, rng: random.Random) -> None:
-        self.cluster.stop_plugin(self.node, kill=True)
-        self.cluster.start_plugin(self.node, wait=False)
+    def kill_plugins(self, rng: random.Random) -> None:
+        """SIGKILL one plugin or both, and start them again."""
+        for driver in rng.choice([[GPU_DRIVER], [CD_DRIVER], list(DRIVERS)]):
+            self._stop_plugin[driver](self.node, kill=True)
+            self.report.kills[driver] += 1
+            self._start[driver](self.node, wait=False)
 
     def run(
-        self, rounds: int, disrupt: Callable[[random.Random], None], what: str, seed: int | None = None
+        self,
+        rounds: int,
+        disrupt: Callable[[random.Random], None],
+        what: str,
+        seed: int | None = None,
+        restarts: bool = True,
     ) -> Report:
         """`rounds` times: let the call stream run for a random moment, `disrupt` it, pause the
         callers, wait until the plugin serves, check, settle, resume."""
@@ -317,9 +498,9 @@ class KillSoak:
             time.sleep(rng.uniform(0.0, 0.4))
             disrupt(rng)
             self._pause()
-            poll(f"plugin of {self.node} serving again", lambda: self._serving() or None, 60, every=0.05)
+            poll(f"plugins of {self.node} serving again", lambda: self._serving() or None, 60, every=0.05)
             self.report.rounds = n
-            self.report.inconsistencies += [f"{what} {n}: {p}" for p in self.check()]
+            self.report.inconsistencies += [f"{what} {n}: {p}" for p in self.check(restarts)]
             self.settle(rng)
             if n % 25 == 0 or n == rounds:
                 log.info("soak progress: %s", self.report.line())
