@@ -40,7 +40,7 @@ from dra_fake.core.checkpoint import (
     ClaimEntry,
     DriverData,
 )
-from dra_fake.core.claims import AllocationResult, ClaimError, ParsedClaim, PermanentClaimError, parse_claim
+from dra_fake.core.claims import AllocationResult, ClaimError, ParsedClaim, PermanentClaimError
 from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS
 from dra_fake.core.opaque import main_request
 from dra_fake.core.state import PreparedClaims, to_prepared
@@ -136,19 +136,14 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
 
     # --- public API ---------------------------------------------------------------------------
 
-    def prepare(self, claim: Mapping[str, Any]) -> list[PreparedDevice]:
-        """Raises ClaimError worded and wrapped as NVIDIA's
-        (docs/reference/nvidia-compute-domains.md#72-channel-claims): `error preparing devices for
-        claim <ns>/<name>:<uid>: prepare devices failed: <cause>`, a step of applying the config
-        adding `error applying config: `."""
-        parsed = parse_claim(claim, self.driver)
-        if not parsed.results:
-            return []
+    def prepare_claim(self, parsed: ParsedClaim) -> list[PreparedDevice]:
+        """Errors worded as NVIDIA's (docs/reference/nvidia-compute-domains.md#72-channel-claims):
+        `prepare devices failed: <cause>`, a step of applying the config adding `error applying
+        config: `; the base class adds the outer layer."""
         try:
             return self._prepare(parsed)
         except ClaimError as err:
-            outer = f"error preparing devices for claim {parsed.namespace}/{parsed.name}:{parsed.uid}"
-            raise type(err)(f"{outer}: prepare devices failed: {err}") from err
+            raise type(err)(f"prepare devices failed: {err}") from err
 
     def _prepare(self, parsed: ParsedClaim) -> list[PreparedDevice]:
         plan = self._plan(parsed.namespace, parsed.results, parsed.config)

@@ -41,7 +41,7 @@ from dra_fake.core.checkpoint import (
     ClaimEntry,
     P,
 )
-from dra_fake.core.claims import ClaimError
+from dra_fake.core.claims import ClaimError, ParsedClaim, parse_claim
 from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS, LockTimeoutError, NodeSerializer
 from dra_fake.kubelet.api import PreparedDevice
 
@@ -122,8 +122,8 @@ class PreparedClaims(ABC, Generic[P]):
     # --- what a driver provides ---------------------------------------------------------------
 
     @abstractmethod
-    def prepare(self, claim: Mapping[str, Any]) -> list[PreparedDevice]:
-        """Prepare a claim's devices of this driver; idempotent. Raises ClaimError."""
+    def prepare_claim(self, parsed: ParsedClaim) -> list[PreparedDevice]:
+        """Prepare the claim's devices of this driver (it has some); idempotent. Raises ClaimError."""
 
     def undo(self, claim_uid: str, entry: ClaimEntry[P]) -> None:
         """Reverse the side effects of a (partial) preparation; idempotent."""
@@ -143,6 +143,20 @@ class PreparedClaims(ABC, Generic[P]):
         return 0
 
     # --- the shared lifecycle -----------------------------------------------------------------
+
+    def prepare(self, claim: Mapping[str, Any]) -> list[PreparedDevice]:
+        """Prepare a claim's devices of this driver; idempotent. A ClaimError comes wrapped as
+        both NVIDIA drivers wrap it (docs/reference/nvidia-gpu-driver.md#45-how-errors-reach-the-kubelet):
+        `error preparing devices for claim <ns>/<name>:<uid>: <cause>`."""
+        parsed = parse_claim(claim, self.driver)
+        if not parsed.results:
+            _log.info("prepare: no devices of this driver claim=%s", parsed.uid)
+            return []
+        try:
+            return self.prepare_claim(parsed)
+        except ClaimError as err:
+            outer = f"error preparing devices for claim {parsed.namespace}/{parsed.name}:{parsed.uid}"
+            raise type(err)(f"{outer}: {err}") from err
 
     def unprepare(self, claim_uid: str) -> None:
         """Undo a claim's preparation; a claim not in the checkpoint is a success. The driver's

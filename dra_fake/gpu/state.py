@@ -30,7 +30,7 @@ from dra_fake.core.checkpoint import (
     DriverData,
     _Model,
 )
-from dra_fake.core.claims import ClaimError, ParsedClaim, PermanentClaimError, parse_claim
+from dra_fake.core.claims import ClaimError, ParsedClaim, PermanentClaimError
 from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS
 from dra_fake.core.opaque import main_request
 from dra_fake.core.state import PreparedClaims, crash_point, to_prepared
@@ -134,23 +134,10 @@ class DeviceState(PreparedClaims[GpuClaimData]):
 
     # --- public API -------------------------------------------------------------------------
 
-    def prepare(self, claim: Mapping[str, Any]) -> list[PreparedDevice]:
-        """Prepare a claim's devices of this driver; idempotent. Raises ClaimError, worded and
-        wrapped as NVIDIA's (docs/reference/nvidia-gpu-driver.md#45-how-errors-reach-the-kubelet):
-        `error preparing devices for claim <ns>/<name>:<uid>: prepare devices failed: <cause>`, and
-        `unable to prepare claim <uid>: <cause>` in place of the inner layer for a device another
-        claim holds."""
-        parsed = parse_claim(claim, self.driver)
-        if not parsed.results:
-            _log.info("prepare: no devices of this driver claim=%s", parsed.uid)
-            return []
-        try:
-            return self._prepare(parsed)
-        except ClaimError as err:
-            outer = f"error preparing devices for claim {parsed.namespace}/{parsed.name}:{parsed.uid}"
-            raise type(err)(f"{outer}: {err}") from err
-
-    def _prepare(self, parsed: ParsedClaim) -> list[PreparedDevice]:
+    def prepare_claim(self, parsed: ParsedClaim) -> list[PreparedDevice]:
+        """Errors worded as NVIDIA's (docs/reference/nvidia-gpu-driver.md#45-how-errors-reach-the-kubelet):
+        `prepare devices failed: <cause>`, and `unable to prepare claim <uid>: <cause>` for a device
+        another claim holds; the base class adds the outer layer."""
         with self.locked():
             crash_point("prepare:after-lock")
             data, _ = self.load()
