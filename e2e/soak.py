@@ -157,7 +157,10 @@ class KillSoak:
             for driver in DRIVERS:
                 poll(f"{driver} slices of {self.node}", partial(self.kube.slices, driver, self.node), 60)
             self.domain_uid = self._create_domain()
-            wanted = [(self.namespace, f"c{i}", GPU_DRIVER, "none") for i in range(self.claim_count)]
+            # (namespace, claim and pod name, device class, opaque config kind)
+            wanted: list[tuple[str, str, str, str | None]] = [
+                (self.namespace, f"c{i}", GPU_DRIVER, None) for i in range(self.claim_count)
+            ]
             wanted += [
                 (self.namespace, "channel", CHANNEL_CLASS, CHANNEL_KIND),
                 (CD_NAMESPACE, f"{self.node}-daemon", DAEMON_CLASS, DAEMON_KIND),
@@ -219,13 +222,13 @@ class KillSoak:
         )
         return uid
 
-    def _claim_with_pod(self, namespace: str, name: str, device_class: str, config_kind: str) -> None:
+    def _claim_with_pod(self, namespace: str, name: str, device_class: str, config_kind: str | None) -> None:
         """A claim of one device of `device_class` (with the domain's opaque config unless
-        `config_kind` is "none") and a pod bound to this node that uses it, both called `name`."""
+        `config_kind` is None) and a pod bound to this node that uses it, both called `name`."""
         devices: dict[str, Any] = {
             "requests": [{"name": "dev", "exactly": {"deviceClassName": device_class}}]
         }
-        if config_kind != "none":
+        if config_kind is not None:
             parameters = {"apiVersion": API_VERSION, "kind": config_kind, "domainID": self.domain_uid}
             devices["config"] = [{"opaque": {"driver": CD_DRIVER, "parameters": parameters}}]
         self.kube.create(
@@ -254,7 +257,7 @@ class KillSoak:
             namespace,
         )
 
-    def _allocated(self, wanted: list[tuple[str, str, str, str]]) -> None:
+    def _allocated(self, wanted: list[tuple[str, str, str, str | None]]) -> None:
         def allocated() -> list[Claim] | None:
             found = []
             for namespace, name, device_class, _ in wanted:
