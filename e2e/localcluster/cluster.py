@@ -432,7 +432,7 @@ class LocalCluster:
             f"--kubelet-registrar-directory-path={nd / 'plugins_registry'}",
             f"--kubelet-plugins-directory-path={nd / 'plugins'}",
             f"--cdi-root={nd / 'cdi'}",
-            f"--healthcheck-port={free_port()}",
+            "--healthcheck-port=0",  # the plugin binds a free port itself: no race with a port picked here
             f"--metrics-port={self.state.ports.setdefault(f'metrics-{node}', free_port())}",
         ]
         config = self.state.node_configs.get(node) or self.state.inventory_config
