@@ -160,6 +160,22 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="NVIDIA driver feature gates, e.g. TimeSlicingSettings=true,MPSSupport=true",
     )
+    gpu.add_argument(
+        "--device-nodes",
+        action=_EnvDefault,
+        env="DEVICE_NODES",
+        default="auto",
+        help="auto: NVIDIA's /dev/nvidia* nodes in claim specs where no real NVIDIA device or driver "
+        "exists on the host (they reach nothing); never: none (docs/prepare.md)",
+    )
+    gpu.add_argument(
+        "--device-order",
+        action=_EnvDefault,
+        env="DEVICE_ORDER",
+        default="sorted",
+        help="sorted: slice devices by PCI bus ID and name; shuffled: a new order on every start, "
+        "as NVIDIA's plugin, to flush out tests that depend on the order",
+    )
 
     from computedomain.cli import add_parsers as add_compute_domain_parsers
 

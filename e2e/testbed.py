@@ -473,6 +473,7 @@ def assert_sees_its_gpus(bed: TestBed, ns: str, pod_name: str, container: str = 
     assert {u for u in printed if u.startswith("GPU-")} == gpus, result.output
     printed_migs = [u for u in printed if u.startswith("MIG-")]
     assert len(printed_migs) == mig_count and migs <= set(printed_migs), result.output
+    assert_device_nodes(bed, view, gpu_minors(kube, ns, claims))
     if "node" in bed.capabilities:
         env = view.env()
         node = pod["spec"]["nodeName"]
@@ -489,10 +490,38 @@ def assert_sees_its_gpus(bed: TestBed, ns: str, pod_name: str, container: str = 
     return result.output
 
 
+def gpu_minors(kube: Kube, ns: str, claims: list[str]) -> set[int]:
+    """Minors of the GPUs the claims were allocated (a MIG device's parent): device names are
+    gpu-<minor>[-mig-...] (docs/inventory.md)."""
+    return {
+        int(r["device"].split("-")[1])
+        for name in claims
+        for r in kube.claim(ns, name)["status"]["allocation"]["devices"]["results"]
+        if r["driver"] == GPU_DRIVER
+    }
+
+
+def nvidia_nodes(view: Container) -> set[str]:
+    listing = view.run("ls", "/dev")
+    return {n for n in listing.output.split() if n.startswith("nvidia")}
+
+
+def assert_device_nodes(bed: TestBed, view: Container, minors: set[int]) -> None:
+    """NVIDIA's device nodes, exactly the allocated GPUs' (these hosts have no NVIDIA driver:
+    docs/prepare.md); in a real container, opening one reaches no device."""
+    wanted = {f"nvidia{m}" for m in minors} | {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
+    assert nvidia_nodes(view) == wanted
+    if "kind" in bed.capabilities:
+        opened = view.run("cat", f"/dev/nvidia{min(minors)}")
+        assert opened.code != 0 and "No such device or address" in opened.output, opened.output
+
+
 def assert_sees_no_gpu(bed: TestBed, ns: str, pod_name: str, container: str) -> None:
-    """A container without a claim has no nvidia-smi and none of the driver's environment."""
+    """A container without a claim has no nvidia-smi, no device node and none of the driver's
+    environment."""
     view = bed.container(ns, pod_name, container)
     result = view.nvidia_smi("-L")
     assert result.code == 127, f"{container} without a claim ran nvidia-smi: {result.output}"
+    assert nvidia_nodes(view) == set()
     leaked = [k for k in view.env() if k.startswith(("NVIDIA_", "DRA_FAKE_"))]
     assert not leaked, f"{container} without a claim has {leaked}"

@@ -22,7 +22,7 @@ from dra_fake.gpu.deviceclasses import device_classes
 from dra_fake.gpu.inventory import Inventory, load_inventory
 from dra_fake.gpu.profiles import BUILTIN_PROFILE_IDS, load_profiles
 from dra_fake.gpu.render import render_slices
-from dra_fake.gpu.slices import desired_slices, semver
+from dra_fake.gpu.slices import desired_slices, semver, shuffled
 
 DRIVER = "gpu.nvidia.com"
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "slices"
@@ -149,7 +149,7 @@ def parse_quantity(text: str) -> int:
     return int(match[1]) * factor.get(match[2] or "", 1)
 
 
-def test_golden_slices_are_sorted_like_nvidia() -> None:
+def test_golden_slices_list_devices_in_a_stable_sorted_order() -> None:
     for name, obj in golden_slices():
         names = [d["name"] for d in flat_devices(obj)]
         gpus = [int(n.split("-")[1]) for n in names]
@@ -332,6 +332,20 @@ def test_gpus_are_ordered_by_pci_bus_id(tmp_path: Path) -> None:
     names = [d["name"] for d in desired_slices(inv, DRIVER, (1, 34))[0].devices]
     # t4 0000:00:1b.0, then the H100s 0000:18:00.0 ... 0000:db:00.0, then the 9th H100 at 0001:18:00.0
     assert names == ["gpu-9", *[f"gpu-{i}" for i in range(9)]]
+
+
+def test_shuffled_order_is_fixed_by_the_seed_and_keeps_every_slice_and_counter(tmp_path: Path) -> None:
+    """--device-order=shuffled: NVIDIA's plugin lists devices in a new order on each start."""
+    inv = inventory(tmp_path, {"gpus": [{"profile": "h100-sxm5-80gb", "count": 3, "mig": "dynamic"}]})
+    wanted = desired_slices(inv, DRIVER, (1, 35))
+    orders = {tuple(d["name"] for s in shuffled(wanted, seed) for d in s.devices) for seed in range(5)}
+    assert len(orders) == 5  # five starts, five orders
+    again = shuffled(wanted, 3)
+    assert again == shuffled(wanted, 3)  # one start's syncs publish the same slices
+    assert [s.shared_counters for s in again] == [s.shared_counters for s in wanted]
+    assert [sorted(d["name"] for d in s.devices) for s in again] == [
+        sorted(d["name"] for d in s.devices) for s in wanted
+    ]
 
 
 def test_empty_node_still_publishes_one_slice(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ its channels, and nothing in it can reach a host device (docs/computedomain.md).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from computedomain.api import ALLOCATION_ALL, IMEX_CHANNEL_COUNT
 from dra_fake.core import cdi
 from dra_fake.core.atomic import atomic_write
+from dra_fake.core.chardev import char_majors
 
 CHANNEL_DEVICE_DIR = "/dev/nvidia-caps-imex-channels"
 CHANNEL_PROC_NAME = "nvidia-caps-imex-channels"
@@ -34,19 +34,7 @@ BASE_DEVICE = "all"
 def channel_major(proc_devices: Path | None = None) -> int | None:
     """The character major the kernel gave the IMEX channels driver (/proc/devices, or
     $ALT_PROC_DEVICES_PATH), or None: no such driver, no device nodes."""
-    path = proc_devices or Path(os.environ.get("ALT_PROC_DEVICES_PATH") or "/proc/devices")
-    in_char_section = False
-    try:
-        for line in path.read_text().splitlines():
-            if line.strip().endswith("devices:"):
-                in_char_section = line.strip() == "Character devices:"
-                continue
-            parts = line.split()
-            if in_char_section and len(parts) == 2 and parts[1] == CHANNEL_PROC_NAME and parts[0].isdigit():
-                return int(parts[0])
-    except OSError:
-        pass
-    return None
+    return next((m for m, name in char_majors(proc_devices).items() if name == CHANNEL_PROC_NAME), None)
 
 
 def placeholder_dir(data_dir: Path, allocation_mode: str) -> Path:

@@ -1,9 +1,10 @@
 """Container edits of gpu.nvidia.com claims: what a container gets for its GPUs and MIG devices.
 
-There is no hardware, so the edits are environment variables (no device nodes, no hooks: a
-runtime would fail to stat a /dev/nvidia* node that does not exist), plus, when the plugin passes
-its `NvidiaSmi`, read-only bind mounts of the nvidia-smi script and one info file per device
-(dra_fake.gpu.nvidia_smi). docs/prepare.md lists them.
+There is no hardware: the edits are environment variables; when the plugin passes its
+`NvidiaSmi`, read-only bind mounts of the nvidia-smi script and one info file per device
+(dra_fake.gpu.nvidia_smi); when the host allows them (dra_fake.gpu.devnodes), NVIDIA's device nodes,
+which reach nothing. No hooks (docs/reference/nvidia-gpu-driver.md#54-hooks). docs/prepare.md
+lists them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from dra_fake.core.cdi import EARLIEST_VERSION, CdiSpecError, claim_kind, minimum_version
 from dra_fake.gpu.configs import NO_SHARING, STRATEGY_MPS, STRATEGY_TIME_SLICING, AppliedSharing
 from dra_fake.gpu.devices import AllocatableDevice
+from dra_fake.gpu.devnodes import DeviceNodes
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 
 MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"
@@ -92,10 +94,15 @@ def spec_env(claim_uid: str, devices: Sequence[SpecDevice]) -> list[str]:
 
 
 def build_claim_spec(
-    driver: str, claim_uid: str, devices: Sequence[SpecDevice], nvidia_smi: NvidiaSmi | None = None
+    driver: str,
+    claim_uid: str,
+    devices: Sequence[SpecDevice],
+    nvidia_smi: NvidiaSmi | None = None,
+    device_nodes: DeviceNodes | None = None,
 ) -> dict[str, Any]:
     """The claim's CDI spec (a dict), with the minimum cdiVersion its content needs. With
-    `nvidia_smi`, the spec mounts the nvidia-smi script and each device its info file."""
+    `nvidia_smi`, the spec mounts the nvidia-smi script and each device its info file; with
+    `device_nodes`, each device gets its GPU's node and the spec the control and uvm nodes."""
     if not devices:
         raise CdiSpecError("a CDI spec needs at least one device")
     unique: dict[str, SpecDevice] = {}
@@ -104,11 +111,15 @@ def build_claim_spec(
 
     def device_edits(d: SpecDevice) -> dict[str, Any]:
         edits: dict[str, Any] = {"env": device_env(d)}
+        if device_nodes is not None:
+            edits["deviceNodes"] = [device_nodes.gpu(d.device.minor)]
         if nvidia_smi is not None:
             edits["mounts"] = [nvidia_smi.device_mount(d.device, d.uuid)]
         return edits
 
     common: dict[str, Any] = {"env": spec_env(claim_uid, list(unique.values()))}
+    if device_nodes is not None:
+        common["deviceNodes"] = device_nodes.common()
     if nvidia_smi is not None:
         common["mounts"] = [nvidia_smi.script_mount()]
     spec: dict[str, Any] = {

@@ -9,15 +9,18 @@ JSON-ready dicts; dra_fake.core.slices renders them for the server). Layout
 - dynamic MIG, server >= 1.35: the counter sets first (8 per slice), then one devices-only slice
   per GPU (more only past 64 devices).
 
-GPUs are ordered by PCI bus ID and devices by name within a GPU, as NVIDIA's driver does.
+GPUs are ordered by PCI bus ID and devices by name within a GPU: stable on purpose (NVIDIA's
+order changes on every start; `shuffled` imitates that on request, --device-order=shuffled).
 Quantities are canonical Kubernetes strings (see `canonical_quantity`), so what the API server
 returns compares equal to what was sent.
 """
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from dra_fake.core.slices import (
@@ -231,6 +234,15 @@ def desired_slices(
     for _, entries in per_gpu:
         slices += [DesiredSlice(devices=chunk) for chunk in _chunks(entries, _device_limit(entries))]
     return slices
+
+
+def shuffled(slices: list[DesiredSlice], seed: int) -> list[DesiredSlice]:
+    """Each slice's devices in an order fixed by `seed`: NVIDIA's plugin lists them in a new order
+    on every start (docs/reference/nvidia-gpu-driver.md#8-observed-in-captures-v041), and a test
+    that depends on the order should fail here too. One seed per plugin start, so the slices do
+    not churn between syncs."""
+    rng = random.Random(seed)
+    return [replace(s, devices=rng.sample(s.devices, len(s.devices))) for s in slices]
 
 
 def _combined_slice(gpu: PhysicalGpu, entries: list[dict[str, Any]]) -> DesiredSlice:

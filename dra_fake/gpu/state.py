@@ -37,6 +37,7 @@ from dra_fake.core.state import PreparedClaims, crash_point, to_prepared
 from dra_fake.gpu import configs, edits
 from dra_fake.gpu.configs import FeatureGates, GateLookup
 from dra_fake.gpu.devices import AllocatableDevice, mig_uuid
+from dra_fake.gpu.devnodes import DeviceNodes
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.kubelet.api import PreparedDevice
 
@@ -116,6 +117,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         lock_timeout: float = DEFAULT_TIMEOUT_SECONDS,
         on_checkpoint_error: Callable[[str], None] = metrics.record_checkpoint_error,
         nvidia_smi: NvidiaSmi | None = None,
+        device_nodes: Callable[[], DeviceNodes | None] | None = None,
     ) -> None:
         super().__init__(
             driver_name,
@@ -131,6 +133,8 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         self.devices = dict(devices)
         self.gates: GateLookup = feature_gates or FeatureGates()
         self.nvidia_smi = nvidia_smi  # when set, every claim spec mounts nvidia-smi (docs/prepare.md)
+        # Asked at each prepare: the device nodes this host allows now (dra_fake.gpu.devnodes).
+        self.device_nodes = device_nodes or (lambda: None)
 
     # --- public API -------------------------------------------------------------------------
 
@@ -373,7 +377,9 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                     adminAccess=r.admin_access,
                 )
             )
-        spec = edits.build_claim_spec(self.driver, claim.uid, spec_devices, self.nvidia_smi)
+        spec = edits.build_claim_spec(
+            self.driver, claim.uid, spec_devices, self.nvidia_smi, self.device_nodes()
+        )
         try:
             cdi.validate_spec(spec)
         except cdi.CdiSpecError as exc:

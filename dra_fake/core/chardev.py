@@ -1,0 +1,35 @@
+"""The character-device drivers the host kernel has registered (/proc/devices, which is not
+namespaced: a plugin pod sees the host's), for deciding which device nodes a container may get
+(docs/reference/nvidia-gpu-driver.md#53-device-nodes-without-hardware)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Tests and odd hosts point this at another file.
+PROC_DEVICES_ENV = "ALT_PROC_DEVICES_PATH"
+
+
+def proc_devices_path() -> Path:
+    return Path(os.environ.get(PROC_DEVICES_ENV) or "/proc/devices")
+
+
+def char_majors(path: Path | None = None) -> dict[int, str]:
+    """Registered character drivers, major -> name (the "Character devices:" section). An
+    unreadable file gives {}: the callers then know of no driver, so they must treat {} as
+    "cannot tell" where that matters."""
+    majors: dict[int, str] = {}
+    in_char_section = False
+    try:
+        text = (path or proc_devices_path()).read_text()
+    except OSError:
+        return majors
+    for line in text.splitlines():
+        if line.strip().endswith("devices:"):
+            in_char_section = line.strip() == "Character devices:"
+            continue
+        parts = line.split()
+        if in_char_section and len(parts) == 2 and parts[0].isdigit():
+            majors[int(parts[0])] = parts[1]
+    return majors
