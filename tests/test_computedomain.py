@@ -158,9 +158,7 @@ def claim(device: str = "channel-0", namespace: str = "team", **cfg: Any) -> dic
     }
 
 
-def make_state(
-    tmp_path: Path, domains: FakeDomains, clique: str = CLIQUE, major: int | None = 235
-) -> ComputeDomainState:
+def make_state(tmp_path: Path, domains: FakeDomains, clique: str = CLIQUE) -> ComputeDomainState:
     boot = tmp_path / "boot_id"
     boot.write_text("boot-1")
     return ComputeDomainState(
@@ -170,7 +168,6 @@ def make_state(
         tmp_path / "plugin",
         domains,
         clique,
-        major,
         DRIVER_NAMESPACE,
         boot_id_path=boot,
     )
@@ -188,16 +185,7 @@ def test_channel_waits_for_the_daemon_then_injects_channel_0(tmp_path: Path) -> 
     assert device.device_name == "channel-0"
     spec = state.cdi.read("claim-channel-0") or {}
     edits = spec["devices"][0]["containerEdits"]
-    assert edits["deviceNodes"] == [
-        {
-            "path": "/dev/nvidia-caps-imex-channels/channel0",
-            "type": "c",
-            "major": 235,
-            "minor": 0,
-            "fileMode": 0o666,
-            "permissions": "rw",
-        }
-    ]
+    assert [m["containerPath"] for m in edits["mounts"]] == ["/dev/nvidia-caps-imex-channels"]
     assert f"COMPUTE_DOMAIN_UUID={UID}" in edits["env"]
     state.unprepare("claim-channel-0")
     assert domains.labels == {} and not state.cdi.exists("claim-channel-0")
@@ -232,9 +220,11 @@ def test_errors_are_worded_and_wrapped_as_nvidias(tmp_path: Path) -> None:
 
 def test_all_mode_injects_2048_channels(tmp_path: Path) -> None:
     state = make_state(tmp_path, FakeDomains(ready=True))
+    write_channel_placeholders(tmp_path / "plugin")
     state.prepare(claim(allocationMode="All"))
-    nodes = (state.cdi.read("claim-channel-0") or {})["devices"][0]["containerEdits"]["deviceNodes"]
-    assert len(nodes) == 2048 and nodes[-1]["path"].endswith("/channel2047") and nodes[-1]["minor"] == 2047
+    [mount] = (state.cdi.read("claim-channel-0") or {})["devices"][0]["containerEdits"]["mounts"]
+    names = {p.name for p in Path(mount["hostPath"]).iterdir()}
+    assert len(names) == 2048 and "channel2047" in names and "channel2048" not in names
 
 
 def test_refusals(tmp_path: Path) -> None:
@@ -293,8 +283,9 @@ def test_channel_major_only_from_the_kernels_character_devices(tmp_path: Path) -
     assert channel_major(tmp_path / "missing") is None  # no guessed major: no device node
 
 
-def test_without_the_channel_driver_channels_are_placeholder_files_not_devices(tmp_path: Path) -> None:
-    state = make_state(tmp_path, FakeDomains(ready=True), major=None)
+def test_channels_are_placeholder_files_never_devices(tmp_path: Path) -> None:
+    """Not even on a host with NVIDIA's channel driver: that would hand the container a host device."""
+    state = make_state(tmp_path, FakeDomains(ready=True))
     write_channel_placeholders(tmp_path / "plugin")
     state.prepare(claim())
     edits = (state.cdi.read("claim-channel-0") or {})["devices"][0]["containerEdits"]

@@ -1,14 +1,12 @@
 """CDI specs of compute-domain.nvidia.com claims (docs/reference/nvidia-compute-domains.md#8-cdi): what the
 channel and daemon get.
 
-IMEX channels are character devices `/dev/nvidia-caps-imex-channels/channel<N>`: major of
-`nvidia-caps-imex-channels` in /proc/devices, minor N, mode 0666, written fully specified (`type:
-c`, major, minor, fileMode) so the CDI library creates them without a host node to stat.
-
-Only a kernel that registered that major gets device nodes. Anywhere else (every machine without
-NVIDIA's driver) a guessed major could name some other driver's device, so the container gets
-read-only placeholder files at the same paths instead: `ls /dev/nvidia-caps-imex-channels` shows
-its channels, and nothing in it can reach a host device (docs/computedomain.md).
+On hardware, IMEX channels are character devices `/dev/nvidia-caps-imex-channels/channel<N>` of the
+`nvidia-caps-imex-channels` driver's dynamic major. A simulator has no safe major to give them: a
+guessed one may be another driver's, and the real one (on a host with NVIDIA's driver) is a real
+device. So the container always gets read-only placeholder files at the same paths:
+`ls /dev/nvidia-caps-imex-channels` shows its channels, and nothing in it can reach a host device
+(docs/computedomain.md).
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from dra_fake.core.chardev import char_majors
 
 CHANNEL_DEVICE_DIR = "/dev/nvidia-caps-imex-channels"
 CHANNEL_PROC_NAME = "nvidia-caps-imex-channels"
-CHANNEL_FILE_MODE = 0o666
 PLACEHOLDER_DIR = "imex-channels"  # in the plugin's data directory: single/channel0, all/channel*
 IMEX_CONTAINER_DIR = "/imexd"
 BASE_CLASS = "device"
@@ -56,20 +53,6 @@ def channel_ids(allocation_mode: str) -> range:
     return range(IMEX_CHANNEL_COUNT) if allocation_mode == ALLOCATION_ALL else range(1)
 
 
-def channel_nodes(allocation_mode: str, major: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "path": f"{CHANNEL_DEVICE_DIR}/channel{n}",
-            "type": "c",
-            "major": major,
-            "minor": n,
-            "fileMode": CHANNEL_FILE_MODE,
-            "permissions": "rw",
-        }
-        for n in channel_ids(allocation_mode)
-    ]
-
-
 def domain_env(uid: str, name: str, namespace: str) -> list[str]:
     return [
         f"COMPUTE_DOMAIN_UUID={uid}",
@@ -84,17 +67,14 @@ def channel_edits(
     namespace: str,
     allocation_mode: str,
     clique_id: str,
-    major: int | None,
     data_dir: Path,
 ) -> dict[str, Any]:
-    """A channel claim: the channel nodes (none when the node is not fabric-attached, as NVIDIA;
-    placeholder files when the kernel has no IMEX channels driver) and the COMPUTE_DOMAIN_* env."""
+    """A channel claim: the channels as placeholder files (none when the node is not
+    fabric-attached, as NVIDIA) and the COMPUTE_DOMAIN_* env."""
     ids = channel_ids(allocation_mode)
     env = [*domain_env(uid, name, namespace), f"DRA_FAKE_IMEX_CHANNELS={ids[0]}-{ids[-1]}"]
     edits: dict[str, Any] = {"env": env}
-    if clique_id and major is not None:
-        edits["deviceNodes"] = channel_nodes(allocation_mode, major)
-    elif clique_id:
+    if clique_id:
         edits["mounts"] = [
             {
                 "hostPath": str(placeholder_dir(data_dir, allocation_mode)),

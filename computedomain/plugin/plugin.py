@@ -85,18 +85,23 @@ class ComputeDomainDriver:
         self.clique_id = clique_id
 
     def create_state(self, ctx: PluginContext) -> ClaimState:
-        major = channel_major()
-        if major is None:
-            write_channel_placeholders(ctx.data_dir)
+        # Placeholders everywhere: a device node on the real channels driver's major would hand
+        # the container a host device (docs/computedomain.md).
+        real = channel_major()
+        write_channel_placeholders(ctx.data_dir)
+        if real is None:
             log.info(
                 f"no {CHANNEL_PROC_NAME} driver in /proc/devices: IMEX channels are injected as "
                 "read-only placeholder files, never as device nodes (docs/computedomain.md)"
             )
+        else:
+            log.warning(
+                f"{CHANNEL_PROC_NAME} is registered on this host (major {real}): a real NVIDIA "
+                "driver; IMEX channels are still placeholder files, never the host's devices "
+                "(docs/computedomain.md)"
+            )
         write_base_spec(ctx.cdi_root, self.args.driver_name)
-        log.info(
-            "compute-domain plugin state",
-            extra={"cliqueID": self.clique_id or "-", "channelMajor": major if major is not None else "-"},
-        )
+        log.info("compute-domain plugin state", extra={"cliqueID": self.clique_id or "-"})
         return ComputeDomainState(
             self.args.driver_name,
             ctx.node,
@@ -104,7 +109,6 @@ class ComputeDomainDriver:
             ctx.data_dir,
             ComputeDomainApi(ctx.api, self.args.namespace),
             self.clique_id,
-            major,
             self.args.namespace,
             daemon_gid=self.args.daemon_run_as_group,
             on_checkpoint_error=ctx.checkpoint_error_hook(self.args.driver_name),

@@ -110,7 +110,6 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
         plugin_data_dir: Path,
         domains: Domains,
         clique_id: str,
-        channel_major: int | None,
         driver_namespace: str,
         daemon_gid: int = 65532,
         boot_id_path: Path | None = None,
@@ -130,7 +129,6 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
         self.node = node_name
         self.domains = domains
         self.clique_id = clique_id
-        self.channel_major = channel_major
         self.daemon_gid = daemon_gid
         self.driver_namespace = driver_namespace
 
@@ -299,7 +297,6 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
                 domain.namespace,
                 plan.config.allocation_mode,
                 self.clique_id,
-                self.channel_major,
                 self.data_dir,
             )
         else:
