@@ -50,12 +50,15 @@ class Environment:
     resource_versions: tuple[str, ...]
     partitionable: bool
     server_minor: int
+    extended_resources: bool  # the GPU DeviceClass serves `nvidia.com/gpu` (1.34+, DRAExtendedResource)
 
     @classmethod
     def detect(cls) -> Environment:
         kubeconfig = os.environ.get("KUBECONFIG")
         if not kubeconfig:  # the local control plane: the pinned release, every version served
-            return cls("harness", HarnessBed.capabilities, ("v1", "v1beta2", "v1beta1"), True, local_minor())
+            minor = local_minor()
+            versions = ("v1", "v1beta2", "v1beta1")
+            return cls("harness", HarnessBed.capabilities, versions, True, minor, minor >= 34)
         kube = Kube(Path(kubeconfig))
         devices = [d for s in kube.slices() for d in s["spec"]["devices"]]
         partitionable = any(d.get("consumesCounters") for d in devices)
@@ -65,19 +68,30 @@ class Environment:
             else ("api", ApiOnlyBed.capabilities)
         )
         info = kube.info
-        return cls(bed, capabilities, info.resource_versions, partitionable, info.version[1])
+        # A server without the gate drops the field, so its presence is the capability.
+        extended = "extendedResourceName" in kube.device_class("gpu.nvidia.com").get("spec", {})
+        return cls(bed, capabilities, info.resource_versions, partitionable, info.version[1], extended)
 
     def missing(self, item: pytest.Item) -> str | None:
+        server_needs = {
+            "partitionable": (self.partitionable, "the server has no partitionable devices (dynamic MIG)"),
+            "counter-rollback": (
+                self.server_minor not in COUNTER_LEAK_MINORS,
+                f"the 1.{self.server_minor} scheduler keeps the counters of devices a constraint "
+                "rejected (fixed in 1.36)",
+            ),
+            "extended-resource": (
+                self.extended_resources,
+                "the GPU DeviceClass maps no extended resource (Kubernetes 1.34+, DRAExtendedResource)",
+            ),
+        }
         for marker in item.iter_markers("needs"):
             for need in marker.args:
-                if need == "partitionable" and not self.partitionable:
-                    return "the server has no partitionable devices (dynamic MIG)"
-                if need == "counter-rollback" and self.server_minor in COUNTER_LEAK_MINORS:
-                    return (
-                        f"the 1.{self.server_minor} scheduler keeps the counters of devices a constraint "
-                        "rejected (fixed in 1.36)"
-                    )
-                if need not in ("partitionable", "counter-rollback") and need not in self.capabilities:
+                if need in server_needs:
+                    met, reason = server_needs[need]
+                    if not met:
+                        return reason
+                elif need not in self.capabilities:
                     return f"needs the {need} test bed (this is {self.bed})"
         params = getattr(item, "callspec", None)
         version = params.params.get("api_version") if params else None

@@ -405,7 +405,8 @@ UUID_RE = re.compile(r"\(UUID: ((?:GPU|MIG)-[^)]+)\)")
 
 
 def pod_claims(pod: dict[str, Any], container: str | None = None) -> list[str]:
-    """ResourceClaim names a pod (or one of its containers) uses: named, or generated from a template."""
+    """ResourceClaim names a pod (or one of its containers) uses: named, generated from a template, or
+    created by the scheduler for its extended resources."""
     generated = {
         s["name"]: s.get("resourceClaimName") for s in pod["status"].get("resourceClaimStatuses") or []
     }
@@ -420,6 +421,9 @@ def pod_claims(pod: dict[str, Any], container: str | None = None) -> list[str]:
         name = ref.get("resourceClaimName") or generated.get(ref["name"])
         if name:
             names.append(name)
+    extended = pod["status"].get("extendedResourceClaimStatus")  # `nvidia.com/gpu: N` served by DRA
+    if extended and any(container in (None, m["containerName"]) for m in extended["requestMappings"]):
+        names.append(extended["resourceClaimName"])
     return names
 
 
