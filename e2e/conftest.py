@@ -69,7 +69,7 @@ class Environment:
         )
         info = kube.info
         # A server without the gate drops the field, so its presence is the capability.
-        extended = "extendedResourceName" in kube.device_class("gpu.nvidia.com").get("spec", {})
+        extended = "extendedResourceName" in (kube.device_class("gpu.nvidia.com") or {}).get("spec", {})
         return cls(bed, capabilities, info.resource_versions, partitionable, info.version[1], extended)
 
     def missing(self, item: pytest.Item) -> str | None:

@@ -172,8 +172,13 @@ class Kube:
     def claims(self, ns: str) -> list[dict[str, Any]]:
         return list(self.custom.list_namespaced_custom_object(*self.resource, ns, "resourceclaims")["items"])
 
-    def device_class(self, name: str) -> dict[str, Any]:
-        return self.custom.get_cluster_custom_object(*self.resource, "deviceclasses", name)  # type: ignore[no-any-return]
+    def device_class(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_cluster_custom_object(*self.resource, "deviceclasses", name)  # type: ignore[no-any-return]
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
 
     def slices(self, driver: str = "gpu.nvidia.com", node: str | None = None) -> list[dict[str, Any]]:
         """ResourceSlices of a driver (and node), their devices in the v1 shape whatever was served."""
