@@ -160,3 +160,16 @@ def test_a_claim_spec_carries_each_gpus_node_and_the_common_ones() -> None:
     assert all("hostPath" not in n for n in spec["containerEdits"]["deviceNodes"])  # no host node
     without = edits.build_claim_spec(DRIVER, UID_LETTER, [spec_device(UID_LETTER, GPU)])
     assert "deviceNodes" not in without["containerEdits"]
+
+
+def test_the_pci_bus_is_scanned_once_at_start_not_at_each_claim(tmp_path: Path) -> None:
+    """Off the prepare path: real GPUs are there at boot; a driver loaded later shows in /proc/devices."""
+    proc = tmp_path / "devices"
+    proc.write_text(PLAIN_HOST)
+    gpu = tmp_path / "pci" / "0000:3b:00.0"
+    gpu.mkdir(parents=True)
+    (gpu / "vendor").write_text("0x10de\n")
+    policy = DeviceNodePolicy("auto", proc, tmp_path / "pci")
+    assert policy.current() is None
+    (gpu / "vendor").write_text("0x8086\n")  # not read again
+    assert policy.current() is None

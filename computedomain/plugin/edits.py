@@ -30,7 +30,7 @@ BASE_DEVICE = "all"
 
 def channel_major(proc_devices: Path | None = None) -> int | None:
     """The character major the kernel gave the IMEX channels driver (/proc/devices, or
-    $ALT_PROC_DEVICES_PATH), or None: no such driver, no device nodes."""
+    $ALT_PROC_DEVICES_PATH), or None. Only logged: channels are placeholder files either way."""
     return next((m for m, name in char_majors(proc_devices).items() if name == CHANNEL_PROC_NAME), None)
 
 

@@ -3,12 +3,12 @@ GPU (a MIG device gets its parent's), and `/dev/nvidiactl`, `/dev/nvidia-uvm`, `
 per spec (docs/reference/nvidia-gpu-driver.md#53-device-nodes-without-hardware).
 
 A container must never reach a real device through them, so they are injected only where nothing
-real can answer, and the decision is taken again at every prepare (a driver loaded later turns them
-off for the next claim) and logged whenever it changes:
+real can answer, and the decision is logged whenever it changes:
 - no NVIDIA PCI function on the host (vendor 0x10de under /sys/bus/pci/devices): never on a node
-  with real NVIDIA GPUs, even before their driver is loaded;
+  with real NVIDIA GPUs, even before their driver is loaded (scanned once, at start);
 - no character driver on major 195 (NVIDIA's, assigned by LANANA) or named `nvidia*` in
-  /proc/devices;
+  /proc/devices, read again at every prepare: a driver loaded later turns them off for the next
+  claim (one small read; the PCI scan stays off the prepare path);
 - the uvm nodes take a major from LANANA's "local/experimental use" ranges that no driver holds;
   the kernel never hands those out dynamically (a real host's uvm major is a dynamic one).
 Opening such a node in the container fails with ENXIO ("No such device or address").
@@ -120,17 +120,18 @@ def nvidia_pci_functions(root: Path = PCI_DEVICES) -> list[str] | None:
 
 
 class DeviceNodePolicy:
-    """The decision for the host this plugin runs on, taken afresh for each claim."""
+    """The decision for the host this plugin runs on: its NVIDIA PCI functions from start-up, its
+    character drivers as of each claim."""
 
     def __init__(self, mode: Mode, proc_devices: Path | None = None, pci_root: Path = PCI_DEVICES) -> None:
         self.mode = mode
         self.proc_devices = proc_devices
-        self.pci_root = pci_root
+        self.nvidia_pci = nvidia_pci_functions(pci_root) if mode != "never" else []
         self._lock = threading.Lock()
         self._last = ""
 
     def current(self) -> DeviceNodes | None:
-        decision = decide(self.mode, char_majors(self.proc_devices), nvidia_pci_functions(self.pci_root))
+        decision = decide(self.mode, char_majors(self.proc_devices), self.nvidia_pci)
         with self._lock:
             changed, self._last = decision.reason != self._last, decision.reason
         if changed:
