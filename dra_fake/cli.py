@@ -158,7 +158,15 @@ def build_parser() -> argparse.ArgumentParser:
         action=_EnvDefault,
         env="FEATURE_GATES",
         default="",
-        help="NVIDIA driver feature gates, e.g. TimeSlicingSettings=true,MPSSupport=true",
+        help="NVIDIA driver feature gates, e.g. TimeSlicingSettings=true,NVMLDeviceHealthCheck=true",
+    )
+    gpu.add_argument(
+        "--additional-xids-to-ignore",
+        action=_EnvDefault,
+        env="ADDITIONAL_XIDS_TO_IGNORE",
+        default="",
+        help="comma-separated Xids whose faults taint with effect None, beside NVIDIA's "
+        "13,31,43,45,68,109 (NVMLDeviceHealthCheck; docs/faults.md)",
     )
     gpu.add_argument(
         "--device-nodes",
@@ -197,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dra_fake.fleet.cli import add_fleet_parser
 
     add_fleet_parser(sub)
+    from dra_fake.gpu.faultcli import add_fault_parser
+
+    add_fault_parser(sub)
     return parser
 
 
@@ -238,6 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dra_fake.fleet.run import run_fleet
 
         return run_fleet(args)
+    if args.command == "fault":
+        from dra_fake.gpu.faultcli import run_fault_command
+
+        return run_fault_command(args)
     if args.command == "profiles":
         from dra_fake.gpu.profiles import load_profiles
         from dra_fake.gpu.render import profiles_table

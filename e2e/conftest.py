@@ -80,6 +80,15 @@ class Environment:
                 f"the 1.{self.server_minor} scheduler keeps the counters of devices a constraint "
                 "rejected (fixed in 1.36)",
             ),
+            "device-taints": (
+                self.server_minor >= 34,
+                "device taints need resource.k8s.io/v1 with DRADeviceTaints (Kubernetes 1.34+ here)",
+            ),
+            "device-health": (
+                self.server_minor >= 36 and self.bed in ("harness", "kind"),
+                "the kubelet's device health stream needs ResourceHealthStatus (on from 1.36) and a "
+                "kubelet of ours",
+            ),
             "extended-resource": (
                 self.extended_resources,
                 "the GPU DeviceClass maps no extended resource (Kubernetes 1.34+, DRAExtendedResource)",

@@ -364,6 +364,39 @@ def test_pod_with_gpu_runs_and_nvidia_smi_shows_its_gpu(
         kube.delete_namespace(ns)
 
 
+def test_plugin_writes_the_status_of_its_nodes_faults(
+    installed: dict[str, Path], admin: client.ApiClient
+) -> None:
+    """The GPU plugin of node-1, with the chart's rights, watches its node's GpuFaults, writes
+    their status and taints the device (the local cluster's plugins run with NVMLDeviceHealthCheck)."""
+    custom = client.CustomObjectsApi(admin)
+    fault = {
+        "apiVersion": "dra-fake.dev/v1alpha1",
+        "kind": "GpuFault",
+        "metadata": {"name": "rbac-xid"},
+        "spec": {"nodeName": "node-1", "device": "gpu-3", "kind": "xid", "xid": 79, "recovery": "clear"},
+    }
+    custom.create_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", fault)
+    try:
+
+        def status() -> Any:
+            obj = custom.get_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", "rbac-xid")
+            return (obj.get("status") or {}).get("phase") == "Active" and obj["status"]
+
+        got = poll("GpuFault rbac-xid Active", status, 60)
+        assert got["message"] == "on gpu-3" and got["node"] == "node-1", got
+        kube = Kube(next(iter(installed.values())).parent / "kubeconfig")
+
+        def tainted() -> list[str]:
+            return [
+                d["name"] for s in kube.slices(node="node-1") for d in s["spec"]["devices"] if d.get("taints")
+            ]
+
+        assert poll("gpu-3 tainted", tainted, 60) == ["gpu-3"]
+    finally:
+        custom.delete_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", "rbac-xid")
+
+
 @pytest.mark.parametrize(
     "call",
     [
@@ -390,6 +423,20 @@ def test_pod_with_gpu_runs_and_nvidia_smi_shows_its_gpu(
                 "resource.k8s.io", "v1", "default", "resourceclaims", "x", {"status": {}}
             ),
             id="write-claim-status",
+        ),
+        pytest.param(
+            lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(
+                "dra-fake.dev",
+                "v1alpha1",
+                "gpufaults",
+                {
+                    "apiVersion": "dra-fake.dev/v1alpha1",
+                    "kind": "GpuFault",
+                    "metadata": {"name": "x"},
+                    "spec": {"nodeName": "node-1", "device": "gpu-0", "kind": "gpu-lost"},
+                },
+            ),
+            id="create-gpufault",
         ),
     ],
 )
@@ -722,8 +769,18 @@ def forbidden(log: Path) -> list[str]:
         ("resourceslices", "list"),
         ("resourceslices", "watch"),
         ("resourceslices", "create"),
+        ("gpufaults", "list"),
+        ("gpufaults", "watch"),
     ],
-    ids=["all-rules-publish", "nodes-get", "slices-list", "slices-watch", "slices-create"],
+    ids=[
+        "all-rules-publish",
+        "nodes-get",
+        "slices-list",
+        "slices-watch",
+        "slices-create",
+        "faults-list",
+        "faults-watch",
+    ],
 )
 def test_each_startup_rule_is_needed(
     installed: dict[str, Path],
@@ -779,7 +836,9 @@ def test_each_startup_rule_is_needed(
             assert not forbidden(log), forbidden(log)
         else:
             poll(f"an API call refused with 403 in {log}", lambda: forbidden(log), 60)
-            if verb != "watch":  # without watch it publishes, but misses changes made by others
+            # Without a watch it publishes, but misses changes made by others; faults are beside
+            # publishing.
+            if verb != "watch" and resource != "gpufaults":
                 assert not Kube(cluster.kubeconfig).slices(driver=driver)
     finally:
         proc.stop()

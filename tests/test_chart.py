@@ -142,6 +142,8 @@ def test_rbac_is_least_privilege() -> None:
             "resources": ["resourceslices"],
             "verbs": ["list", "watch", "create", "update", "delete"],
         },
+        {"apiGroups": ["dra-fake.dev"], "resources": ["gpufaults"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["dra-fake.dev"], "resources": ["gpufaults/status"], "verbs": ["patch"]},
     ]
 
 

@@ -18,6 +18,8 @@ import pytest
 
 from dra_fake.kubelet.pb.dra.v1 import api_pb2 as v1
 from dra_fake.kubelet.pb.dra.v1beta1 import api_pb2 as v1beta1
+from dra_fake.kubelet.pb.drahealth.v1 import api_pb2 as health_v1
+from dra_fake.kubelet.pb.drahealth.v1alpha1 import api_pb2 as health_v1alpha1
 from dra_fake.kubelet.pb.health.v1 import health_pb2
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
 
@@ -252,9 +254,45 @@ def test_health_field_numbers() -> None:
     assert watch.server_streaming and not watch.client_streaming
 
 
+INT64 = 3
+
+
+@pytest.mark.parametrize("pb", [health_v1, health_v1alpha1], ids=["v1", "v1alpha1"])
+def test_device_health_names_and_field_numbers(pb: ModuleType) -> None:
+    """As kubelet v0.37.2 pkg/apis/dra-health/{v1,v1alpha1}/api.proto (docs/reference/kubernetes-dra.md)."""
+    package = pb.DESCRIPTOR.package
+    assert package in ("v1", "v1alpha1")
+    service = pb.DESCRIPTOR.services_by_name["DRAResourceHealth"]
+    assert service.full_name == f"{package}.DRAResourceHealth"
+    method = service.methods_by_name["NodeWatchResources"]
+    assert method.server_streaming and not method.client_streaming
+    assert (method.input_type.name, method.output_type.name) == (
+        "NodeWatchResourcesRequest",
+        "NodeWatchResourcesResponse",
+    )
+    for message, name, number, ftype, repeated in [
+        ("NodeWatchResourcesResponse", "devices", 1, MESSAGE, True),
+        ("DeviceHealth", "device", 1, MESSAGE, False),
+        ("DeviceHealth", "health", 2, ENUM, False),
+        ("DeviceHealth", "last_updated_time", 3, INT64, False),
+        ("DeviceHealth", "health_check_timeout_seconds", 4, INT64, False),
+        ("DeviceHealth", "message", 5, STRING, False),
+        ("DeviceIdentifier", "pool_name", 1, STRING, False),
+        ("DeviceIdentifier", "device_name", 2, STRING, False),
+    ]:
+        f = _field(pb, message, name)
+        assert (f.number, f.type, _repeated(f)) == (number, ftype, repeated), f"{message}.{name}"
+    assert len(pb.DESCRIPTOR.message_types_by_name["NodeWatchResourcesRequest"].fields) == 0
+    assert {v.name: v.number for v in pb.DESCRIPTOR.enum_types_by_name["HealthStatus"].values} == {
+        "UNKNOWN": 0,
+        "HEALTHY": 1,
+        "UNHEALTHY": 2,
+    }
+
+
 def test_proto_sources_cite_upstream_and_have_no_gogo() -> None:
     protos = sorted(PROTO.rglob("*.proto"))
-    assert len(protos) == 4
+    assert len(protos) == 6
     for p in protos:
         text = p.read_text()
         code = "\n".join(line.split("//", 1)[0] for line in text.splitlines())  # comments stripped

@@ -117,6 +117,9 @@ class ComputeDomainDriver:
     def desired_slices(self, server: ServerInfo) -> list[DesiredSlice]:
         return slices.desired_slices()
 
+    def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
+        pass  # the channel and daemon devices have no faults to watch
+
 
 def run_cd_plugin(args: argparse.Namespace) -> int:
     logs.setup(args.log_level, args.log_format)

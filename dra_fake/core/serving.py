@@ -15,10 +15,10 @@ import argparse
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -32,6 +32,9 @@ from dra_fake.core.resourceapi import ClaimNotFound, ResourceApi, ServerInfo, di
 from dra_fake.core.retry import with_backoff
 from dra_fake.core.slices import DesiredSlice
 from dra_fake.kubelet.api import ClaimRef, PreparedDevice, PrepareResult
+
+if TYPE_CHECKING:
+    from dra_fake.kubelet.device_health import DeviceHealthBoard
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,11 @@ class PluginContext:
     data_dir: Path  # <kubelet plugins dir>/<driver>, created (0750)
     cdi_root: Path
     stop: threading.Event
+    device_health: DeviceHealthBoard
     node_uid: str = ""
+    # Set once the slices are published: ask the publisher to sync again now (the desired slices
+    # changed, e.g. a fault tainted a device).
+    republish: Callable[[], None] = lambda: None
 
     def checkpoint_error_hook(self, driver: str) -> Any:
         """A corrupt checkpoint: counted, logged by the store, and shown as an Event on the Node."""
@@ -85,7 +92,12 @@ class KubeletDriver(Protocol):
         """The driver's prepared-claims state (before start-up reconciliation)."""
 
     def desired_slices(self, server: ServerInfo) -> list[DesiredSlice]:
-        """What the node's pool publishes, for this server's version."""
+        """What the node's pool publishes, for this server's version; called at every sync, so
+        it may change (call ctx.republish) and should be cheap when nothing changed."""
+
+    def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
+        """Start what the driver runs beside serving once the API server is reached (threads that
+        end when ctx.stop is set)."""
 
 
 class ClaimPreparer:
@@ -169,6 +181,7 @@ def run_plugin(args: argparse.Namespace, api: client.ApiClient, driver: KubeletD
     are up before the API server is reached, so unprepare works through an API outage (prepare
     needs the claim from the server and fails per claim until it is reached). Discovery, the
     Node's UID and the ResourceSlices follow in the background, retried until they succeed."""
+    from dra_fake.kubelet.device_health import DeviceHealthBoard
     from dra_fake.kubelet.health import HealthServer
     from dra_fake.kubelet.server import KubeletPlugin, serve_forever
 
@@ -176,7 +189,8 @@ def run_plugin(args: argparse.Namespace, api: client.ApiClient, driver: KubeletD
     stop = threading.Event()
     data_dir = Path(args.kubelet_plugins_directory_path) / args.driver_name
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
-    ctx = PluginContext(api, args.node_name, data_dir, Path(args.cdi_root), stop)
+    board = DeviceHealthBoard()
+    ctx = PluginContext(api, args.node_name, data_dir, Path(args.cdi_root), stop, board)
     state = driver.create_state(ctx)
     state.startup()
     if args.metrics_port >= 0:
@@ -190,6 +204,7 @@ def run_plugin(args: argparse.Namespace, api: client.ApiClient, driver: KubeletD
         args.kubelet_registrar_directory_path,
         args.kubelet_plugins_directory_path,
         args.pod_uid or None,
+        device_health=board,
     )
     kubelet.start()
     components: list[Any] = [kubelet]
@@ -240,13 +255,20 @@ class _Publishing:
             "API server",
             extra={"version": "{}.{}".format(*server.version), "resourceApi": self.resources.version},
         )
-        slices = self.driver.desired_slices(server)
+
+        def desired() -> list[DesiredSlice]:
+            slices = self.driver.desired_slices(server)
+            self.ctx.device_health.set_devices(self.ctx.node, (d["name"] for s in slices for d in s.devices))
+            return slices
+
         publisher = Publisher(
-            self.resources, self.args.driver_name, self.ctx.node, self.ctx.node_uid, lambda: slices
+            self.resources, self.args.driver_name, self.ctx.node, self.ctx.node_uid, desired
         )
         self.publisher = publisher
+        self.ctx.republish = publisher.resync
         if not self._stopped.is_set():
             publisher.start()
+            self.driver.start_background(self.ctx, server)
 
     def stop(self, grace: float | None = None) -> None:
         self._stopped.set()

@@ -7,6 +7,7 @@ import argparse
 import logging
 import secrets
 import sys
+import threading
 from pathlib import Path
 
 from dra_fake.core import logs
@@ -14,15 +15,21 @@ from dra_fake.core.kube import StartupError, load_kube_client
 from dra_fake.core.resourceapi import ServerInfo
 from dra_fake.core.serving import ClaimState, PluginContext, run_plugin
 from dra_fake.core.slices import DesiredSlice
-from dra_fake.gpu.configs import FeatureGates
+from dra_fake.gpu.configs import GATE_DYNAMIC_MIG, FeatureGates
 from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
+from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, FaultTracker
+from dra_fake.gpu.faultwatch import FaultWatcher
 from dra_fake.gpu.inventory import Inventory, InventoryError, load_inventory
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.gpu.slices import desired_slices, shuffled
 from dra_fake.gpu.state import DeviceState
 
-KNOWN_GATES = ("TimeSlicingSettings", "MPSSupport", "DynamicMIG")
+GATE_HEALTH_CHECK = "NVMLDeviceHealthCheck"
+KNOWN_GATES = ("TimeSlicingSettings", "MPSSupport", "DynamicMIG", GATE_HEALTH_CHECK)
+# NVIDIA's driver refuses these together at start (docs/reference/nvidia-gpu-driver.md#72-driver-feature-gates).
+EXCLUSIVE_GATES = ((GATE_DYNAMIC_MIG, GATE_HEALTH_CHECK),)
 DEVICE_ORDERS = ("sorted", "shuffled")
+TAINT_EFFECT_NONE_SINCE = (1, 35)  # servers before 1.35 reject a device taint with effect None
 log = logging.getLogger(__name__)
 
 
@@ -38,7 +45,22 @@ def parse_feature_gates(raw: str) -> FeatureGates:
             raise StartupError(f"--feature-gates: {name}={value!r}: the value must be true or false")
         if value.lower() == "true":
             enabled.add(name)
+    for first, second in EXCLUSIVE_GATES:
+        if {first, second} <= enabled:
+            raise StartupError(f"feature gate {first} is currently mutually exclusive with {second}")
     return FeatureGates(frozenset(enabled))
+
+
+def parse_additional_xids(raw: str) -> frozenset[int]:
+    """ADDITIONAL_XIDS_TO_IGNORE: comma-separated decimal Xids. NVIDIA's plugin drops a malformed
+    entry with a debug log; here it is a start-up error naming it, since a typo would silently
+    turn an ignored Xid into a NoSchedule taint."""
+    xids = set()
+    for item in filter(None, (s.strip() for s in raw.split(","))):
+        if not item.isdigit() or not 0 < int(item) < MAX_XID:
+            raise StartupError(f"--additional-xids-to-ignore: {item!r} is not an Xid number")
+        xids.add(int(item))
+    return frozenset(xids)
 
 
 class GpuDriver:
@@ -53,12 +75,17 @@ class GpuDriver:
         gates: FeatureGates,
         device_nodes: DeviceNodePolicy,
         shuffle_seed: int | None = None,
+        ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS,
     ) -> None:
         self.driver = driver_name
         self.inventory = inventory
         self.gates = gates
         self.device_nodes = device_nodes
         self.shuffle_seed = shuffle_seed  # None: sorted devices
+        self.ignored_xids = ignored_xids
+        self._taints: dict[str, list[dict[str, str]]] = {}
+        self._slices: tuple[object, list[DesiredSlice]] | None = None  # (key, slices) of the last call
+        self._lock = threading.Lock()
 
     def create_state(self, ctx: PluginContext) -> ClaimState:
         return DeviceState(
@@ -75,8 +102,34 @@ class GpuDriver:
         )
 
     def desired_slices(self, server: ServerInfo) -> list[DesiredSlice]:
-        wanted = desired_slices(self.inventory, self.driver, server.version)
-        return wanted if self.shuffle_seed is None else shuffled(wanted, self.shuffle_seed)
+        """Rebuilt only when the taints change (the publisher asks at every sync)."""
+        with self._lock:
+            taints = self._taints
+            if server.version < TAINT_EFFECT_NONE_SINCE:
+                taints = {
+                    d: kept for d, ts in taints.items() if (kept := [t for t in ts if t["effect"] != "None"])
+                }
+            key = (server.version, repr(taints))
+            if self._slices is None or self._slices[0] != key:
+                wanted = desired_slices(self.inventory, self.driver, server.version, taints)
+                self._slices = (
+                    key,
+                    wanted if self.shuffle_seed is None else shuffled(wanted, self.shuffle_seed),
+                )
+            return self._slices[1]
+
+    def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
+        """Watch this node's GpuFaults: taints with NVMLDeviceHealthCheck (as NVIDIA), health always."""
+        health_check = self.gates.enabled(GATE_HEALTH_CHECK)
+
+        def apply(effects: Effects) -> None:
+            with self._lock:
+                self._taints = effects.taints if health_check else {}
+            ctx.device_health.set_health(effects.health)
+            ctx.republish()
+
+        tracker = FaultTracker(self.inventory.devices, self.ignored_xids)
+        FaultWatcher(ctx.api, ctx.node, tracker, apply, ctx.stop).start()
 
 
 def run_gpu_plugin(args: argparse.Namespace) -> int:
@@ -85,6 +138,7 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         if not args.node_name:
             raise StartupError("--node-name (NODE_NAME) is required")
         gates = parse_feature_gates(args.feature_gates)
+        ignored_xids = DEFAULT_IGNORED_XIDS | parse_additional_xids(args.additional_xids_to_ignore)
         if args.device_nodes not in MODES:
             raise StartupError(f"--device-nodes: {args.device_nodes!r} is not one of {', '.join(MODES)}")
         if args.device_order not in DEVICE_ORDERS:
@@ -103,4 +157,4 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
     if args.device_order == "shuffled":
         seed = secrets.randbits(32)
         log.info("slice devices shuffled (--device-order=shuffled)", extra={"seed": seed})
-    return run_plugin(args, api, GpuDriver(args.driver_name, inventory, gates, policy, seed))
+    return run_plugin(args, api, GpuDriver(args.driver_name, inventory, gates, policy, seed, ignored_xids))

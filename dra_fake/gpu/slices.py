@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -177,8 +177,12 @@ def mig_device(gpu: PhysicalGpu, device: AllocatableDevice) -> dict[str, Any]:
     return result
 
 
-def device_entry(gpu: PhysicalGpu, device: AllocatableDevice) -> dict[str, Any]:
+def device_entry(
+    gpu: PhysicalGpu, device: AllocatableDevice, taints: Mapping[str, list[dict[str, str]]] | None = None
+) -> dict[str, Any]:
     entry = full_gpu_device(gpu, device) if device.kind == "gpu" else mig_device(gpu, device)
+    if taints and taints.get(device.name):
+        entry["taints"] = [dict(t) for t in taints[device.name]]
     _check_device_limits(entry)
     return entry
 
@@ -203,15 +207,19 @@ def _check_device_limits(entry: dict[str, Any]) -> None:
 
 
 def desired_slices(
-    inventory: Inventory, driver_name: str, server_version: tuple[int, int]
+    inventory: Inventory,
+    driver_name: str,
+    server_version: tuple[int, int],
+    taints: Mapping[str, list[dict[str, str]]] | None = None,
 ) -> list[DesiredSlice]:
-    """The node pool's slices, in publishing order. Always at least one (maybe empty) slice."""
+    """The node pool's slices, in publishing order. Always at least one (maybe empty) slice.
+    `taints`: device name -> its device taints (dra_fake.gpu.faults)."""
     if not _DRIVER_NAME.match(driver_name) or len(driver_name) > 63:
         raise ValueError(
             f"invalid driver name {driver_name!r}: a lower-case DNS subdomain of at most 63 chars"
         )
     gpus = sorted(inventory.gpus, key=lambda g: g.pci_bus_id)
-    per_gpu = [(gpu, [device_entry(gpu, d) for d in inventory.devices_of(gpu)]) for gpu in gpus]
+    per_gpu = [(gpu, [device_entry(gpu, d, taints) for d in inventory.devices_of(gpu)]) for gpu in gpus]
     if not any(gpu.mig_mode == "dynamic" for gpu in gpus):
         devices = [entry for _, entries in per_gpu for entry in entries]
         return [DesiredSlice(devices=chunk) for chunk in _chunks(devices, _device_limit(devices))] or [

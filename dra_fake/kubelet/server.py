@@ -32,6 +32,7 @@ import grpc
 from dra_fake.core.metrics import METRICS, RESULT_CLAIM_ERROR, RESULT_ERROR, RESULT_SUCCESS, DriverMetrics
 from dra_fake.kubelet import sockets
 from dra_fake.kubelet.api import ClaimRef, DriverHandler, PreparedDevice, PrepareResult
+from dra_fake.kubelet.device_health import HEALTH_VERSIONS, DeviceHealthBoard, health_servicers
 from dra_fake.kubelet.pb.dra.v1 import api_pb2 as drapb_v1
 from dra_fake.kubelet.pb.dra.v1 import api_pb2_grpc as drapb_v1_grpc
 from dra_fake.kubelet.pb.dra.v1beta1 import api_pb2 as drapb_v1beta1
@@ -56,6 +57,7 @@ DRA_V1BETA1_SERVICE: str = drapb_v1beta1.DESCRIPTOR.services_by_name["DRAPlugin"
 PROBE_METADATA_KEY = "dra-fake-probe"
 
 DEFAULT_MAX_WORKERS = 8  # concurrent DRA calls; the kubelet sends one batch per pod start/stop
+HEALTH_STREAM_WORKERS = 2
 REGISTRATION_MAX_WORKERS = 2  # GetInfo has a 1 s timeout in the kubelet: never queue behind DRA calls
 
 SIGNAL_POLL_INTERVAL = 0.5  # seconds; bounds the delay between SIGTERM and the start of shutdown
@@ -285,7 +287,7 @@ class _RegistrationServicer:
                 type=PLUGIN_TYPE,
                 name=p.driver_name,
                 endpoint=p.endpoint,
-                supported_versions=list(SUPPORTED_VERSIONS),
+                supported_versions=list(self._plugin.supported_versions),
             )
             obs.result = RESULT_SUCCESS
             return info
@@ -395,6 +397,7 @@ class KubeletPlugin:
         max_workers: int = DEFAULT_MAX_WORKERS,
         endpoint: str | None = None,
         socket_mode: int = sockets.SOCKET_MODE,
+        device_health: DeviceHealthBoard | None = None,
     ) -> None:
         if not driver_name or "/" in driver_name:
             raise ValueError(f"invalid driver name {driver_name!r}")
@@ -410,10 +413,14 @@ class KubeletPlugin:
         self._state = RegistrationState()
         self._state_lock = threading.Lock()
         self.in_flight = InFlight()
+        self.device_health = device_health
+        self.supported_versions = SUPPORTED_VERSIONS + (HEALTH_VERSIONS if device_health else ())
+        health = health_servicers(device_health, driver_name) if device_health else []
         self.dra_server = SocketServer(
             "dra",
             self.dra_socket,
             [
+                *health,
                 (
                     drapb_v1_grpc.add_DRAPluginServicer_to_server,
                     _DRAServicer("v1", drapb_v1, driver_name, handler, self.metrics, self.in_flight),
@@ -425,7 +432,8 @@ class KubeletPlugin:
                     ),
                 ),
             ],
-            max_workers=max_workers,
+            # An open health stream holds a worker: the kubelet keeps one open, a second during a retry.
+            max_workers=max_workers + (HEALTH_STREAM_WORKERS if device_health else 0),
             socket_mode=socket_mode,
         )
         self.registration_server = SocketServer(
@@ -475,7 +483,7 @@ class KubeletPlugin:
                 "driver": self.driver_name,
                 "registration_socket": self.registration_socket,
                 "dra_socket": self.dra_socket,
-                "versions": list(SUPPORTED_VERSIONS),
+                "versions": list(self.supported_versions),
             },
         )
 
@@ -483,6 +491,8 @@ class KubeletPlugin:
         """Remove the registration socket (the kubelet deregisters this instance), then let in-flight
         DRA calls finish within ``grace`` seconds and remove the DRA socket. Idempotent."""
         self.registration_server.stop(grace)
+        if self.device_health is not None:
+            self.device_health.close()  # open streams end now, not after the grace period
         self.dra_server.stop(grace)
 
     def __enter__(self) -> KubeletPlugin:

@@ -196,6 +196,7 @@ class KindCluster:
         values: dict[str, Any] = {
             "image": {"repository": DRIVER_IMAGE[0], "tag": DRIVER_IMAGE[1], "pullPolicy": "Never"},
             "computeDomains": {"imexCliqueID": IMEX_CLIQUE_ID},
+            "featureGates": {"NVMLDeviceHealthCheck": True},  # faults taint devices (e2e/test_faults.py)
         }
         if inventory:
             values["inventory"] = {"config": yaml.safe_load(inventory.read_text())}

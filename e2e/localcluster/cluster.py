@@ -46,6 +46,7 @@ CONTROLLERS = ",".join(
         "serviceaccount-token-controller",
         "root-ca-certificate-publisher-controller",
         "pod-garbage-collector-controller",
+        "device-taint-eviction-controller",  # NoExecute device taints evict pods (e2e/test_faults.py)
     ]
 )
 CD_NAMESPACE = "nvidia-dra-driver-gpu"  # the driver namespace of NVIDIA's docs
@@ -433,6 +434,7 @@ class LocalCluster:
             f"--kubelet-plugins-directory-path={nd / 'plugins'}",
             f"--cdi-root={nd / 'cdi'}",
             "--healthcheck-port=0",  # the plugin binds a free port itself: no race with a port picked here
+            "--feature-gates=NVMLDeviceHealthCheck=true",  # faults taint devices (e2e/test_faults.py)
             f"--metrics-port={self.state.ports.setdefault(f'metrics-{node}', free_port())}",
         ]
         config = self.state.node_configs.get(node) or self.state.inventory_config

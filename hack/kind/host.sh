@@ -39,7 +39,11 @@ start_dockerd() {
   command -v dockerd >/dev/null || die "docker is not installed (Debian: apt-get install docker.io)"
   [ "$(id -u)" = 0 ] || die "dockerd is not running; start it (or run this as root)"
   log "starting dockerd (log: $STATE/dockerd.log)"
-  setsid dockerd > "$STATE/dockerd.log" 2>&1 < /dev/null &
+  # Without our tool dirs in its PATH: its containerd looks up containerd-shim-runc-v2 there, and the
+  # one tools.sh builds for the node image (containerd 2) speaks a protocol Debian's 1.6 cannot read.
+  local path=${PATH//"$KIND_BIN:"/}
+  path=${path//"$REPO/.tools/bin:"/}
+  PATH=$path setsid dockerd > "$STATE/dockerd.log" 2>&1 < /dev/null &
   echo $! > "$STATE/dockerd.pid"
   for _ in $(seq 1 60); do docker_up && return 0; sleep 0.5; done
   tail -20 "$STATE/dockerd.log" >&2; die "dockerd did not come up"

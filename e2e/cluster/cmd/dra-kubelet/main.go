@@ -148,6 +148,7 @@ func run(ctx context.Context, o options) error {
 	}
 	defer draManager.Stop()
 	pods.dra = draManager
+	go pods.followHealth(ctx)
 
 	// The kubelet's plugin manager watches the registry dir and registers DRA plugins.
 	pm := pluginmanager.NewPluginManager(paths.registry, recorder)

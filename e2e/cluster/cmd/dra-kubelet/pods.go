@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
@@ -285,8 +286,47 @@ func (w *podWorker) setRunning(ctx context.Context, pod *v1.Pod, notReady map[st
 		})
 		*cur.Status.ContainerStatuses[len(cur.Status.ContainerStatuses)-1].Started = true
 	}
+	// As the kubelet's status manager: the devices' health from the plugins' health streams.
+	w.dra.UpdateAllocatedResourcesStatus(klog.FromContext(ctx), cur, &cur.Status)
 	_, err = w.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 	return err
+}
+
+// followHealth rewrites the device health in the status of the pods a plugin's health stream
+// names (the DRA manager's Updates channel), as the kubelet's sync loop does on such an update.
+func (w *podWorker) followHealth(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case update := <-w.dra.Updates():
+			for _, uid := range update.PodUIDs {
+				if err := w.refreshHealth(ctx, types.UID(uid)); err != nil {
+					logger.Info("device health not written to the pod status", "podUID", uid, "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (w *podWorker) refreshHealth(ctx context.Context, uid types.UID) error {
+	w.mu.Lock()
+	started := w.started[uid]
+	w.mu.Unlock()
+	pod, exists := w.current(uid)
+	if !started || !exists {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := w.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil || cur.UID != uid {
+			return err
+		}
+		w.dra.UpdateAllocatedResourcesStatus(klog.FromContext(ctx), cur, &cur.Status)
+		_, err = w.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 func setConditions(conds []v1.PodCondition, now metav1.Time, types ...v1.PodConditionType) []v1.PodCondition {

@@ -1,0 +1,244 @@
+"""Simulated GPU faults end to end (issue 14; docs/faults.md): `dra-fake fault inject` creates a
+GpuFault, the node's GPU plugin (NVMLDeviceHealthCheck on) taints the device in its ResourceSlice
+as NVIDIA's plugin does, the scheduler keeps new claims off it unless they tolerate the taint, the
+kubelet's device health stream marks the running pod's device Unhealthy, and `fault clear` (with
+recovery `clear`) makes the device schedulable and healthy again."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from e2e.conftest import published
+from e2e.kube import Kube, poll
+from e2e.test_allocation import devices_of, pod, template, unschedulable
+
+REPO = Path(__file__).resolve().parents[1]
+GROUP, VERSION, PLURAL = "dra-fake.dev", "v1alpha1", "gpufaults"
+XID_TAINT = "gpu.nvidia.com/xid"
+
+
+def fault_cli(kubeconfig: Path, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "dra_fake", "fault", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+    )
+    assert out.returncode == 0, f"dra-fake fault {' '.join(args)}: {out.stdout}{out.stderr}"
+    return out.stdout
+
+
+def taints(kube: Kube, node: str, device: str) -> list[dict[str, Any]]:
+    return list(published(kube, node)[device].get("taints") or [])
+
+
+def fault_status(kube: Kube, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = kube.custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)  # type: ignore[assignment]
+    return dict(obj.get("status") or {})
+
+
+def uuid_template(name: str, uuid: str, tolerate: bool = False) -> str:
+    """A claim for the one GPU with this UUID; optionally tolerating NVIDIA's Xid taint."""
+    doc = yaml.safe_load(
+        template(name, "gpu.nvidia.com", selector=f'device.attributes["gpu.nvidia.com"].uuid == "{uuid}"')
+    )
+    if tolerate:
+        doc["spec"]["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
+            {"key": XID_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+        ]
+    return yaml.safe_dump(doc)
+
+
+def health_of(kube: Kube, ns: str, name: str) -> list[tuple[str, str]]:
+    """(resourceID, health) of every device of the pod's first container, from its status."""
+    statuses = kube.pod(ns, name)["status"].get("containerStatuses") or [{}]
+    return [
+        (r["resourceID"], r["health"])
+        for entry in statuses[0].get("allocatedResourcesStatus") or []
+        for r in entry.get("resources") or []
+    ]
+
+
+@pytest.fixture
+def faults(kube: Kube) -> Iterator[list[str]]:
+    """Names of GpuFaults a test created; deleted afterwards (they are cluster-scoped)."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        with contextlib.suppress(ApiException):  # already cleared by the test
+            kube.custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+
+
+@pytest.mark.needs("device-taints")
+def test_xid_taints_the_device_new_claims_avoid_it_and_clear_restores_it(
+    kube: Kube, kubeconfig: Path, ns: str, full_gpu_node: str, faults: list[str]
+) -> None:
+    device = sorted(published(kube, full_gpu_node), key=lambda n: int(n.split("-")[1]))[-1]
+    uuid = published(kube, full_gpu_node)[device]["attributes"]["uuid"]["string"]
+    name = f"{ns}-xid"
+    faults.append(name)
+    out = fault_cli(
+        kubeconfig,
+        "inject",
+        "--node",
+        full_gpu_node,
+        "--device",
+        uuid,
+        "--kind",
+        "xid",
+        "--xid",
+        "79",
+        "--recovery",
+        "clear",
+        "--name",
+        name,
+    )
+    assert out == f"gpufault.{GROUP}/{name} created\n"
+
+    tainted = poll(f"{device} tainted", lambda: taints(kube, full_gpu_node, device), 60)
+    assert [{k: v for k, v in t.items() if k != "timeAdded"} for t in tainted] == [
+        {"key": XID_TAINT, "value": "79", "effect": "NoSchedule"}
+    ]
+    status = poll(
+        "fault Active",
+        lambda: fault_status(kube, name).get("phase") == "Active" and fault_status(kube, name),
+        30,
+    )
+    assert status["message"] == f"on {device}" and status["node"] == full_gpu_node
+    listed = fault_cli(kubeconfig, "list")
+    assert any(
+        line.split()[:6] == [name, full_gpu_node, uuid, "xid", "xid=79", "Active"]
+        for line in listed.splitlines()
+    ), listed
+    others = [n for n, d in published(kube, full_gpu_node).items() if n != device and d.get("taints")]
+    assert not others, f"an Xid taints only its device, not {others}"
+
+    kube.apply_yaml(uuid_template("plain", uuid), ns)
+    kube.create(pod("avoids", "plain", full_gpu_node), ns)
+    assert "cannot allocate all claims" in unschedulable(kube, ns, "avoids")
+    kube.apply_yaml(uuid_template("tolerant", uuid, tolerate=True), ns)
+    kube.create(pod("tolerates", "tolerant", full_gpu_node), ns)
+    kube.wait_running(ns, "tolerates")
+    assert devices_of(kube, ns, "tolerates") == [device]
+
+    assert (
+        fault_cli(kubeconfig, "clear", "--node", full_gpu_node, "--device", uuid)
+        == f"gpufault.{GROUP}/{name} deleted\n"
+    )
+    poll(f"{device} untainted", lambda: not taints(kube, full_gpu_node, device), 60)
+    kube.delete_pod(ns, "tolerates")
+    kube.wait_running(ns, "avoids")
+    assert devices_of(kube, ns, "avoids") == [device]
+
+
+@pytest.mark.needs("device-health")
+def test_a_lost_gpu_shows_unhealthy_in_the_pod_status_until_cleared(
+    kube: Kube, kubeconfig: Path, ns: str, full_gpu_node: str, faults: list[str]
+) -> None:
+    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
+    kube.create(pod("holder", "one", full_gpu_node), ns)
+    kube.wait_running(ns, "holder")
+    [device] = devices_of(kube, ns, "holder")
+    healthy = poll("device health in the pod status", lambda: health_of(kube, ns, "holder"), 60)
+    [(resource_id, health)] = healthy
+    # The kubelet names a device by its first CDI device ID (our per-claim spec).
+    assert resource_id.startswith("k8s.gpu.nvidia.com/claim=") and health == "Healthy", healthy
+
+    name = f"{ns}-lost"
+    faults.append(name)
+    fault_cli(
+        kubeconfig,
+        "inject",
+        "--node",
+        full_gpu_node,
+        "--device",
+        device,
+        "--kind",
+        "gpu-lost",
+        "--recovery",
+        "clear",
+        "--name",
+        name,
+    )
+    poll(
+        "the pod's device Unhealthy",
+        lambda: health_of(kube, ns, "holder") == [(resource_id, "Unhealthy")],
+        60,
+    )
+    statuses = kube.pod(ns, "holder")["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
+    assert statuses[0]["name"] == "claim:dev", json.dumps(statuses)
+    assert kube.pod(ns, "holder")["status"]["phase"] == "Running"  # NoSchedule: the pod stays
+
+    fault_cli(kubeconfig, "clear", "--node", full_gpu_node)
+    poll(
+        "the pod's device Healthy again",
+        lambda: health_of(kube, ns, "holder") == [(resource_id, "Healthy")],
+        60,
+    )
+    poll(
+        "no gpu-lost taint left",
+        lambda: not any(d.get("taints") for d in published(kube, full_gpu_node).values()),
+        60,
+    )
+
+
+def tolerating_template(name: str, seconds: int) -> str:
+    doc = yaml.safe_load(template(name, "gpu.nvidia.com"))
+    doc["spec"]["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
+        {"key": XID_TAINT, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+    ]
+    return yaml.safe_dump(doc)
+
+
+@pytest.mark.needs("device-taints")
+def test_a_noexecute_fault_evicts_the_pods_using_the_device_after_their_toleration(
+    kube: Kube, kubeconfig: Path, ns: str, full_gpu_node: str, faults: list[str]
+) -> None:
+    """Kubernetes' own device-taint-eviction-controller (kube-controller-manager) does the evicting."""
+    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
+    kube.apply_yaml(tolerating_template("patient", 30), ns)
+    kube.create(pod("evicted", "one", full_gpu_node), ns)
+    kube.create(pod("tolerant", "patient", full_gpu_node), ns)
+    kube.wait_running(ns, "evicted")
+    kube.wait_running(ns, "tolerant")
+    for holder in ("evicted", "tolerant"):
+        [device] = devices_of(kube, ns, holder)
+        faults.append(f"{ns}-{holder}")
+        fault_cli(
+            kubeconfig,
+            "inject",
+            "--node",
+            full_gpu_node,
+            "--device",
+            device,
+            "--kind",
+            "xid",
+            "--xid",
+            "79",
+            "--effect",
+            "NoExecute",
+            "--recovery",
+            "clear",
+            "--name",
+            f"{ns}-{holder}",
+        )
+
+    def being_deleted(name: str) -> bool:
+        return not kube.pod_exists(ns, name) or bool(kube.pod(ns, name)["metadata"].get("deletionTimestamp"))
+
+    poll("the pod without a toleration evicted", lambda: being_deleted("evicted"), 60)
+    assert not being_deleted("tolerant"), "evicted before its tolerationSeconds (30) ran out"
+    poll("the tolerating pod evicted once its 30 s are over", lambda: being_deleted("tolerant"), 90)
