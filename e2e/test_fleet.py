@@ -46,6 +46,7 @@ def fleet(kubeconfig: Path, kube: Kube, tmp_path: Path) -> Iterator[str]:
             f"--fleet-name={name}",
             "--workers=4",
             "--mark-pods-running",
+            "--feature-gates=NVMLDeviceHealthCheck=true",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -123,3 +124,48 @@ def test_fleet_publishes_keeps_slices_and_runs_pods(kube: Kube, fleet: str, ns: 
         return False
 
     poll("pod on-fleet deleted", gone, 60)
+
+
+def test_fleet_nodes_apply_gpu_faults(kube: Kube, fleet: str) -> None:
+    """A GpuFault naming a fleet node taints that node's device (NVMLDeviceHealthCheck on) and gets
+    its status from the fleet; a fault that ends with recovery `clear` removes the taint."""
+    node = poll("fleet nodes Ready and untainted", lambda: _ready_untainted(kube, fleet), 60)[1]
+    poll(f"slices of {node}", lambda: kube.slices(node=node), 60)
+    name = f"{fleet}-lost"
+    fault = {
+        "apiVersion": "dra-fake.dev/v1alpha1",
+        "kind": "GpuFault",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "device": "gpu-2",
+            "kind": "gpu-lost",
+            "durationSeconds": 20,
+            "recovery": "clear",
+        },
+    }
+    kube.custom.create_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", fault)
+    try:
+
+        def tainted() -> list[str]:
+            return sorted(
+                d["name"] for s in kube.slices(node=node) for d in s["spec"]["devices"] if d.get("taints")
+            )
+
+        assert poll("every device of the node tainted gpu-lost", tainted, 60) == [
+            f"gpu-{i}" for i in range(8)
+        ]
+
+        def phase() -> str:
+            obj: Any = kube.custom.get_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", name)
+            return str((obj.get("status") or {}).get("phase", ""))
+
+        poll("fault Active", lambda: phase() == "Active", 30)
+        poll("fault Recovered after its 20 s", lambda: phase() == "Recovered", 60)
+        poll("taints gone", lambda: not tainted(), 30)
+        others = [n for n in _ready_untainted(kube, fleet) if n != node]
+        assert not [
+            d for n in others for s in kube.slices(node=n) for d in s["spec"]["devices"] if d.get("taints")
+        ]
+    finally:
+        kube.custom.delete_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", name)

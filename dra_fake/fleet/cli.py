@@ -31,6 +31,12 @@ def add_fleet_parser(sub: Any) -> None:
     p.add_argument("--profiles-dir", type=Path, action="append", default=[])
     p.add_argument("--mark-pods-running", action="store_true", help="mark pods bound to fleet nodes Running")
     p.add_argument("--resync-seconds", type=float, default=300.0)
+    p.add_argument(
+        "--feature-gates",
+        default="",
+        help="as the GPU plugin's; NVMLDeviceHealthCheck=true: GpuFaults of fleet nodes taint their devices",
+    )
+    p.add_argument("--additional-xids-to-ignore", default="", help="as the GPU plugin's (docs/faults.md)")
     p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
     p.add_argument(
         "--exit-when-synced",

@@ -36,7 +36,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dra_fake.core import logs
-from dra_fake.core.kube import REQUEST_TIMEOUT, TimeoutApiClient, kube_configuration
+from dra_fake.core.kube import REQUEST_TIMEOUT, StartupError, TimeoutApiClient, kube_configuration
 from dra_fake.core.publisher import Publisher
 from dra_fake.core.resourceapi import (
     RESOURCE_GROUP,
@@ -58,6 +58,16 @@ from dra_fake.fleet.core import (
     pod_running_status,
     untaint_patch,
 )
+from dra_fake.gpu.faults import (
+    DEFAULT_IGNORED_XIDS,
+    GROUP,
+    PLURAL,
+    VERSION,
+    Effects,
+    FaultTracker,
+    servable_taints,
+)
+from dra_fake.gpu.faultwatch import NodeFaults
 from dra_fake.gpu.inventory import (
     InventoryConfig,
     InventoryError,
@@ -65,6 +75,7 @@ from dra_fake.gpu.inventory import (
     default_config,
     parse_config,
 )
+from dra_fake.gpu.plugin import GATE_HEALTH_CHECK, parse_additional_xids, parse_feature_gates
 from dra_fake.gpu.profiles import GpuProfile, load_profiles
 from dra_fake.gpu.slices import desired_slices
 
@@ -150,6 +161,8 @@ class FleetOptions:
     mark_pods_running: bool = False
     resync_seconds: float = 300.0
     node_labels: dict[str, str] = field(default_factory=dict)
+    health_check: bool = False  # NVMLDeviceHealthCheck: GpuFaults taint the fleet's devices
+    ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
 
 
 class _CachedCustom:
@@ -238,6 +251,14 @@ class Fleet:
         self.pods_marked = 0
         self.phases: dict[str, float] = {}  # how long start-up steps took
         self._threads: list[threading.Thread] = []
+        # Faults (--feature-gates=NVMLDeviceHealthCheck=true): objects per node, their appliers,
+        # the taints they give, and when each node's faults change next.
+        self._fault_objects: dict[str, dict[str, dict[str, Any]]] = {}
+        self._node_faults: dict[str, NodeFaults] = {}
+        self._taints: dict[str, dict[str, list[dict[str, str]]]] = {}
+        self._next_fault_change: dict[str, float] = {}
+        self._fault_lock = threading.Lock()  # one reconciliation at a time
+        self._fault_wake = threading.Event()
 
     # ---- what each node should publish -------------------------------------------------------
     def desired(self, node: str) -> list[DesiredSlice]:
@@ -247,7 +268,9 @@ class Fleet:
             if self.info is None:
                 raise RuntimeError("fleet: slices asked for before API discovery")
             inv = build_inventory(self.inventory, node, self.profiles, source=f"node {node}")
-            cached = desired_slices(inv, self.options.driver, self.info.version)
+            with self._lock:
+                taints = servable_taints(self._taints.get(node, {}), self.info.version)
+            cached = desired_slices(inv, self.options.driver, self.info.version, taints)
             with self._lock:
                 self._desired[node] = cached
         return cached
@@ -280,6 +303,8 @@ class Fleet:
         loops += [(self._worker, f"fleet-worker-{i}") for i in range(self.options.workers)]
         if self.options.mark_pods_running:
             loops.append((self._pod_loop, "fleet-pods"))
+        if self.options.health_check:
+            loops += [(self._fault_informer, "fleet-faults"), (self._fault_timer, "fleet-fault-timer")]
         loops.append((self._resync_loop, "fleet-resync"))
         for target, name in loops:
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -354,12 +379,17 @@ class Fleet:
             self._publishers[name] = _NodePublisher(self, name, uid)
             self._synced.discard(name)
         self.queue.add(name)
+        if self.options.health_check:
+            self._reconcile_faults(name)  # faults listed before their node was
 
     def _forget(self, name: str) -> None:
         """Lock held. The slices go with the Node (owner reference, garbage collector)."""
         self._publishers.pop(name, None)
         self._desired.pop(name, None)
         self._synced.discard(name)
+        self._taints.pop(name, None)
+        self._next_fault_change.pop(name, None)
+        self._node_faults.pop(name, None)
 
     # ---- slices --------------------------------------------------------------------------------
     def _slice_informer(self) -> None:
@@ -426,6 +456,85 @@ class Fleet:
         while not self.stop_event.wait(self.options.resync_seconds):
             for node in self.managed():
                 self.queue.add(node)
+
+    # ---- faults --------------------------------------------------------------------------------
+    def _fault_informer(self) -> None:
+        def list_faults(**kwargs: Any) -> Any:
+            return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+
+        def on_list(items: list[dict[str, Any]]) -> None:
+            by_node: dict[str, dict[str, dict[str, Any]]] = {}
+            for obj in items:
+                by_node.setdefault(obj.get("spec", {}).get("nodeName", ""), {})[obj["metadata"]["name"]] = obj
+            with self._lock:
+                touched = set(self._fault_objects) | set(by_node)
+                self._fault_objects = by_node
+            for node in touched:
+                self._reconcile_faults(node)
+
+        def on_event(kind: str, obj: dict[str, Any]) -> None:
+            node, name = obj.get("spec", {}).get("nodeName", ""), obj["metadata"]["name"]
+            with self._lock:
+                objects = self._fault_objects.setdefault(node, {})
+                if kind == "DELETED":
+                    objects.pop(name, None)
+                else:
+                    objects[name] = obj
+            self._reconcile_faults(node)
+
+        self._informer("gpufaults", list_faults, {}, on_list, on_event)
+
+    def _reconcile_faults(self, node: str) -> None:
+        """Apply one node's faults (a fleet node's plugin would); unmanaged nodes are someone else's."""
+        with self._lock:
+            managed = node in self._publishers
+            objects = list(self._fault_objects.get(node, {}).values())
+        if not managed or not (objects or node in self._node_faults):
+            return
+        with self._fault_lock:
+            faults = self._node_faults.get(node)
+            if faults is None:
+                inv = build_inventory(self.inventory, node, self.profiles, source=f"node {node}")
+                faults = NodeFaults(
+                    self.api,
+                    node,
+                    FaultTracker(inv.devices, self.options.ignored_xids),
+                    self._taint_applier(node),
+                )
+                self._node_faults[node] = faults
+            try:
+                next_change = faults.reconcile(objects)
+            except Exception as err:  # a status write failed: try again soon
+                log.warning("applying a node's faults failed", extra={"node": node, "error": str(err)[:300]})
+                next_change = time.time() + 5
+        with self._lock:
+            if next_change is None:
+                self._next_fault_change.pop(node, None)
+            else:
+                self._next_fault_change[node] = next_change
+        self._fault_wake.set()
+
+    def _taint_applier(self, node: str) -> Callable[[Effects], None]:
+        def apply(effects: Effects) -> None:
+            with self._lock:
+                self._taints[node] = effects.taints
+                self._desired.pop(node, None)
+            self.queue.add(node)
+
+        return apply
+
+    def _fault_timer(self) -> None:
+        """Faults start and end on their own: reconcile each node when its next change is due."""
+        while not self.stop_event.is_set():
+            with self._lock:
+                due = min(self._next_fault_change.values(), default=None)
+            self._fault_wake.wait(60.0 if due is None else min(60.0, max(0.0, due - time.time())))
+            self._fault_wake.clear()
+            now = time.time()
+            with self._lock:
+                ready = [n for n, t in self._next_fault_change.items() if t <= now]
+            for node in ready:
+                self._reconcile_faults(node)
 
     # ---- pods ----------------------------------------------------------------------------------
     def _pod_loop(self) -> None:
@@ -580,12 +689,14 @@ def run_fleet(args: argparse.Namespace) -> int:
             mark_pods_running=args.mark_pods_running,
             resync_seconds=args.resync_seconds,
             node_labels=parse_labels(args.node_label),
+            health_check=parse_feature_gates(args.feature_gates).enabled(GATE_HEALTH_CHECK),
+            ignored_xids=DEFAULT_IGNORED_XIDS | parse_additional_xids(args.additional_xids_to_ignore),
         )
         inventory = load_fleet_inventory(args.config)
         profiles = load_profiles(args.profiles_dir)
         build_inventory(inventory, f"{args.node_prefix}check", profiles, source=args.config or "<default>")
         api = counting_client(args.kubeconfig, args.workers + 8)
-    except (ValueError, OSError, config.ConfigException) as err:
+    except (ValueError, OSError, config.ConfigException, StartupError) as err:
         print(f"dra-fake fleet: error: {err}", file=sys.stderr)
         return 2
     fleet = Fleet(api, inventory, profiles, options)

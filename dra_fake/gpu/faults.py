@@ -247,6 +247,18 @@ def fault_health(fault: Fault, ignored_xids: frozenset[int]) -> tuple[str, str] 
     return None
 
 
+TAINT_EFFECT_NONE_SINCE = (1, 35)  # servers before 1.35 reject a device taint with effect None
+
+
+def servable_taints(
+    taints: Mapping[str, list[dict[str, str]]], server_version: tuple[int, int]
+) -> dict[str, list[dict[str, str]]]:
+    """The taints a server of this version accepts (effect None only from 1.35)."""
+    if server_version >= TAINT_EFFECT_NONE_SINCE:
+        return dict(taints)
+    return {d: kept for d, ts in taints.items() if (kept := [t for t in ts if t["effect"] != "None"])}
+
+
 @dataclass
 class Effects:
     taints: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # device name -> taints

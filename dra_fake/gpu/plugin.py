@@ -17,8 +17,8 @@ from dra_fake.core.serving import ClaimState, PluginContext, run_plugin
 from dra_fake.core.slices import DesiredSlice
 from dra_fake.gpu.configs import GATE_DYNAMIC_MIG, FeatureGates
 from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
-from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, FaultTracker
-from dra_fake.gpu.faultwatch import FaultWatcher
+from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, FaultTracker, servable_taints
+from dra_fake.gpu.faultwatch import FaultWatcher, NodeFaults
 from dra_fake.gpu.inventory import Inventory, InventoryError, load_inventory
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.gpu.slices import desired_slices, shuffled
@@ -26,10 +26,10 @@ from dra_fake.gpu.state import DeviceState
 
 GATE_HEALTH_CHECK = "NVMLDeviceHealthCheck"
 KNOWN_GATES = ("TimeSlicingSettings", "MPSSupport", "DynamicMIG", GATE_HEALTH_CHECK)
-# NVIDIA's driver refuses these together at start (docs/reference/nvidia-gpu-driver.md#72-driver-feature-gates).
+# NVIDIA's driver refuses these together at start
+# (docs/reference/nvidia-gpu-driver.md#72-driver-feature-gates).
 EXCLUSIVE_GATES = ((GATE_DYNAMIC_MIG, GATE_HEALTH_CHECK),)
 DEVICE_ORDERS = ("sorted", "shuffled")
-TAINT_EFFECT_NONE_SINCE = (1, 35)  # servers before 1.35 reject a device taint with effect None
 log = logging.getLogger(__name__)
 
 
@@ -104,11 +104,7 @@ class GpuDriver:
     def desired_slices(self, server: ServerInfo) -> list[DesiredSlice]:
         """Rebuilt only when the taints change (the publisher asks at every sync)."""
         with self._lock:
-            taints = self._taints
-            if server.version < TAINT_EFFECT_NONE_SINCE:
-                taints = {
-                    d: kept for d, ts in taints.items() if (kept := [t for t in ts if t["effect"] != "None"])
-                }
+            taints = servable_taints(self._taints, server.version)
             key = (server.version, repr(taints))
             if self._slices is None or self._slices[0] != key:
                 wanted = desired_slices(self.inventory, self.driver, server.version, taints)
@@ -129,7 +125,7 @@ class GpuDriver:
             ctx.republish()
 
         tracker = FaultTracker(self.inventory.devices, self.ignored_xids)
-        FaultWatcher(ctx.api, ctx.node, tracker, apply, ctx.stop).start()
+        FaultWatcher(NodeFaults(ctx.api, ctx.node, tracker, apply), ctx.stop).start()
 
 
 def run_gpu_plugin(args: argparse.Namespace) -> int:
