@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e.conftest import published
 from e2e.kube import Kube, poll
 from e2e.test_allocation import devices_of, pod, template, unschedulable
+from e2e.testbed import TestBed
 
 REPO = Path(__file__).resolve().parents[1]
 GROUP, VERSION, PLURAL = "dra-fake.dev", "v1alpha1", "gpufaults"
@@ -242,3 +243,69 @@ def test_a_noexecute_fault_evicts_the_pods_using_the_device_after_their_tolerati
     poll("the pod without a toleration evicted", lambda: being_deleted("evicted"), 60)
     assert not being_deleted("tolerant"), "evicted before its tolerationSeconds (30) ran out"
     poll("the tolerating pod evicted once its 30 s are over", lambda: being_deleted("tolerant"), 90)
+
+
+def test_nvidia_smi_in_the_pod_shows_the_faults(
+    kube: Kube, kubeconfig: Path, ns: str, full_gpu_node: str, faults: list[str], bed: TestBed
+) -> None:
+    """One source of truth: the faults the plugin applies are what the running container's
+    nvidia-smi reports (temperature, slowdown, ECC counters, a lost GPU), whatever the gate."""
+    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
+    kube.create(pod("smi", "one", full_gpu_node), ns)
+    kube.wait_running(ns, "smi")
+    [device] = devices_of(kube, ns, "smi")
+    view = bed.container(ns, "smi")
+    query = (
+        "--query-gpu=temperature.gpu,clocks_event_reasons.hw_thermal_slowdown,"
+        "ecc.errors.uncorrected.volatile.total"
+    )
+
+    def smi() -> str:
+        result = view.nvidia_smi(query, "--format=csv,noheader")
+        return result.output if result.code == 0 else f"exit {result.code}: {result.output}"
+
+    assert smi() == "30, Not Active, 0\n"
+    for kind, extra in (
+        ("thermal", ["--temperature", "97"]),
+        ("ecc", ["--ecc-type", "double", "--ecc-count", "2"]),
+    ):
+        faults.append(f"{ns}-{kind}")
+        fault_cli(
+            kubeconfig,
+            "inject",
+            "--node",
+            full_gpu_node,
+            "--device",
+            device,
+            "--kind",
+            kind,
+            *extra,
+            "--recovery",
+            "clear",
+            "--name",
+            f"{ns}-{kind}",
+        )
+    poll("nvidia-smi shows the heat and the ECC errors", lambda: smi() == "97, Active, 2\n", 60)
+
+    faults.append(f"{ns}-lost")
+    fault_cli(
+        kubeconfig,
+        "inject",
+        "--node",
+        full_gpu_node,
+        "--device",
+        device,
+        "--kind",
+        "gpu-lost",
+        "--recovery",
+        "clear",
+        "--name",
+        f"{ns}-lost",
+    )
+    lost = poll(
+        "nvidia-smi fails as on a lost GPU", lambda: (r := view.nvidia_smi("-L")).code == 15 and r, 60
+    )
+    assert "GPU is lost.  Reboot the system to recover this GPU" in lost.output, lost.output
+
+    fault_cli(kubeconfig, "clear", "--node", full_gpu_node, "--device", device)
+    poll("nvidia-smi back to normal", lambda: smi() == "30, Not Active, 0\n", 60)

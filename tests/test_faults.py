@@ -279,3 +279,25 @@ def test_slices_carry_taints_and_drop_effect_none_before_1_35(
     devices = {d["name"]: d for s in driver.desired_slices(server) for d in s.devices}
     assert [t["key"] for t in devices[h0].get("taints", [])] == kept
     assert [n for n, d in devices.items() if "taints" in d] == [h0]
+
+
+def test_gpu_state_for_nvidia_smi_follows_active_faults_only(inventory: Inventory) -> None:
+    """What nvidia-smi shows is the hardware now: no stickiness, ECC counts summed, hottest wins."""
+    mig, h0, _, _ = names(inventory)
+    faults = [
+        fault("t1", device=h0, kind="thermal", thermal={"temperature": 91}),
+        fault("t2", device=h0, kind="thermal", thermal={"temperature": 97}, durationSeconds=60),
+        fault("e1", device=h0, kind="ecc", ecc={"type": "single", "count": 3}),
+        fault("e2", device=h0, kind="ecc", ecc={"type": "double", "count": 2}),
+        fault("e3", device=h0, kind="ecc", ecc={"type": "double", "count": 1}),
+        fault("l", device=mig, kind="gpu-lost", startAfterSeconds=30),
+        fault("x", device=mig, kind="xid", xid=79),
+    ]
+    tracker = FaultTracker(inventory.devices, DEFAULT_IGNORED_XIDS)
+    gpu0, gpu_mig = inventory.devices[h0].gpu_uuid, inventory.devices[mig].gpu_uuid
+    assert tracker.effects(faults, T0)[0].gpus == {gpu0: {"temperature": 97, "ecc_sbe": 3, "ecc_dbe": 3}}
+    assert tracker.effects(faults, T0 + 60)[0].gpus == {
+        gpu0: {"temperature": 91, "ecc_sbe": 3, "ecc_dbe": 3},
+        gpu_mig: {"lost": 1},
+    }
+    assert tracker.effects([], T0 + 60)[0].gpus == {}  # the sticky Xid taint stays; the GPU state does not

@@ -137,7 +137,8 @@ def claim(uid: str, devices: list[str]) -> dict[str, Any]:
 
 def container_root(tmp_path: Path, specs: list[dict[str, Any]], name: str = "ctr") -> Path:
     """Apply the mounts of every device of the given specs (and their spec-level edits) as a
-    runtime would: copy each hostPath to <root>/<containerPath>."""
+    runtime would: copy each file hostPath to <root>/<containerPath>; a directory is linked, so
+    later changes on the host show, as through a bind mount."""
     root = tmp_path / "containers" / name
     for spec in specs:
         edits = [spec.get("containerEdits") or {}] + [d["containerEdits"] for d in spec["devices"]]
@@ -145,7 +146,10 @@ def container_root(tmp_path: Path, specs: list[dict[str, Any]], name: str = "ctr
             for m in e.get("mounts") or []:
                 target = root / m["containerPath"].lstrip("/")
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(m["hostPath"], target)
+                if Path(m["hostPath"]).is_dir():
+                    target.symlink_to(m["hostPath"])
+                else:
+                    shutil.copy2(m["hostPath"], target)
     return root
 
 
@@ -198,7 +202,13 @@ def test_spec_mounts_script_and_one_info_file_per_device(a100: tuple[DeviceState
     migs = mig_names(inventory)
     state.prepare(claim(UID1, [*migs, "gpu-1"]))
     spec = read_spec(state, UID1)
-    [script] = spec["containerEdits"]["mounts"]
+    [script, faults] = spec["containerEdits"]["mounts"]
+    assert faults["containerPath"] == "/var/run/dra-fake/nvidia-smi/faults"
+    assert (
+        faults["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/faults")
+        and Path(faults["hostPath"]).is_dir()
+    )
+    assert faults["options"] == script["options"]
     assert script["containerPath"] == "/usr/bin/nvidia-smi"
     assert script["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/nvidia-smi")
     assert Path(script["hostPath"]).read_text() == script_text()
@@ -313,6 +323,47 @@ def test_query_gpu_csv_fields_and_format_options(tmp_path: Path) -> None:
     bad = run_smi(root, "--query-gpu=bogus", "--format=csv", check=False)
     assert bad.returncode == 2 and 'Field "bogus" is not a valid field to query.' in bad.stderr
     assert run_smi(root, "--query-gpu=name", check=False).returncode == 2
+
+
+def test_faults_show_while_the_container_runs(tmp_path: Path) -> None:
+    """GpuFault state written by the plugin (Effects.gpus) changes what a running container's
+    nvidia-smi prints: temperature and thermal slowdown, ECC counters, a lost GPU (docs/faults.md)."""
+    state, inventory = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  count: 2\n")
+    state.prepare(claim(UID1, ["gpu-1"]))
+    root = container_root(tmp_path, [read_spec(state, UID1)])
+    smi = state.nvidia_smi
+    assert smi is not None
+    gpu, other = inventory.gpu(1), inventory.gpu(0)
+    fields = (
+        "temperature.gpu,ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total,"
+        "clocks_event_reasons.hw_thermal_slowdown"
+    )
+    assert run_smi(root, f"--query-gpu={fields}", "--format=csv,noheader").stdout == "30, 0, 0, Not Active\n"
+
+    smi.write_gpu_states({gpu.uuid: {"temperature": 97, "ecc_sbe": 5, "ecc_dbe": 2}, other.uuid: {"lost": 1}})
+    out = run_smi(root, f"--query-gpu={fields}", "--format=csv")
+    assert out.stdout.splitlines() == [fields.replace(",", ", "), "97, 5, 2, Active"]
+    row = run_smi(root).stdout.splitlines()
+    assert any(
+        line.startswith("|   0  NVIDIA H100 80GB HBM3") and line.endswith("|                    2 |")
+        for line in row
+    )
+    assert any(line.startswith("| N/A   97C    P0") for line in row), row  # another GPU's loss is not ours
+
+    smi.write_gpu_states({gpu.uuid: {"lost": 1}})
+    lost = run_smi(root, "-L", check=False)
+    bus = nvidia_bus_id(gpu.pci_bus_id)[4:]
+    assert (lost.returncode, lost.stdout) == (
+        15,
+        f"Unable to determine the device handle for GPU{bus}: GPU is lost.  "
+        "Reboot the system to recover this GPU\n",
+    )
+    assert run_smi(root, check=False).returncode == 15
+    assert run_smi(root, "--version").returncode == 0
+
+    smi.write_gpu_states({})
+    assert not list(smi.faults_dir.iterdir())
+    assert run_smi(root, f"--query-gpu={fields}", "--format=csv,noheader").stdout == "30, 0, 0, Not Active\n"
 
 
 def test_no_devices_and_unsupported_options(tmp_path: Path) -> None:

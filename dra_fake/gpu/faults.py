@@ -262,9 +262,22 @@ def servable_taints(
 @dataclass
 class Effects:
     taints: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # device name -> taints
-    health: dict[str, tuple[str, str]] = field(
-        default_factory=dict
-    )  # device name -> (health, why); others Healthy
+    # device name -> (health, why); devices not named are Healthy
+    health: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # GPU UUID -> what its nvidia-smi shows while faults are active (add_gpu_state); healthy GPUs absent
+    gpus: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def add_gpu_state(state: dict[str, int], fault: Fault) -> None:
+    """What an active fault does to its GPU as nvidia-smi reports it: lost, ECC counters (volatile,
+    summed), temperature (the hottest fault). An Xid shows only in the kernel log."""
+    if fault.kind == "gpu-lost":
+        state["lost"] = 1
+    elif fault.kind == "ecc":
+        key = "ecc_dbe" if fault.ecc_type == "double" else "ecc_sbe"
+        state[key] = state.get(key, 0) + fault.ecc_count
+    elif fault.kind == "thermal":
+        state["temperature"] = max(state.get("temperature", 0), fault.temperature)
 
 
 _SEVERITY = {UNHEALTHY: 2, UNKNOWN: 1}
@@ -283,6 +296,7 @@ class FaultTracker:
     def effects(self, faults: Iterable[Fault], now: float) -> tuple[Effects, dict[str, tuple[Phase, str]]]:
         """Effects of the faults at `now`, and each fault's phase and status message."""
         status: dict[str, tuple[Phase, str]] = {}
+        gpus: dict[str, dict[str, int]] = {}
         active = dict(self._latched)
         for fault in sorted(faults, key=lambda f: (f.starts_at, f.name)):
             try:
@@ -293,6 +307,7 @@ class FaultTracker:
             phase = fault.phase(now)
             where = ", ".join(unhealthy)
             if phase == "Active":
+                add_gpu_state(gpus.setdefault(find_target(fault, self.devices).gpu_uuid, {}), fault)
                 hit = (
                     tainted,
                     unhealthy,
@@ -313,7 +328,9 @@ class FaultTracker:
                     if kept
                     else "ended",
                 )
-        return _combine(active.values()), status
+        effects = _combine(active.values())
+        effects.gpus = {uuid: state for uuid, state in gpus.items() if state}
+        return effects, status
 
 
 def _combine(hits: Iterable[tuple[list[str], list[str], Taint | None, tuple[str, str] | None]]) -> Effects:

@@ -83,11 +83,13 @@ class GpuDriver:
         self.device_nodes = device_nodes
         self.shuffle_seed = shuffle_seed  # None: sorted devices
         self.ignored_xids = ignored_xids
+        self.nvidia_smi: NvidiaSmi | None = None  # set by create_state
         self._taints: dict[str, list[dict[str, str]]] = {}
         self._slices: tuple[object, list[DesiredSlice]] | None = None  # (key, slices) of the last call
         self._lock = threading.Lock()
 
     def create_state(self, ctx: PluginContext) -> ClaimState:
+        self.nvidia_smi = NvidiaSmi.from_inventory(ctx.data_dir, self.inventory)
         return DeviceState(
             self.driver,
             ctx.node,
@@ -96,7 +98,7 @@ class GpuDriver:
             ctx.data_dir,
             feature_gates=self.gates,
             node_name=ctx.node,
-            nvidia_smi=NvidiaSmi.from_inventory(ctx.data_dir, self.inventory),
+            nvidia_smi=self.nvidia_smi,
             device_nodes=self.device_nodes.current,
             on_checkpoint_error=ctx.checkpoint_error_hook(self.driver),
         )
@@ -115,13 +117,16 @@ class GpuDriver:
             return self._slices[1]
 
     def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
-        """Watch this node's GpuFaults: taints with NVMLDeviceHealthCheck (as NVIDIA), health always."""
+        """Watch this node's GpuFaults: taints with NVMLDeviceHealthCheck (as NVIDIA); the health
+        stream and nvidia-smi always."""
         health_check = self.gates.enabled(GATE_HEALTH_CHECK)
 
         def apply(effects: Effects) -> None:
             with self._lock:
                 self._taints = effects.taints if health_check else {}
             ctx.device_health.set_health(effects.health)
+            if self.nvidia_smi is not None:
+                self.nvidia_smi.write_gpu_states(effects.gpus)
             ctx.republish()
 
         tracker = FaultTracker(self.inventory.devices, self.ignored_xids)

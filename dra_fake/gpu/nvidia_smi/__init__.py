@@ -4,13 +4,18 @@ Host side (the plugin's data dir, `<kubelet plugins dir>/<driver>/nvidia-smi/`):
 
 - `nvidia-smi`: the script (`nvidia-smi.sh` of this package), mode 0755;
 - `devices/<device>_<uuid>`: one file per device and UUID (a dynamic MIG device has a new UUID per
-  claim), shell assignments the script sources.
+  claim), shell assignments the script sources;
+- `faults/<GPU UUID>`: what the GpuFaults active on that GPU change in nvidia-smi's output (lost,
+  ECC counters, temperature; docs/faults.md), rewritten while the containers run.
 
 Container side (CDI mounts of the claim's spec, read-only bind mounts):
 
 - `/usr/bin/nvidia-smi` (spec-level edit: any device of the claim brings it);
 - `/var/run/dra-fake/nvidia-smi/devices/<bus id>_<gpu|mig-<GI id>>` per device (device edit), so a
-  container lists exactly the devices it was given; names sort in nvidia-smi's order.
+  container lists exactly the devices it was given; names sort in nvidia-smi's order;
+- `/var/run/dra-fake/nvidia-smi/faults` (spec-level edit): the whole faults directory, a directory
+  mount so files replaced on the host show in running containers (a file mount would keep the old
+  inode); the script reads only the files of its own GPUs.
 
 The file names of the info files carry their own identity (device name and UUID), so any spec can
 be made whole again from its mounts alone (`ensure_files`), e.g. after a restart.
@@ -34,6 +39,8 @@ _log = logging.getLogger(__name__)
 
 CONTAINER_BINARY = "/usr/bin/nvidia-smi"
 CONTAINER_DEVICES_DIR = "/var/run/dra-fake/nvidia-smi/devices"
+CONTAINER_FAULTS_DIR = "/var/run/dra-fake/nvidia-smi/faults"
+GPU_STATE_KEYS = ("lost", "ecc_sbe", "ecc_dbe", "temperature")  # dra_fake.gpu.faults.add_gpu_state
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's, for its nvidia-smi mount
 _INFO_NAME = re.compile(r"^(?P<device>[a-z0-9-]+)_(?P<uuid>(GPU|MIG)-[0-9a-f-]+)$")
 
@@ -146,12 +153,23 @@ class NvidiaSmi:
     def info_path(self, device: str, uuid: str) -> Path:
         return self.dir / "devices" / f"{device}_{uuid}"
 
+    @property
+    def faults_dir(self) -> Path:
+        return self.dir / "faults"
+
     # --- CDI edits ---------------------------------------------------------------------------
 
     def script_mount(self) -> dict[str, Any]:
         return {
             "hostPath": str(self.script_path),
             "containerPath": CONTAINER_BINARY,
+            "options": list(MOUNT_OPTIONS),
+        }
+
+    def faults_mount(self) -> dict[str, Any]:
+        return {
+            "hostPath": str(self.faults_dir),
+            "containerPath": CONTAINER_FAULTS_DIR,
             "options": list(MOUNT_OPTIONS),
         }
 
@@ -204,10 +222,26 @@ class NvidiaSmi:
         return "\n".join(lines) + "\n"
 
     def ensure_script(self) -> None:
+        """The script and the (maybe empty) faults directory every spec mounts."""
         text = script_text().encode()
         if _read(self.script_path) != text:
             self.dir.mkdir(parents=True, exist_ok=True)
             atomic_write(self.script_path, text, 0o755)
+        self.faults_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+
+    def write_gpu_states(self, states: Mapping[str, Mapping[str, int]]) -> None:
+        """GPU UUID -> its fault state (dra_fake.gpu.faults.Effects.gpus); GPUs not named have none."""
+        self.faults_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        for uuid, state in states.items():
+            lines = [f"# dra-fake nvidia-smi fault state: {uuid}"]
+            lines += [f"fault_{key}={int(state[key])}" for key in GPU_STATE_KEYS if key in state]
+            text = ("\n".join(lines) + "\n").encode()
+            path = self.faults_dir / uuid
+            if _read(path) != text:
+                atomic_write(path, text, 0o644)
+        for path in self.faults_dir.iterdir():
+            if path.name not in states and path.is_file():
+                remove_durably(path)
 
     def ensure_files(self, spec: Mapping[str, Any]) -> None:
         """Write the script and every info file a CDI spec mounts (idempotent; only changes)."""

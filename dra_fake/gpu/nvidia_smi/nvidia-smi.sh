@@ -16,6 +16,9 @@ set -u
 LC_ALL=C
 export LC_ALL
 DEVICES="${DRA_FAKE_ROOT:-}/var/run/dra-fake/nvidia-smi/devices"
+# Fault state per GPU UUID, rewritten by the plugin while GpuFaults are active (docs/faults.md).
+FAULTS="${DRA_FAKE_ROOT:-}/var/run/dra-fake/nvidia-smi/faults"
+IDLE_TEMP=30
 PROG=nvidia-smi
 
 die() { printf '%s\n' "$1" >&2; exit "${2:-2}"; }
@@ -25,6 +28,7 @@ reset_fields() {
   kind=; gpu_uuid=; name=; bus_id=; memory_mib=; driver_version=; cuda_version=; compute_cap=
   power_cap=; mig_mode=; mig_uuid=; mig_profile=; gi_id=; ci_id=; mig_memory_mib=; sm=; ce=; enc=
   dec=; ofa=; jpg=; bar1_mib=
+  fault_lost=; fault_ecc_sbe=0; fault_ecc_dbe=0; fault_temperature=
 }
 
 device_files() {
@@ -33,8 +37,28 @@ device_files() {
   done
 }
 
-# shellcheck disable=SC1090 # the device files are written by the plugin
-load() { reset_fields; . "$1"; }
+# shellcheck disable=SC1090 # the device and fault files are written by the plugin
+load() {
+  reset_fields; . "$1"
+  if [ -n "$gpu_uuid" ] && [ -f "$FAULTS/$gpu_uuid" ]; then . "$FAULTS/$gpu_uuid"; fi
+}
+
+temperature() { printf '%s' "${fault_temperature:-$IDLE_TEMP}"; }
+
+# A GPU that fell off the bus: NVML cannot open it, and nvidia-smi stops at the first one with
+# NVML's text and its documented exit code 15.
+fail_if_lost() {
+  saved_ifs=$IFS; IFS=$NL
+  for f in $FILES; do
+    load "$f"
+    if [ "$fault_lost" = 1 ]; then
+      printf 'Unable to determine the device handle for GPU%s: GPU is lost.  Reboot the system to recover this GPU\n' \
+        "${bus_id#0000}"
+      exit 15
+    fi
+  done
+  IFS=$saved_ifs
+}
 
 NL='
 '
@@ -72,12 +96,12 @@ MIG_SEP='+------------------+----------------------------------+-----------+----
 
 gpu_rows() { # uses the fields of the current device; $1 = index
   persistence=On
-  if [ "$mig_mode" = Enabled ]; then ecc=On; util=N/A; else ecc=0; util=0%; fi
+  if [ "$mig_mode" = Enabled ]; then ecc=On; util=N/A; else ecc=$fault_ecc_dbe; util=0%; fi
   printf '|%4d  %-31s%-3s |%19s %3s |%21s |\n' "$1" "$(truncate_name "$name")" "$persistence" \
     "$bus_id" Off "$ecc"
   usage=0MiB
   [ "$mig_mode" = Enabled ] && usage=$((mig_count * 13))MiB
-  printf '|%4s%6s%6s%16s / %5s |%11s / %9s |%8s%13s |\n' N/A 30C P0 "$power_idle" "$power_cap" \
+  printf '|%4s%6s%6s%16s / %5s |%11s / %9s |%8s%13s |\n' N/A "$(temperature)C" P0 "$power_idle" "$power_cap" \
     "$usage" "${memory_mib}MiB" "$util" Default
   printf '|%41s|%24s|%21s |\n' '' '' "$mig_mode"
   printf '%s\n' "$GPU_SEP"
@@ -187,6 +211,9 @@ query_gpu() { # $1 = fields, $2 = format options
       count) h=count ;;
       compute_cap) h=compute_cap ;;
       mig.mode.current) h=mig.mode.current ;;
+      temperature.gpu) h=temperature.gpu ;;
+      ecc.errors.corrected.volatile.total|ecc.errors.uncorrected.volatile.total) h=$field ;;
+      clocks_event_reasons.hw_thermal_slowdown|clocks_throttle_reasons.hw_thermal_slowdown) h=$field ;;
       *) IFS=$old_ifs; die "Field \"$field\" is not a valid field to query." ;;
     esac
     line="${line:+$line, }$h"
@@ -218,6 +245,11 @@ query_gpu() { # $1 = fields, $2 = format options
         count) v=$count ;;
         compute_cap) v=$compute_cap ;;
         mig.mode.current) v=$mig_mode ;;
+        temperature.gpu) v=$(temperature) ;;
+        ecc.errors.corrected.volatile.total) v=$fault_ecc_sbe ;;
+        ecc.errors.uncorrected.volatile.total) v=$fault_ecc_dbe ;;
+        clocks_event_reasons.hw_thermal_slowdown|clocks_throttle_reasons.hw_thermal_slowdown)
+          if [ -n "$fault_temperature" ]; then v=Active; else v="Not Active"; fi ;;
       esac
       line="${line:+$line, }$v"
     done
@@ -236,7 +268,9 @@ NVIDIA System Management Interface -- dra-fake simulation (no NVML, no hardware)
     --query-gpu=<fields> --format=csv[,noheader][,nounits]
                                     Fields: name, uuid, memory.total, memory.used, memory.free,
                                     driver_version, pci.bus_id, index, count, compute_cap,
-                                    mig.mode.current.
+                                    mig.mode.current, temperature.gpu,
+                                    ecc.errors.{corrected,uncorrected}.volatile.total,
+                                    clocks_event_reasons.hw_thermal_slowdown.
     --version                       Print version information and exit.
     -h, --help                      Print this help and exit.
 EOF
@@ -259,6 +293,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 
+case $mode in table|list|query) fail_if_lost ;; esac
 case $mode in
   table) table ;;
   list) list_gpus ;;
