@@ -431,3 +431,13 @@ def test_chart_crds_are_the_repositorys() -> None:
         for d in (yaml.safe_load(p.read_text()) for p in sorted((REPO / "crds").glob("*.yaml")))
     }
     assert crds == repo
+
+
+def test_feature_gates_reach_the_gpu_plugin_and_unknown_ones_are_refused() -> None:
+    docs = render(**{"featureGates.NVMLDeviceHealthCheck": "true", "featureGates.TimeSlicingSettings": "true"})
+    ds = by_name(docs, "DaemonSet", "r-dra-fake-kubelet-plugin")
+    ctr = ds["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["FEATURE_GATES"] == "NVMLDeviceHealthCheck=true,TimeSlicingSettings=true"
+    with pytest.raises(AssertionError, match="additional properties 'Bogus' not allowed"):
+        render(**{"featureGates.Bogus": "true"})
