@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e.conftest import published
 from e2e.kube import Kube, poll
 from e2e.test_allocation import devices_of, pod, template, unschedulable
-from e2e.testbed import TestBed
+from e2e.testbed import Exec, TestBed
 
 REPO = Path(__file__).resolve().parents[1]
 GROUP, VERSION, PLURAL = "dra-fake.dev", "v1alpha1", "gpufaults"
@@ -302,10 +302,45 @@ def test_nvidia_smi_in_the_pod_shows_the_faults(
         "--name",
         f"{ns}-lost",
     )
-    lost = poll(
-        "nvidia-smi fails as on a lost GPU", lambda: (r := view.nvidia_smi("-L")).code == 15 and r, 60
-    )
+
+    def lost_exit() -> Exec | None:
+        result = view.nvidia_smi("-L")
+        return result if result.code == 15 else None
+
+    lost = poll("nvidia-smi fails as on a lost GPU", lost_exit, 60)
     assert "GPU is lost.  Reboot the system to recover this GPU" in lost.output, lost.output
 
     fault_cli(kubeconfig, "clear", "--node", full_gpu_node, "--device", device)
     poll("nvidia-smi back to normal", lambda: smi() == "30, Not Active, 0\n", 60)
+
+
+def test_chaos_injects_real_faults_and_clears_them(
+    kube: Kube, kubeconfig: Path, full_gpu_node: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "chaos.jsonl"
+    fault_cli(
+        kubeconfig,
+        "chaos",
+        "--nodes",
+        full_gpu_node,
+        "--rate",
+        "240",
+        "--for",
+        "2",
+        "--duration",
+        "5",
+        "--seed",
+        "11",
+        "--log",
+        str(log),
+    )
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    injected = [r for r in records if r["action"] == "inject"]
+    assert [r["action"] for r in records] == ["start"] + ["inject"] * 8 + ["clear"] * 8 + ["end"]
+    devices = set(published(kube, full_gpu_node))
+    assert all(r["nodeName"] == full_gpu_node and r["device"] in devices for r in injected), injected
+    assert {r["name"] for r in records if r["action"] == "clear"} == {r["name"] for r in injected}
+    left = kube.custom.list_cluster_custom_object(
+        GROUP, VERSION, PLURAL, label_selector="dra-fake.dev/created-by=chaos"
+    )
+    assert not left["items"]  # type: ignore[index]
