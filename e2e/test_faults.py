@@ -42,6 +42,25 @@ def fault_cli(kubeconfig: Path, *args: str) -> str:
     return out.stdout
 
 
+def inject(kubeconfig: Path, node: str, device: str, kind: str, name: str, *flags: str) -> str:
+    """`dra-fake fault inject` of a fault that goes when it is cleared (recovery clear)."""
+    return fault_cli(
+        kubeconfig,
+        "inject",
+        "--node",
+        node,
+        "--device",
+        device,
+        "--kind",
+        kind,
+        "--recovery",
+        "clear",
+        "--name",
+        name,
+        *flags,
+    )
+
+
 def taints(kube: Kube, node: str, device: str) -> list[dict[str, Any]]:
     return list(published(kube, node)[device].get("taints") or [])
 
@@ -91,22 +110,7 @@ def test_xid_taints_the_device_new_claims_avoid_it_and_clear_restores_it(
     uuid = published(kube, full_gpu_node)[device]["attributes"]["uuid"]["string"]
     name = f"{ns}-xid"
     faults.append(name)
-    out = fault_cli(
-        kubeconfig,
-        "inject",
-        "--node",
-        full_gpu_node,
-        "--device",
-        uuid,
-        "--kind",
-        "xid",
-        "--xid",
-        "79",
-        "--recovery",
-        "clear",
-        "--name",
-        name,
-    )
+    out = inject(kubeconfig, full_gpu_node, uuid, "xid", name, "--xid", "79")
     assert out == f"gpufault.{GROUP}/{name} created\n"
 
     tainted = poll(f"{device} tainted", lambda: taints(kube, full_gpu_node, device), 60)
@@ -160,20 +164,7 @@ def test_a_lost_gpu_shows_unhealthy_in_the_pod_status_until_cleared(
 
     name = f"{ns}-lost"
     faults.append(name)
-    fault_cli(
-        kubeconfig,
-        "inject",
-        "--node",
-        full_gpu_node,
-        "--device",
-        device,
-        "--kind",
-        "gpu-lost",
-        "--recovery",
-        "clear",
-        "--name",
-        name,
-    )
+    inject(kubeconfig, full_gpu_node, device, "gpu-lost", name)
     poll(
         "the pod's device Unhealthy",
         lambda: health_of(kube, ns, "holder") == [(resource_id, "Unhealthy")],
@@ -218,23 +209,8 @@ def test_a_noexecute_fault_evicts_the_pods_using_the_device_after_their_tolerati
     for holder in ("evicted", "tolerant"):
         [device] = devices_of(kube, ns, holder)
         faults.append(f"{ns}-{holder}")
-        fault_cli(
-            kubeconfig,
-            "inject",
-            "--node",
-            full_gpu_node,
-            "--device",
-            device,
-            "--kind",
-            "xid",
-            "--xid",
-            "79",
-            "--effect",
-            "NoExecute",
-            "--recovery",
-            "clear",
-            "--name",
-            f"{ns}-{holder}",
+        inject(
+            kubeconfig, full_gpu_node, device, "xid", f"{ns}-{holder}", "--xid", "79", "--effect", "NoExecute"
         )
 
     def being_deleted(name: str) -> bool:
@@ -270,38 +246,11 @@ def test_nvidia_smi_in_the_pod_shows_the_faults(
         ("ecc", ["--ecc-type", "double", "--ecc-count", "2"]),
     ):
         faults.append(f"{ns}-{kind}")
-        fault_cli(
-            kubeconfig,
-            "inject",
-            "--node",
-            full_gpu_node,
-            "--device",
-            device,
-            "--kind",
-            kind,
-            *extra,
-            "--recovery",
-            "clear",
-            "--name",
-            f"{ns}-{kind}",
-        )
+        inject(kubeconfig, full_gpu_node, device, kind, f"{ns}-{kind}", *extra)
     poll("nvidia-smi shows the heat and the ECC errors", lambda: smi() == "97, Active, 2\n", 60)
 
     faults.append(f"{ns}-lost")
-    fault_cli(
-        kubeconfig,
-        "inject",
-        "--node",
-        full_gpu_node,
-        "--device",
-        device,
-        "--kind",
-        "gpu-lost",
-        "--recovery",
-        "clear",
-        "--name",
-        f"{ns}-lost",
-    )
+    inject(kubeconfig, full_gpu_node, device, "gpu-lost", f"{ns}-lost")
 
     def lost_exit() -> Exec | None:
         result = view.nvidia_smi("-L")
