@@ -434,7 +434,9 @@ def test_chart_crds_are_the_repositorys() -> None:
 
 
 def test_feature_gates_reach_the_gpu_plugin_and_unknown_ones_are_refused() -> None:
-    docs = render(**{"featureGates.NVMLDeviceHealthCheck": "true", "featureGates.TimeSlicingSettings": "true"})
+    docs = render(
+        **{"featureGates.NVMLDeviceHealthCheck": "true", "featureGates.TimeSlicingSettings": "true"}
+    )
     ds = by_name(docs, "DaemonSet", "r-dra-fake-kubelet-plugin")
     ctr = ds["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in ctr["env"]}
