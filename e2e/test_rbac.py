@@ -43,6 +43,7 @@ from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
 from e2e.localcluster.cluster import CD_CLIQUE_ID
 from e2e.localcluster.processes import Process, free_port, spawn, wait_for
+from e2e.testbed import HarnessContainer
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / ".tools" / "bin"
@@ -336,21 +337,12 @@ def test_pod_with_gpu_runs_and_nvidia_smi_shows_its_gpu(
         pod = kube.wait_running(ns, "p")  # prepared by a plugin running with the chart's rights
         node = pod["spec"]["nodeName"]
         [record] = (cluster.node_dir(node) / "pods").glob(f"{ns}_p_*.json")
-        mounts = json.loads(record.read_text())["containers"]["ctr"]["mounts"]
-        root = tmp_path / "ctr"
-        for m in mounts:  # what the CDI library told the runtime to bind-mount
-            target = root / m["destination"].lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(m["source"], target)
-        assert any(m["destination"] == "/usr/bin/nvidia-smi" for m in mounts), mounts
-        out = subprocess.run(
-            ["sh", str(root / "usr/bin/nvidia-smi"), "-L"],
-            env={"PATH": "/usr/bin:/bin", "DRA_FAKE_ROOT": str(root)},
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
+        container = json.loads(record.read_text())["containers"]["ctr"]
+        assert any(m["destination"] == "/usr/bin/nvidia-smi" for m in container["mounts"]), container
+        # What the CDI library told the runtime to bind-mount, run as the harness runs containers.
+        result = HarnessContainer(container).nvidia_smi("-L")
+        assert result.code == 0, result.output
+        out = result.output
         claim = kube.claims(ns)[0]
         [(_, pool, device)] = kube.allocated_devices(claim)
         uuid = next(
