@@ -82,7 +82,7 @@ def run_fault_command(args: argparse.Namespace) -> int:
         elif args.fault_command == "list":
             sys.stdout.write(fault_table(faults.find()))
         else:
-            return run_chaos(args, faults)
+            return run_chaos(args, faults, published_devices(api))
     except FaultInputError as err:
         print(f"dra-fake fault: error: {err}", file=sys.stderr)
         return 2
@@ -237,7 +237,7 @@ def chaos_plan(
 def run_chaos(
     args: argparse.Namespace,
     faults: Faults,
-    devices_of: Callable[[str], list[str]] | None = None,
+    devices_of: Callable[[str], list[str]],
     clock: Callable[[], float] = time.monotonic,
     stop: threading.Event | None = None,
 ) -> int:
@@ -250,8 +250,7 @@ def run_chaos(
     if args.rate <= 0 or args.seconds <= 0:
         raise FaultInputError("--rate and --for must be positive")
     node_names = [n.strip() for n in args.nodes.split(",") if n.strip()]
-    lookup = devices_of or _published_devices(args.kubeconfig)
-    nodes = {n: lookup(n) for n in node_names}
+    nodes = {n: devices_of(n) for n in node_names}
     empty = [n for n, d in nodes.items() if not d]
     if empty:
         raise FaultInputError(f"--nodes: {', '.join(empty)}: no gpu.nvidia.com devices published")
@@ -300,11 +299,10 @@ def _log(out: IO[str], **record: Any) -> None:
     out.flush()
 
 
-def _published_devices(kubeconfig: str) -> Callable[[str], list[str]]:
-    from dra_fake.core.kube import load_kube_client
+def published_devices(api: Any) -> Callable[[str], list[str]]:
+    """A node's gpu.nvidia.com device names, from its ResourceSlices."""
     from dra_fake.core.resourceapi import ResourceApi, as_dict, discover_dra
 
-    api = load_kube_client(kubeconfig)
     resources = ResourceApi(api)
     resources.discovered(discover_dra(api))
 

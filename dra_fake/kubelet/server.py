@@ -414,8 +414,9 @@ class KubeletPlugin:
         self._state_lock = threading.Lock()
         self.in_flight = InFlight()
         self.device_health = device_health
-        self.supported_versions = SUPPORTED_VERSIONS + (HEALTH_VERSIONS if device_health else ())
-        health = health_servicers(device_health, driver_name) if device_health else []
+        served = device_health is not None
+        self.supported_versions = SUPPORTED_VERSIONS + (HEALTH_VERSIONS if served else ())
+        health = health_servicers(device_health, driver_name) if device_health is not None else []
         self.dra_server = SocketServer(
             "dra",
             self.dra_socket,
@@ -433,7 +434,7 @@ class KubeletPlugin:
                 ),
             ],
             # An open health stream holds a worker: the kubelet keeps one open, a second during a retry.
-            max_workers=max_workers + (HEALTH_STREAM_WORKERS if device_health else 0),
+            max_workers=max_workers + (HEALTH_STREAM_WORKERS if served else 0),
             socket_mode=socket_mode,
         )
         self.registration_server = SocketServer(
