@@ -37,7 +37,7 @@ XID_DOUBLE_BIT_ECC = 48  # NVIDIA reports an uncorrectable (double-bit) ECC erro
 MAX_XID = 1 << 16
 
 Phase = Literal["Pending", "Active", "Recovered", "Failed"]
-HEALTHY, UNHEALTHY, UNKNOWN = "Healthy", "Unhealthy", "Unknown"  # as the kubelet writes them
+UNHEALTHY, UNKNOWN = "Unhealthy", "Unknown"  # as the kubelet writes them (devices not named: Healthy)
 
 
 class FaultError(ValueError):
@@ -230,7 +230,7 @@ def fault_taint(fault: Fault, ignored_xids: frozenset[int]) -> Taint | None:
     elif fault.kind == "unmonitored":
         key, effect = TAINT_UNMONITORED, "None"
     else:
-        return None  # thermal, single-bit ECC: visible in nvidia-smi and metrics, not a device fault
+        return None  # thermal, single-bit ECC: shown by nvidia-smi, not a device fault
     return Taint(key, value, fault.effect or effect, fault.starts_at)
 
 
