@@ -182,14 +182,16 @@ def find_target(fault: Fault, devices: Mapping[str, AllocatableDevice]) -> Alloc
     )
 
 
-def affected(fault: Fault, devices: Mapping[str, AllocatableDevice]) -> tuple[list[str], list[str]]:
-    """(devices NVIDIA taints, devices whose health the fault changes), by name.
+def affected(
+    fault: Fault, target: AllocatableDevice, devices: Mapping[str, AllocatableDevice]
+) -> tuple[list[str], list[str]]:
+    """(devices NVIDIA taints, devices whose health the fault changes), by name; `target` is
+    find_target's answer.
 
     As NVIDIA's plugin: an Xid hits the one device the event names (a full GPU's Xid does not
     spread to its MIG devices); a lost GPU taints every device of every GPU (the plugin cannot
     tell which GPU is gone); an unwatchable GPU is unmonitored with all its devices. Health is the
     truth of the simulated hardware: a lost GPU's own devices, not its neighbours."""
-    target = find_target(fault, devices)
     on_gpu = sorted(d.name for d in devices.values() if d.minor == target.minor)
     if fault.kind == "gpu-lost":
         return sorted(devices), on_gpu
@@ -300,14 +302,15 @@ class FaultTracker:
         active = dict(self._latched)
         for fault in sorted(faults, key=lambda f: (f.starts_at, f.name)):
             try:
-                tainted, unhealthy = affected(fault, self.devices)
+                target = find_target(fault, self.devices)
+                tainted, unhealthy = affected(fault, target, self.devices)
             except FaultError as err:
                 status[fault.name] = ("Failed", str(err))
                 continue
             phase = fault.phase(now)
             where = ", ".join(unhealthy)
             if phase == "Active":
-                add_gpu_state(gpus.setdefault(find_target(fault, self.devices).gpu_uuid, {}), fault)
+                add_gpu_state(gpus.setdefault(target.gpu_uuid, {}), fault)
                 hit = (
                     tainted,
                     unhealthy,

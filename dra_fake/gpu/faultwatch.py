@@ -53,7 +53,6 @@ class NodeFaults:
         self.custom = client.CustomObjectsApi(api)
         self.node, self.tracker, self.apply, self.clock = node, tracker, apply, clock
         self._applied: Effects | None = None
-        self.passes = 0  # completed reconciliations, for tests
 
     def reconcile(self, objects: list[dict[str, Any]]) -> float | None:
         """Apply the faults; returns when the next one starts or ends."""
@@ -81,7 +80,6 @@ class NodeFaults:
             name = obj["metadata"]["name"]
             phase, message = ("Failed", invalid[name]) if name in invalid else status[name]
             self._write_status(obj, phase, message, now)
-        self.passes += 1
         changes = [t for f in faults if (t := f.next_change(now)) is not None]
         return min(changes) if changes else None
 
