@@ -185,6 +185,40 @@ def build_parser() -> argparse.ArgumentParser:
         "as NVIDIA's plugin, to flush out tests that depend on the order",
     )
 
+    gpu.add_argument(
+        "--dcgm-exporter-port",
+        action=_EnvDefault,
+        env="DCGM_EXPORTER_PORT",
+        type=int,
+        default=-1,
+        help="serve dcgm-exporter-compatible GPU metrics at :<port>/metrics (dcgm-exporter: 9400; "
+        "negative: not served; docs/observability.md)",
+    )
+    gpu.add_argument(
+        "--node-labels",
+        action=_EnvDefault,
+        env="NODE_LABELS",
+        default="false",
+        choices=["true", "false"],
+        help="write GPU Feature Discovery's nvidia.com/* labels on this node (docs/observability.md)",
+    )
+    gpu.add_argument(
+        "--mig-strategy",
+        action=_EnvDefault,
+        env="MIG_STRATEGY",
+        default="none",
+        help="GFD's MIG strategy for the node labels: none, single or mixed",
+    )
+
+    labels = sub.add_parser(
+        "node-labels",
+        help="remove the GPU Feature Discovery labels dra-fake wrote (the chart's pre-delete hook)",
+    )
+    labels.add_argument("action", choices=["remove"])
+    labels.add_argument("--node", action="append", default=[], help="only this node (repeatable)")
+    labels.add_argument("--kubeconfig", action=_EnvDefault, env="KUBECONFIG", default="")
+    labels.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
     from computedomain.cli import add_parsers as add_compute_domain_parsers
 
     add_compute_domain_parsers(sub, _EnvDefault, _add_common_plugin_flags)
@@ -253,6 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dra_fake.gpu.faultcli import run_fault_command
 
         return run_fault_command(args)
+    if args.command == "node-labels":
+        from dra_fake.gpu.nodelabels import run_node_labels
+
+        return run_node_labels(args)
     if args.command == "profiles":
         from dra_fake.gpu.profiles import load_profiles
         from dra_fake.gpu.render import profiles_table

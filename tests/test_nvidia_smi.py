@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from dra_fake.gpu.inventory import load_inventory
+from dra_fake.gpu.monitor import GpuMonitor
 from dra_fake.gpu.nvidia_smi import CONTAINER_BINARY, NvidiaSmi, nvidia_bus_id, script_text
 from dra_fake.gpu.state import DeviceState
 
@@ -202,13 +203,10 @@ def test_spec_mounts_script_and_one_info_file_per_device(a100: tuple[DeviceState
     migs = mig_names(inventory)
     state.prepare(claim(UID1, [*migs, "gpu-1"]))
     spec = read_spec(state, UID1)
-    [script, faults] = spec["containerEdits"]["mounts"]
-    assert faults["containerPath"] == "/var/run/dra-fake/nvidia-smi/faults"
-    assert (
-        faults["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/faults")
-        and Path(faults["hostPath"]).is_dir()
-    )
-    assert faults["options"] == script["options"]
+    [script, live] = spec["containerEdits"]["mounts"]
+    assert live["containerPath"] == "/var/run/dra-fake/nvidia-smi/live"
+    assert live["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/live") and Path(live["hostPath"]).is_dir()
+    assert live["options"] == script["options"]
     assert script["containerPath"] == "/usr/bin/nvidia-smi"
     assert script["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/nvidia-smi")
     assert Path(script["hostPath"]).read_text() == script_text()
@@ -338,9 +336,11 @@ def test_faults_show_while_the_container_runs(tmp_path: Path) -> None:
         "temperature.gpu,ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total,"
         "clocks_event_reasons.hw_thermal_slowdown"
     )
-    assert run_smi(root, f"--query-gpu={fields}", "--format=csv,noheader").stdout == "30, 0, 0, Not Active\n"
+    assert run_smi(root, f"--query-gpu={fields}", "--format=csv,noheader").stdout == "29, 0, 0, Not Active\n"
 
-    smi.write_gpu_states({gpu.uuid: {"temperature": 97, "ecc_sbe": 5, "ecc_dbe": 2}, other.uuid: {"lost": 1}})
+    monitor = GpuMonitor(inventory, state.holdings, smi, "node-a", DRIVER)
+    monitor.set_faults({gpu.uuid: {"temperature": 97, "ecc_sbe": 5, "ecc_dbe": 2}, other.uuid: {"lost": 1}})
+    monitor.sample()
     out = run_smi(root, f"--query-gpu={fields}", "--format=csv")
     assert out.stdout.splitlines() == [fields.replace(",", ", "), "97, 5, 2, Active"]
     row = run_smi(root).stdout.splitlines()
@@ -350,7 +350,8 @@ def test_faults_show_while_the_container_runs(tmp_path: Path) -> None:
     )
     assert any(line.startswith("| N/A   97C    P0") for line in row), row  # another GPU's loss is not ours
 
-    smi.write_gpu_states({gpu.uuid: {"lost": 1}})
+    monitor.set_faults({gpu.uuid: {"lost": 1}})
+    monitor.sample()
     lost = run_smi(root, "-L", check=False)
     bus = nvidia_bus_id(gpu.pci_bus_id)[4:]
     assert (lost.returncode, lost.stdout) == (
@@ -361,9 +362,9 @@ def test_faults_show_while_the_container_runs(tmp_path: Path) -> None:
     assert run_smi(root, check=False).returncode == 15
     assert run_smi(root, "--version").returncode == 0
 
-    smi.write_gpu_states({})
-    assert not list(smi.faults_dir.iterdir())
-    assert run_smi(root, f"--query-gpu={fields}", "--format=csv,noheader").stdout == "30, 0, 0, Not Active\n"
+    monitor.set_faults({})
+    monitor.sample()
+    assert run_smi(root, f"--query-gpu={fields}", "--format=csv,noheader").stdout == "29, 0, 0, Not Active\n"
 
 
 def test_no_devices_and_unsupported_options(tmp_path: Path) -> None:
@@ -424,3 +425,48 @@ def test_script_is_posix_sh() -> None:
         subprocess.run(["dash", "-n", "/dev/stdin"], input=text, text=True, check=True, timeout=10)
     for bashism in ("[[", "${BASH", "local ", "declare ", "<<<", "function ", "$'"):
         assert bashism not in text, bashism
+
+
+def test_nvidia_smi_shows_the_sample_the_metrics_serve(tmp_path: Path) -> None:
+    """One source of truth: a pod's simulated load shows in nvidia-smi inside its container with
+    the very numbers of the same sample's DCGM metrics (docs/observability.md)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    state, inventory = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  count: 2\n")
+    state.prepare(claim(UID1, ["gpu-1"]))
+    root = container_root(tmp_path, [read_spec(state, UID1)])
+    assert state.nvidia_smi is not None
+    pod = {
+        "metadata": {
+            "name": "train",
+            "namespace": "default",
+            "uid": "pod-1",
+            "annotations": {
+                "dra-fake.dev/simulated-gpu-utilization": "60-90",
+                "dra-fake.dev/simulated-gpu-memory": "20Gi",
+            },
+        },
+        "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": f"c-{UID1[:4]}"}],
+            "containers": [{"name": "main", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    monitor = GpuMonitor(inventory, state.holdings, state.nvidia_smi, NODE, DRIVER)
+    monitor.set_pods([pod])
+    text = monitor.sample()
+    values = {
+        (s.name, s.labels["gpu"]): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.labels.get("pod") == "train"
+    }
+    util, used, power = (
+        values[(n, "1")] for n in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE")
+    )
+    assert 60 <= util <= 90 and used == 20480 and 68.92 < power < 700
+    fields = "utilization.gpu,memory.used,memory.free,power.draw,clocks.sm,temperature.gpu"
+    out = run_smi(root, f"--query-gpu={fields}", "--format=csv,noheader,nounits").stdout
+    temp = values[("DCGM_FI_DEV_GPU_TEMP", "1")]
+    assert out == f"{int(util)}, 20480, {81559 - 480 - 20480}, {power:.2f}, 1980, {int(temp)}\n"
+    assert any(f"{int(util)}%      Default" in line for line in run_smi(root).stdout.splitlines())

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +36,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dra_fake.core import logs
-from dra_fake.core.kube import REQUEST_TIMEOUT, StartupError, TimeoutApiClient, kube_configuration
+from dra_fake.core.informer import json_body, release, run_informer
+from dra_fake.core.kube import StartupError, TimeoutApiClient, kube_configuration
 from dra_fake.core.publisher import Publisher
 from dra_fake.core.resourceapi import (
     RESOURCE_GROUP,
@@ -46,7 +47,6 @@ from dra_fake.core.resourceapi import (
     as_dict,
     discover,
 )
-from dra_fake.core.retry import Backoff
 from dra_fake.core.slices import DesiredSlice
 from dra_fake.fleet.core import (
     FLEET_LABEL,
@@ -80,7 +80,6 @@ from dra_fake.gpu.profiles import GpuProfile, load_profiles
 from dra_fake.gpu.slices import desired_slices
 
 log = logging.getLogger("dra_fake.fleet")
-WATCH_SECONDS = 300
 
 
 class CountingApiClient(TimeoutApiClient):
@@ -105,49 +104,6 @@ def counting_client(kubeconfig: str, pool_size: int) -> CountingApiClient:
     cfg = kube_configuration(kubeconfig)
     cfg.connection_pool_maxsize = pool_size
     return CountingApiClient(cfg)
-
-
-def _json(resp: Any) -> dict[str, Any]:
-    """The body of a `_preload_content=False` response; the connection goes back to the pool
-    (urllib3 keeps it otherwise, and the next request opens a new TLS connection)."""
-    try:
-        obj = json.loads(resp.data)
-    finally:
-        _release(resp)
-    if not isinstance(obj, dict):
-        raise TypeError("expected a JSON object")
-    return obj
-
-
-def _release(resp: Any) -> None:
-    release = getattr(resp, "release_conn", None) or getattr(
-        getattr(resp, "response", None), "release_conn", None
-    )
-    if release is not None:
-        release()
-
-
-def stream_events(call: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:
-    """Raw watch events (JSON dicts; no typed-model deserialisation, which costs more than
-    the HTTP at this scale)."""
-    read_timeout = float(kwargs.get("timeout_seconds") or WATCH_SECONDS) + 15  # the server ends it first
-    resp = call(
-        watch=True,
-        _preload_content=False,
-        allow_watch_bookmarks=True,
-        _request_timeout=(REQUEST_TIMEOUT[0], read_timeout),
-        **kwargs,
-    )
-    try:
-        buf = b""
-        for chunk in resp.stream(65536):
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                if line.strip():
-                    yield json.loads(line)
-    finally:
-        resp.release_conn()
 
 
 @dataclass
@@ -342,14 +298,14 @@ class Fleet:
     def _create_node(self, name: str, template: NodeTemplate) -> None:
         try:
             manifest: Any = node_manifest(name, template)
-            node = _json(self.core.create_node(manifest, _preload_content=False))
+            node = json_body(self.core.create_node(manifest, _preload_content=False))
         except ApiException as err:
             if err.status != 409:
                 raise
-            node = _json(self.core.read_node(name, _preload_content=False))
+            node = json_body(self.core.read_node(name, _preload_content=False))
         patch = untaint_patch(node)
         if patch is not None:
-            _release(self.core.patch_node(name, patch, _preload_content=False))
+            release(self.core.patch_node(name, patch, _preload_content=False))
 
     def _node_informer(self) -> None:
         def on_list(items: list[dict[str, Any]]) -> None:
@@ -369,7 +325,14 @@ class Fleet:
             else:
                 self._adopt(name, uid)
 
-        self._informer("nodes", self.core.list_node, {"label_selector": self.selector}, on_list, on_event)
+        run_informer(
+            self.stop_event,
+            "nodes",
+            self.core.list_node,
+            {"label_selector": self.selector},
+            on_list,
+            on_event,
+        )
 
     def _adopt(self, name: str, uid: str) -> None:
         with self._lock:
@@ -410,7 +373,8 @@ class Fleet:
             if node is not None:
                 self._maybe_enqueue(node)
 
-        self._informer(
+        run_informer(
+            self.stop_event,
             "resourceslices",
             list_slices,
             {"field_selector": f"spec.driver={self.options.driver}"},
@@ -482,7 +446,7 @@ class Fleet:
                     objects[name] = obj
             self._reconcile_faults(node)
 
-        self._informer("gpufaults", list_faults, {}, on_list, on_event)
+        run_informer(self.stop_event, "gpufaults", list_faults, {}, on_list, on_event)
 
     def _reconcile_faults(self, node: str) -> None:
         """Apply one node's faults (a fleet node's plugin would); unmanaged nodes are someone else's."""
@@ -556,12 +520,12 @@ class Fleet:
                         ),
                         _preload_content=False,
                     )
-                    _release(resp)
+                    release(resp)
                     return
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 patch = pod_running_status(obj, now)
                 if patch is not None:
-                    _release(
+                    release(
                         self.core.patch_namespaced_pod_status(
                             meta["name"], meta["namespace"], patch, _preload_content=False
                         )
@@ -583,48 +547,14 @@ class Fleet:
                 handle(obj)
 
         self.nodes_listed.wait()
-        self._informer(
+        run_informer(
+            self.stop_event,
             "pods",
             self.core.list_pod_for_all_namespaces,
             {"field_selector": "spec.nodeName!="},
             on_list,
             on_event,
         )
-
-    # ---- list + watch --------------------------------------------------------------------------
-    def _informer(
-        self,
-        what: str,
-        call: Callable[..., Any],
-        kwargs: dict[str, Any],
-        on_list: Callable[[list[dict[str, Any]]], None],
-        on_event: Callable[[str, dict[str, Any]], None],
-    ) -> None:
-        backoff = Backoff()
-        rv = ""
-        while not self.stop_event.is_set():
-            try:
-                if not rv:
-                    listed = _json(call(_preload_content=False, **kwargs))
-                    rv = listed["metadata"]["resourceVersion"]
-                    on_list(listed.get("items") or [])
-                for event in stream_events(
-                    call, resource_version=rv, timeout_seconds=WATCH_SECONDS, **kwargs
-                ):
-                    if self.stop_event.is_set():
-                        return
-                    kind, obj = event["type"], event["object"]
-                    if kind == "ERROR":
-                        rv = ""  # expired (410): list again
-                        break
-                    rv = obj["metadata"]["resourceVersion"]
-                    if kind != "BOOKMARK":
-                        on_event(kind, obj)
-                backoff.reset()
-            except Exception as err:
-                log.warning("%s watch failed, listing again", what, extra={"error": str(err)[:300]})
-                rv = ""
-                self.stop_event.wait(backoff.next())
 
     # ---- report --------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:

@@ -121,7 +121,7 @@ def build_claim_spec(
     if device_nodes is not None:
         common["deviceNodes"] = device_nodes.common()
     if nvidia_smi is not None:
-        common["mounts"] = [nvidia_smi.script_mount(), nvidia_smi.faults_mount()]
+        common["mounts"] = [nvidia_smi.script_mount(), nvidia_smi.live_mount()]
     spec: dict[str, Any] = {
         "cdiVersion": EARLIEST_VERSION,
         "kind": claim_kind(driver),

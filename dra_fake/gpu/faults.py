@@ -34,6 +34,7 @@ TAINT_UNMONITORED = "gpu.nvidia.com/unmonitored"
 # Xids NVIDIA's plugin treats as application errors, not device faults (effect None).
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 XID_DOUBLE_BIT_ECC = 48  # NVIDIA reports an uncorrectable (double-bit) ECC error as Xid 48
+XID_FALLEN_OFF_BUS = 79  # the driver's Xid for a GPU that fell off the bus (NVIDIA's Xid catalog)
 MAX_XID = 1 << 16
 
 Phase = Literal["Pending", "Active", "Recovered", "Failed"]
@@ -271,13 +272,19 @@ class Effects:
 
 
 def add_gpu_state(state: dict[str, int], fault: Fault) -> None:
-    """What an active fault does to its GPU as nvidia-smi reports it: lost, ECC counters (volatile,
-    summed), temperature (the hottest fault). An Xid shows only in the kernel log."""
+    """What an active fault does to its GPU as nvidia-smi and DCGM report it: lost, ECC counters
+    (volatile, summed), temperature (the hottest fault), and the Xid the driver logged (the latest
+    fault's; DCGM_FI_DEV_XID_ERRORS, docs/reference/dcgm-exporter-and-gfd.md#a4-value-semantics)."""
     if fault.kind == "gpu-lost":
         state["lost"] = 1
+        state["xid"] = XID_FALLEN_OFF_BUS
+    elif fault.kind == "xid" and fault.xid is not None:
+        state["xid"] = fault.xid
     elif fault.kind == "ecc":
         key = "ecc_dbe" if fault.ecc_type == "double" else "ecc_sbe"
         state[key] = state.get(key, 0) + fault.ecc_count
+        if fault.ecc_type == "double":
+            state["xid"] = XID_DOUBLE_BIT_ECC
     elif fault.kind == "thermal":
         state["temperature"] = max(state.get("temperature", 0), fault.temperature)
 

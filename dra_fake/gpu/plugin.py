@@ -8,18 +8,23 @@ import logging
 import secrets
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from dra_fake.core import logs
 from dra_fake.core.kube import StartupError, load_kube_client
 from dra_fake.core.resourceapi import ServerInfo
+from dra_fake.core.retry import with_backoff
 from dra_fake.core.serving import ClaimState, PluginContext, run_plugin
 from dra_fake.core.slices import DesiredSlice
 from dra_fake.gpu.configs import GATE_DYNAMIC_MIG, FeatureGates
 from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
 from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, FaultTracker, servable_taints
 from dra_fake.gpu.faultwatch import FaultWatcher, NodeFaults
+from dra_fake.gpu.gfd import MIG_STRATEGIES, gfd_labels
 from dra_fake.gpu.inventory import Inventory, InventoryError, load_inventory
+from dra_fake.gpu.monitor import GpuMonitor
+from dra_fake.gpu.nodelabels import apply_labels, machine_type
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.gpu.slices import desired_slices, shuffled
 from dra_fake.gpu.state import DeviceState
@@ -63,6 +68,15 @@ def parse_additional_xids(raw: str) -> frozenset[int]:
     return frozenset(xids)
 
 
+@dataclass(frozen=True)
+class Observability:
+    """What the plugin shows above the scheduler (docs/observability.md)."""
+
+    dcgm_port: int = -1  # dcgm-exporter-compatible /metrics; negative: not served
+    node_labels: bool = False  # GPU Feature Discovery labels on the plugin's Node
+    mig_strategy: str = "none"  # GFD's MIG strategy for those labels
+
+
 class GpuDriver:
     """gpu.nvidia.com for run_plugin (dra_fake.core.serving.KubeletDriver)."""
 
@@ -76,6 +90,7 @@ class GpuDriver:
         device_nodes: DeviceNodePolicy,
         shuffle_seed: int | None = None,
         ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS,
+        observability: Observability = Observability(),
     ) -> None:
         self.driver = driver_name
         self.inventory = inventory
@@ -83,14 +98,16 @@ class GpuDriver:
         self.device_nodes = device_nodes
         self.shuffle_seed = shuffle_seed  # None: sorted devices
         self.ignored_xids = ignored_xids
+        self.observability = observability
         self.nvidia_smi: NvidiaSmi | None = None  # set by create_state
+        self.state: DeviceState | None = None
         self._taints: dict[str, list[dict[str, str]]] = {}
         self._slices: tuple[object, list[DesiredSlice]] | None = None  # (key, slices) of the last call
         self._lock = threading.Lock()
 
     def create_state(self, ctx: PluginContext) -> ClaimState:
         self.nvidia_smi = NvidiaSmi.from_inventory(ctx.data_dir, self.inventory)
-        return DeviceState(
+        self.state = DeviceState(
             self.driver,
             ctx.node,
             self.inventory.devices,
@@ -102,6 +119,7 @@ class GpuDriver:
             device_nodes=self.device_nodes.current,
             on_checkpoint_error=ctx.checkpoint_error_hook(self.driver),
         )
+        return self.state
 
     def desired_slices(self, server: ServerInfo) -> list[DesiredSlice]:
         """Rebuilt only when the taints change (the publisher asks at every sync)."""
@@ -117,16 +135,28 @@ class GpuDriver:
             return self._slices[1]
 
     def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
-        """Watch this node's GpuFaults: taints with NVMLDeviceHealthCheck (as NVIDIA); the health
-        stream and nvidia-smi always."""
+        """The telemetry (nvidia-smi's live files, dcgm-exporter's /metrics), the node's GFD labels,
+        and the watch of this node's GpuFaults: taints with NVMLDeviceHealthCheck (as NVIDIA); the
+        health stream, nvidia-smi and the metrics always."""
         health_check = self.gates.enabled(GATE_HEALTH_CHECK)
+        if self.nvidia_smi is None or self.state is None:
+            raise RuntimeError("start_background before create_state")
+        monitor = GpuMonitor(self.inventory, self.state.holdings, self.nvidia_smi, ctx.node, self.driver)
+        monitor.start(ctx.stop, ctx.api, ctx.node, self.observability.dcgm_port)
+        if self.observability.node_labels:
+            labels = gfd_labels(self.inventory, self.observability.mig_strategy, machine_type())
+            threading.Thread(
+                target=with_backoff,
+                args=(f"label Node {ctx.node}", lambda: apply_labels(ctx.api, ctx.node, labels), ctx.stop),
+                name="node-labels",
+                daemon=True,
+            ).start()
 
         def apply(effects: Effects) -> None:
             with self._lock:
                 self._taints = effects.taints if health_check else {}
             ctx.device_health.set_health(effects.health)
-            if self.nvidia_smi is not None:
-                self.nvidia_smi.write_gpu_states(effects.gpus)
+            monitor.set_faults(effects.gpus)
             ctx.republish()
 
         tracker = FaultTracker(self.inventory.devices, self.ignored_xids)
@@ -142,6 +172,10 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         ignored_xids = DEFAULT_IGNORED_XIDS | parse_additional_xids(args.additional_xids_to_ignore)
         if args.device_nodes not in MODES:
             raise StartupError(f"--device-nodes: {args.device_nodes!r} is not one of {', '.join(MODES)}")
+        if args.mig_strategy not in MIG_STRATEGIES:
+            raise StartupError(
+                f"--mig-strategy: {args.mig_strategy!r} is not one of {', '.join(MIG_STRATEGIES)}"
+            )
         if args.device_order not in DEVICE_ORDERS:
             raise StartupError(
                 f"--device-order: {args.device_order!r} is not one of {', '.join(DEVICE_ORDERS)}"
@@ -158,4 +192,6 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
     if args.device_order == "shuffled":
         seed = secrets.randbits(32)
         log.info("slice devices shuffled (--device-order=shuffled)", extra={"seed": seed})
-    return run_plugin(args, api, GpuDriver(args.driver_name, inventory, gates, policy, seed, ignored_xids))
+    observability = Observability(args.dcgm_exporter_port, args.node_labels == "true", args.mig_strategy)
+    driver = GpuDriver(args.driver_name, inventory, gates, policy, seed, ignored_xids, observability)
+    return run_plugin(args, api, driver)

@@ -39,6 +39,7 @@ from dra_fake.gpu.configs import FeatureGates, GateLookup
 from dra_fake.gpu.devices import AllocatableDevice, mig_uuid
 from dra_fake.gpu.devnodes import DeviceNodes
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
+from dra_fake.gpu.workloads import ClaimHolding, HeldDevice
 from dra_fake.kubelet.api import PreparedDevice
 
 _log = logging.getLogger(__name__)
@@ -188,6 +189,23 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         if data is None:
             return []
         return [m for e in data.claims.values() for m in e.driverData.migDevices]
+
+    def holdings(self) -> list[ClaimHolding]:
+        """The prepared claims and their devices (read without the lock, for the telemetry)."""
+        data = self.store.peek()
+        if data is None:
+            return []
+        out = []
+        for entry in data.claims.values():
+            if entry.state != PREPARE_COMPLETED:
+                continue
+            migs = {m.device: m.uuid for m in entry.driverData.migDevices}
+            devices = tuple(
+                HeldDevice(d.deviceName, d.poolName, tuple(d.requests), migs.get(d.deviceName))
+                for d in entry.preparedDevices
+            )
+            out.append(ClaimHolding(entry.namespace, entry.name, devices))
+        return out
 
     # --- steps --------------------------------------------------------------------------------
 

@@ -5,17 +5,18 @@ Host side (the plugin's data dir, `<kubelet plugins dir>/<driver>/nvidia-smi/`):
 - `nvidia-smi`: the script (`nvidia-smi.sh` of this package), mode 0755;
 - `devices/<device>_<uuid>`: one file per device and UUID (a dynamic MIG device has a new UUID per
   claim), shell assignments the script sources;
-- `faults/<GPU UUID>`: what the GpuFaults active on that GPU change in nvidia-smi's output (lost,
-  ECC counters, temperature; docs/faults.md), rewritten while the containers run.
+- `live/<GPU or MIG UUID>`: the device's readings now (utilization, memory used, power, clocks,
+  temperature; dra_fake.gpu.telemetry, the numbers the metrics endpoint serves) and what active
+  GpuFaults change (lost, ECC counters; docs/faults.md), rewritten while the containers run.
 
 Container side (CDI mounts of the claim's spec, read-only bind mounts):
 
 - `/usr/bin/nvidia-smi` (spec-level edit: any device of the claim brings it);
 - `/var/run/dra-fake/nvidia-smi/devices/<bus id>_<gpu|mig-<GI id>>` per device (device edit), so a
   container lists exactly the devices it was given; names sort in nvidia-smi's order;
-- `/var/run/dra-fake/nvidia-smi/faults` (spec-level edit): the whole faults directory, a directory
+- `/var/run/dra-fake/nvidia-smi/live` (spec-level edit): the whole live directory, a directory
   mount so files replaced on the host show in running containers (a file mount would keep the old
-  inode); the script reads only the files of its own GPUs.
+  inode); the script reads only the files of its own devices.
 
 The file names of the info files carry their own identity (device name and UUID), so any spec can
 be made whole again from its mounts alone (`ensure_files`), e.g. after a restart.
@@ -39,22 +40,9 @@ _log = logging.getLogger(__name__)
 
 CONTAINER_BINARY = "/usr/bin/nvidia-smi"
 CONTAINER_DEVICES_DIR = "/var/run/dra-fake/nvidia-smi/devices"
-CONTAINER_FAULTS_DIR = "/var/run/dra-fake/nvidia-smi/faults"
-GPU_STATE_KEYS = ("lost", "ecc_sbe", "ecc_dbe", "temperature")  # dra_fake.gpu.faults.add_gpu_state
+CONTAINER_LIVE_DIR = "/var/run/dra-fake/nvidia-smi/live"
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's, for its nvidia-smi mount
 _INFO_NAME = re.compile(r"^(?P<device>[a-z0-9-]+)_(?P<uuid>(GPU|MIG)-[0-9a-f-]+)$")
-
-# Board power limits in W (public data sheets; nvidia-smi prints them as Pwr:Usage/Cap).
-POWER_CAP_W = {
-    "a100-sxm4-40gb": 400,
-    "a100-sxm4-80gb": 400,
-    "h100-sxm5-80gb": 700,
-    "h200-sxm-141gb": 700,
-    "b200": 1000,
-    "gb200": 1200,
-    "l40s": 350,
-    "t4": 70,
-}
 
 
 def script_text() -> str:
@@ -84,7 +72,12 @@ class GpuFacts:
     cuda_version: str
     compute_cap: str
     mig_enabled: bool
-    power_cap_w: int | None
+    power_cap_w: int
+    power_idle_w: float
+    temperature_idle_c: int
+    sm_clock_idle_mhz: int
+    memory_clock_mhz: int
+    fb_reserved_mib: int
     bar1_mib: int
 
 
@@ -111,7 +104,12 @@ def facts_from_inventory(inventory: Any) -> tuple[dict[int, GpuFacts], dict[tupl
             cuda_version=p.cuda_driver_version,
             compute_cap=p.cuda_compute_capability,
             mig_enabled=gpu.mig_mode != "none",
-            power_cap_w=POWER_CAP_W.get(p.id),
+            power_cap_w=p.telemetry.power_limit_w,
+            power_idle_w=p.telemetry.power_idle_w,
+            temperature_idle_c=p.telemetry.temperature_idle_c,
+            sm_clock_idle_mhz=p.telemetry.sm_clock_idle_mhz,
+            memory_clock_mhz=p.telemetry.memory_clock_mhz,
+            fb_reserved_mib=p.telemetry.fb_reserved_mib,
             bar1_mib=131072 if p.memory_mib > 65536 else 65536,
         )
         for m in p.mig_profiles:
@@ -154,8 +152,8 @@ class NvidiaSmi:
         return self.dir / "devices" / f"{device}_{uuid}"
 
     @property
-    def faults_dir(self) -> Path:
-        return self.dir / "faults"
+    def live_dir(self) -> Path:
+        return self.dir / "live"
 
     # --- CDI edits ---------------------------------------------------------------------------
 
@@ -166,10 +164,10 @@ class NvidiaSmi:
             "options": list(MOUNT_OPTIONS),
         }
 
-    def faults_mount(self) -> dict[str, Any]:
+    def live_mount(self) -> dict[str, Any]:
         return {
-            "hostPath": str(self.faults_dir),
-            "containerPath": CONTAINER_FAULTS_DIR,
+            "hostPath": str(self.live_dir),
+            "containerPath": CONTAINER_LIVE_DIR,
             "options": list(MOUNT_OPTIONS),
         }
 
@@ -198,7 +196,13 @@ class NvidiaSmi:
             "driver_version": gpu.driver_version,
             "cuda_version": gpu.cuda_version,
             "compute_cap": gpu.compute_cap,
-            "power_cap": "" if gpu.power_cap_w is None else gpu.power_cap_w,
+            "power_cap": gpu.power_cap_w,
+            # an idle GPU's readings, until the live file says otherwise
+            "power_draw": f"{gpu.power_idle_w:.2f}",
+            "temperature": gpu.temperature_idle_c,
+            "sm_clock": gpu.sm_clock_idle_mhz,
+            "mem_clock": gpu.memory_clock_mhz,
+            "fb_reserved": gpu.fb_reserved_mib,
             "mig_mode": "Enabled" if gpu.mig_enabled else "Disabled",
         }
         if device.kind == "mig" and device.mig is not None:
@@ -222,26 +226,37 @@ class NvidiaSmi:
         return "\n".join(lines) + "\n"
 
     def ensure_script(self) -> None:
-        """The script and the (maybe empty) faults directory every spec mounts."""
+        """The script and the (maybe empty) live directory every spec mounts."""
         text = script_text().encode()
         if _read(self.script_path) != text:
             self.dir.mkdir(parents=True, exist_ok=True)
             atomic_write(self.script_path, text, 0o755)
-        self.faults_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        self.live_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
 
-    def write_gpu_states(self, states: Mapping[str, Mapping[str, int]]) -> None:
-        """GPU UUID -> its fault state (dra_fake.gpu.faults.Effects.gpus); GPUs not named have none."""
-        self.faults_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+    def write_live(self, states: Mapping[str, Mapping[str, int | float | str]]) -> None:
+        """GPU or MIG UUID -> its current values (shell assignments the script sources); files of
+        devices not named are removed. Only changed files are rewritten."""
+        self.live_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         for uuid, state in states.items():
-            lines = [f"# dra-fake nvidia-smi fault state: {uuid}"]
-            lines += [f"fault_{key}={int(state[key])}" for key in GPU_STATE_KEYS if key in state]
+            lines = [f"# dra-fake nvidia-smi live state: {uuid}"]
+            lines += [f"{key}={shlex.quote(str(value))}" for key, value in sorted(state.items())]
             text = ("\n".join(lines) + "\n").encode()
-            path = self.faults_dir / uuid
+            path = self.live_dir / uuid
             if _read(path) != text:
                 atomic_write(path, text, 0o644)
-        for path in self.faults_dir.iterdir():
+        for path in self.live_dir.iterdir():
             if path.name not in states and path.is_file():
                 remove_durably(path)
+
+    def read_live(self, uuid: str) -> dict[str, str]:
+        """What write_live wrote for the device (e.g. the counters an earlier process left)."""
+        text = (_read(self.live_dir / uuid) or b"").decode(errors="replace")
+        out = {}
+        for line in text.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and not line.startswith("#"):
+                out[key] = " ".join(shlex.split(value)) if value else ""
+        return out
 
     def ensure_files(self, spec: Mapping[str, Any]) -> None:
         """Write the script and every info file a CDI spec mounts (idempotent; only changes)."""

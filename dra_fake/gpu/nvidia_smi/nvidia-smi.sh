@@ -16,9 +16,9 @@ set -u
 LC_ALL=C
 export LC_ALL
 DEVICES="${DRA_FAKE_ROOT:-}/var/run/dra-fake/nvidia-smi/devices"
-# Fault state per GPU UUID, rewritten by the plugin while GpuFaults are active (docs/faults.md).
-FAULTS="${DRA_FAKE_ROOT:-}/var/run/dra-fake/nvidia-smi/faults"
-IDLE_TEMP=30
+# Live readings per GPU or MIG UUID, rewritten by the plugin while the container runs: the same
+# numbers its metrics endpoint serves (docs/observability.md), and active faults (docs/faults.md).
+LIVE="${DRA_FAKE_ROOT:-}/var/run/dra-fake/nvidia-smi/live"
 PROG=nvidia-smi
 
 die() { printf '%s\n' "$1" >&2; exit "${2:-2}"; }
@@ -27,7 +27,8 @@ die() { printf '%s\n' "$1" >&2; exit "${2:-2}"; }
 reset_fields() {
   kind=; gpu_uuid=; name=; bus_id=; memory_mib=; driver_version=; cuda_version=; compute_cap=
   power_cap=; mig_mode=; mig_uuid=; mig_profile=; gi_id=; ci_id=; mig_memory_mib=; sm=; ce=; enc=
-  dec=; ofa=; jpg=; bar1_mib=
+  dec=; ofa=; jpg=; bar1_mib=; power_draw=; temperature=; sm_clock=; mem_clock=; fb_reserved=0
+  utilization=0; memory_util=0; memory_used=0; mig_memory_used=0
   fault_lost=; fault_ecc_sbe=0; fault_ecc_dbe=0; fault_temperature=
 }
 
@@ -40,10 +41,11 @@ device_files() {
 # shellcheck disable=SC1090 # the device and fault files are written by the plugin
 load() {
   reset_fields; . "$1"
-  if [ -n "$gpu_uuid" ] && [ -f "$FAULTS/$gpu_uuid" ]; then . "$FAULTS/$gpu_uuid"; fi
+  if [ -n "$gpu_uuid" ] && [ -f "$LIVE/$gpu_uuid" ]; then . "$LIVE/$gpu_uuid"; fi
+  if [ -n "$mig_uuid" ] && [ -f "$LIVE/$mig_uuid" ]; then . "$LIVE/$mig_uuid"; fi
 }
 
-temperature() { printf '%s' "${fault_temperature:-$IDLE_TEMP}"; }
+temperature() { printf '%s' "$temperature"; }
 
 # A GPU that fell off the bus: NVML cannot open it, and nvidia-smi stops at the first one with
 # NVML's text and its documented exit code 15.
@@ -96,12 +98,12 @@ MIG_SEP='+------------------+----------------------------------+-----------+----
 
 gpu_rows() { # uses the fields of the current device; $1 = index
   persistence=On
-  if [ "$mig_mode" = Enabled ]; then ecc=On; util=N/A; else ecc=$fault_ecc_dbe; util=0%; fi
+  if [ "$mig_mode" = Enabled ]; then ecc=On; util=N/A; else ecc=$fault_ecc_dbe; util=$utilization%; fi
   printf '|%4d  %-31s%-3s |%19s %3s |%21s |\n' "$1" "$(truncate_name "$name")" "$persistence" \
     "$bus_id" Off "$ecc"
-  usage=0MiB
-  [ "$mig_mode" = Enabled ] && usage=$((mig_count * 13))MiB
-  printf '|%4s%6s%6s%16s / %5s |%11s / %9s |%8s%13s |\n' N/A "$(temperature)C" P0 "$power_idle" "$power_cap" \
+  usage=${memory_used}MiB
+  [ "$mig_mode" = Enabled ] && usage=$((mig_count * 13 + memory_used))MiB
+  printf '|%4s%6s%6s%16s / %5s |%11s / %9s |%8s%13s |\n' N/A "$(temperature)C" P0 "${power_draw%%.*}W" "${power_cap}W" \
     "$usage" "${memory_mib}MiB" "$util" Default
   printf '|%41s|%24s|%21s |\n' '' '' "$mig_mode"
   printf '%s\n' "$GPU_SEP"
@@ -153,7 +155,7 @@ table() {
       [ "$gpu" = "$last_gpu" ] || { dev=0; last_gpu=$gpu; }
       load "$f"
       printf '|%3d%5d%4d%4d  |%19s / %8s    |%3d%7s |%3d%4d%5d%5d%5d |\n' "$gpu" "$gi_id" "$ci_id" "$dev" \
-        13MiB "${mig_memory_mib}MiB" "$sm" 0 "$ce" "$enc" "$dec" "$ofa" "$jpg"
+        "$((13 + mig_memory_used))MiB" "${mig_memory_mib}MiB" "$sm" 0 "$ce" "$enc" "$dec" "$ofa" "$jpg"
       printf '|                  |%19s / %8s    |           |                       |\n' 0MiB "${bar1_mib}MiB"
       printf '%s\n' "$MIG_SEP"
       dev=$((dev + 1))
@@ -173,11 +175,6 @@ table() {
 emit_gpu() { # the GPU whose files were just read; its own fields come from any of its files
   saved_f=$f
   load "$gpu_file"
-  if [ -n "$power_cap" ]; then
-    power_idle=$((power_cap / 10))W; power_cap=${power_cap}W
-  else
-    power_idle=N/A; power_cap=N/A
-  fi
   gpu_rows "$index"
   f=$saved_f
   load "$f"
@@ -205,6 +202,13 @@ query_gpu() { # $1 = fields, $2 = format options
       memory.total) h="memory.total [MiB]" ;;
       memory.used) h="memory.used [MiB]" ;;
       memory.free) h="memory.free [MiB]" ;;
+      memory.reserved) h="memory.reserved [MiB]" ;;
+      utilization.gpu) h="utilization.gpu [%]" ;;
+      utilization.memory) h="utilization.memory [%]" ;;
+      power.draw) h="power.draw [W]" ;;
+      power.limit) h="power.limit [W]" ;;
+      clocks.sm|clocks.current.sm) h="clocks.current.sm [MHz]" ;;
+      clocks.mem|clocks.current.memory) h="clocks.current.memory [MHz]" ;;
       driver_version) h=driver_version ;;
       pci.bus_id|gpu_bus_id) h=pci.bus_id ;;
       index) h=index ;;
@@ -229,7 +233,8 @@ query_gpu() { # $1 = fields, $2 = format options
     load "$f"
     [ "$bus_id" = "$last" ] && continue
     index=$((index + 1)); last=$bus_id
-    mib=' MiB'; [ -n "$units" ] || mib=
+    mib=' MiB'; pct=' %'; watt=' W'; mhz=' MHz'
+    [ -n "$units" ] || { mib=; pct=; watt=; mhz=; }
     line=
     IFS=,
     for field in $1; do
@@ -237,8 +242,15 @@ query_gpu() { # $1 = fields, $2 = format options
         name|gpu_name) v=$name ;;
         uuid|gpu_uuid) v=$gpu_uuid ;;
         memory.total) v="$memory_mib$mib" ;;
-        memory.used) v="0$mib" ;;
-        memory.free) v="$memory_mib$mib" ;;
+        memory.used) v="$memory_used$mib" ;;
+        memory.free) v="$((memory_mib - fb_reserved - memory_used))$mib" ;;
+        memory.reserved) v="$fb_reserved$mib" ;;
+        utilization.gpu) if [ "$mig_mode" = Enabled ]; then v="[N/A]"; else v="$utilization$pct"; fi ;;
+        utilization.memory) if [ "$mig_mode" = Enabled ]; then v="[N/A]"; else v="$memory_util$pct"; fi ;;
+        power.draw) v="$power_draw$watt" ;;
+        power.limit) v="$power_cap.00$watt" ;;
+        clocks.sm|clocks.current.sm) v="$sm_clock$mhz" ;;
+        clocks.mem|clocks.current.memory) v="$mem_clock$mhz" ;;
         driver_version) v=$driver_version ;;
         pci.bus_id|gpu_bus_id) v=$bus_id ;;
         index) v=$index ;;
@@ -267,6 +279,8 @@ NVIDIA System Management Interface -- dra-fake simulation (no NVML, no hardware)
     -L, --list-gpus                 List each GPU (and MIG device) with its UUID.
     --query-gpu=<fields> --format=csv[,noheader][,nounits]
                                     Fields: name, uuid, memory.total, memory.used, memory.free,
+                                    memory.reserved, utilization.gpu, utilization.memory,
+                                    power.draw, power.limit, clocks.sm, clocks.mem,
                                     driver_version, pci.bus_id, index, count, compute_cap,
                                     mig.mode.current, temperature.gpu,
                                     ecc.errors.{corrected,uncorrected}.volatile.total,

@@ -37,6 +37,7 @@ def camel_alias(name: str) -> str:
     """snake_case field name -> camelCase key, keeping NVIDIA's `ID` and `MiB` spellings."""
     camel = to_camel(name)
     camel = re.sub(r"Mib(?=[A-Z]|$)", "MiB", camel)
+    camel = re.sub(r"Mhz(?=[A-Z]|$)", "MHz", camel)
     return re.sub(r"Id(?=[A-Z]|$)", "ID", camel)
 
 
@@ -96,6 +97,29 @@ class PciSlot(StrictModel):
     pcie_root: Annotated[str, Field(pattern=r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")]
 
 
+class Telemetry(StrictModel):
+    """An idle GPU's readings and the model's limits (`nvidia-smi -q` of the card): the simulated
+    metrics and nvidia-smi move between these (dra_fake.gpu.telemetry)."""
+
+    power_limit_w: PosInt  # default power limit
+    power_idle_w: Annotated[float, Field(gt=0)]  # instant power draw at idle
+    temperature_idle_c: PosInt
+    memory_temperature_idle_c: PosInt | None  # None: NVML reports N/A (GDDR boards)
+    sm_clock_idle_mhz: PosInt
+    sm_clock_max_mhz: PosInt
+    memory_clock_mhz: PosInt
+    fb_reserved_mib: NonNegInt
+    nvlink: bool
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Telemetry:
+        if self.power_idle_w >= self.power_limit_w:
+            raise ValueError("telemetry.powerIdleW: must be below powerLimitW")
+        if self.sm_clock_idle_mhz > self.sm_clock_max_mhz:
+            raise ValueError("telemetry.smClockIdleMHz: must not exceed smClockMaxMHz")
+        return self
+
+
 class GpuProfile(StrictModel):
     """A GPU model: NVML-reported identity and sizes, MIG tables and PCI layout."""
 
@@ -116,6 +140,7 @@ class GpuProfile(StrictModel):
     driver_version: str  # NVML driver string, e.g. "580.105.08"
     cuda_driver_version: str  # "<major>.<minor>", e.g. "13.0"
     addressing_mode: Literal["HMM", "ATS", "None"] | None  # None: NVML reports nothing -> omitted
+    telemetry: Telemetry
     mig_memory_slices: PosInt | None = None  # required when migProfiles is not empty
     mig_profiles: list[MigProfile] = Field(default_factory=list)
     pci_topology: Annotated[list[PciSlot], Field(min_length=1)]

@@ -1,0 +1,97 @@
+"""Raw-JSON list + watch of one kind of object: the informer loop fleet mode and the GPU plugin's
+monitor share. Raw dicts, not the client's typed models: deserialising those costs more than the
+HTTP at fleet scale, and the dicts keep the API's camelCase field names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from dra_fake.core.kube import REQUEST_TIMEOUT
+from dra_fake.core.retry import Backoff
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS = 300
+
+
+def json_body(resp: Any) -> dict[str, Any]:
+    """The body of a `_preload_content=False` response; the connection goes back to the pool
+    (urllib3 keeps it otherwise, and the next request opens a new TLS connection)."""
+    try:
+        obj = json.loads(resp.data)
+    finally:
+        release(resp)
+    if not isinstance(obj, dict):
+        raise TypeError("expected a JSON object")
+    return obj
+
+
+def release(resp: Any) -> None:
+    release = getattr(resp, "release_conn", None) or getattr(
+        getattr(resp, "response", None), "release_conn", None
+    )
+    if release is not None:
+        release()
+
+
+def stream_events(call: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """Raw watch events (JSON dicts; no typed-model deserialisation, which costs more than
+    the HTTP at this scale)."""
+    read_timeout = float(kwargs.get("timeout_seconds") or WATCH_SECONDS) + 15  # the server ends it first
+    resp = call(
+        watch=True,
+        _preload_content=False,
+        allow_watch_bookmarks=True,
+        _request_timeout=(REQUEST_TIMEOUT[0], read_timeout),
+        **kwargs,
+    )
+    try:
+        buf = b""
+        for chunk in resp.stream(65536):
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if line.strip():
+                    yield json.loads(line)
+    finally:
+        resp.release_conn()
+
+
+def run_informer(
+    stop: threading.Event,
+    what: str,
+    call: Callable[..., Any],
+    kwargs: dict[str, Any],
+    on_list: Callable[[list[dict[str, Any]]], None],
+    on_event: Callable[[str, dict[str, Any]], None],
+) -> None:
+    """LIST, then WATCH from the list's resourceVersion, until `stop`; a failure or an expired
+    version lists again after a backoff. Runs in the caller's thread."""
+    backoff = Backoff()
+    rv = ""
+    while not stop.is_set():
+        try:
+            if not rv:
+                listed = json_body(call(_preload_content=False, **kwargs))
+                rv = listed["metadata"]["resourceVersion"]
+                on_list(listed.get("items") or [])
+            for event in stream_events(call, resource_version=rv, timeout_seconds=WATCH_SECONDS, **kwargs):
+                if stop.is_set():
+                    return
+                kind, obj = event["type"], event["object"]
+                if kind == "ERROR":
+                    rv = ""  # expired (410): list again
+                    break
+                rv = obj["metadata"]["resourceVersion"]
+                if kind != "BOOKMARK":
+                    on_event(kind, obj)
+            backoff.reset()
+        except Exception as err:
+            log.warning("%s watch failed, listing again", what, extra={"error": str(err)[:300]})
+            rv = ""
+            stop.wait(backoff.next())

@@ -1,0 +1,222 @@
+"""The GPU plugin's monitoring side: this node's pods watched, the simulated readings taken every
+few seconds (dra_fake.gpu.telemetry), written for the in-pod nvidia-smi and served as
+dcgm-exporter's /metrics (dra_fake.gpu.dcgm). One source of truth: both show the same sample.
+
+Threads: the pod informer (LIST + WATCH of pods with spec.nodeName = this node), the sampler
+(every SAMPLE_INTERVAL, sooner when pods, faults or claims change; a failure is logged and retried,
+dra_fake.core.retry.run_forever), and the HTTP server when a port is set.
+"""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from dra_fake.core.informer import run_informer
+from dra_fake.core.retry import run_forever
+from dra_fake.gpu import dcgm
+from dra_fake.gpu.inventory import Inventory
+from dra_fake.gpu.nvidia_smi import NvidiaSmi
+from dra_fake.gpu.telemetry import Entity, Reading, Simulator
+from dra_fake.gpu.workloads import ClaimHolding, users_by_device
+
+log = logging.getLogger(__name__)
+
+SAMPLE_INTERVAL = 5.0  # seconds between samples (dcgm-exporter collects every 30 s by default)
+DCGM_PORT = 9400  # dcgm-exporter's default listen port
+
+
+def boot_time(stat: Path = Path("/proc/stat")) -> float:
+    """The node's boot time (Unix seconds); now if unknown."""
+    try:
+        for line in stat.read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return time.time()
+
+
+def live_state(entity: Entity, reading: Reading, faults: Mapping[str, int]) -> dict[str, int | float | str]:
+    """What nvidia-smi reads for a GPU (entity without MIG) from its live file."""
+    state: dict[str, int | float | str] = {f"fault_{k}": v for k, v in faults.items() if k != "xid"}
+    if reading.lost:
+        return state | {"fault_lost": 1}
+    state |= {
+        "utilization": reading.gpu_util or 0,
+        "memory_util": reading.mem_copy_util or 0,
+        "memory_used": reading.fb_used or 0,
+        "power_draw": f"{reading.power_w or 0:.2f}",
+        "temperature": reading.gpu_temp or 0,
+        "sm_clock": reading.sm_clock or 0,
+        "mem_clock": reading.mem_clock or 0,
+    }
+    return state
+
+
+class GpuMonitor:
+    """Readings of one node's GPUs: sampled, written for nvidia-smi, served as /metrics."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        holdings: Callable[[], list[ClaimHolding]],
+        nvidia_smi: NvidiaSmi,
+        hostname: str,
+        driver: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.inventory, self.holdings, self.nvidia_smi = inventory, holdings, nvidia_smi
+        self.hostname, self.driver, self.clock = hostname, driver, clock
+        self.simulator = Simulator(inventory, boot_time())
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._faults: dict[str, dict[str, int]] = {}
+        self._reported: dict[str, str] = {}  # pod -> load annotation error already logged
+        self._lock = threading.Lock()
+        self._poke = threading.Event()
+        self.text = ""  # the latest /metrics body
+        self.sampled = threading.Event()  # set after the first sample
+        self._restore()
+
+    def _restore(self) -> None:
+        """Continue the counters an earlier process of this plugin left in the live files."""
+        for gpu in self.inventory.gpus:
+            saved = self.nvidia_smi.read_live(gpu.uuid)
+            try:
+                energy, xid = int(saved.get("energy_mj", "")), int(saved.get("xid", "0"))
+                at = (self.nvidia_smi.live_dir / gpu.uuid).stat().st_mtime
+            except (ValueError, OSError):
+                continue
+            self.simulator.restore(gpu.uuid, energy, xid, at)
+
+    # ---- inputs ---------------------------------------------------------------------------------
+
+    def set_faults(self, gpus: Mapping[str, Mapping[str, int]]) -> None:
+        """GPU UUID -> fault state (dra_fake.gpu.faults.Effects.gpus); sampled at once."""
+        with self._lock:
+            self._faults = {uuid: dict(state) for uuid, state in gpus.items()}
+        self._poke.set()
+
+    def set_pods(self, pods: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._pods = {p["metadata"]["uid"]: p for p in pods}
+        self._poke.set()
+
+    def pod_event(self, kind: str, pod: dict[str, Any]) -> None:
+        with self._lock:
+            if kind == "DELETED":
+                self._pods.pop(pod["metadata"]["uid"], None)
+            else:
+                self._pods[pod["metadata"]["uid"]] = pod
+        self._poke.set()
+
+    def poke(self) -> None:
+        """Something changed (e.g. a claim was prepared): sample now."""
+        self._poke.set()
+
+    # ---- the sample -----------------------------------------------------------------------------
+
+    def sample(self) -> str:
+        """Take one sample: write the nvidia-smi live files, render and keep the /metrics body."""
+        with self._lock:
+            pods, faults = list(self._pods.values()), dict(self._faults)
+        holdings = self.holdings()
+        users, errors = users_by_device(pods, holdings)
+        for pod, error in errors.items():
+            if self._reported.get(pod) != error:
+                log.warning("simulated load annotation ignored", extra={"pod": pod, "error": error})
+        self._reported = errors
+        dynamic = {d.name: d.uuid for c in holdings for d in c.devices if d.uuid}
+        readings = self.simulator.sample(self.clock(), users, faults, dynamic)
+        live: dict[str, dict[str, int | float | str]] = {}
+        for entity, reading in readings:
+            gpu_faults = faults.get(entity.gpu.uuid, {})
+            state = live.setdefault(entity.gpu.uuid, live_state(entity, reading, gpu_faults))
+            energy, xid = self.simulator.counters(entity.gpu.uuid)
+            state |= {"energy_mj": energy, "xid": xid}
+            if entity.is_mig:
+                live[entity.mig_uuid] = {"mig_memory_used": reading.fb_used or 0}
+                state["memory_used"] = sum(
+                    r.fb_used or 0 for e, r in readings if e.gpu.uuid == entity.gpu.uuid and not r.lost
+                )
+        self.nvidia_smi.write_live(live)
+        text = dcgm.render([(e, r, users.get(e.device, [])) for e, r in readings], self.hostname, self.driver)
+        self.text = text
+        self.sampled.set()
+        return text
+
+    # ---- threads --------------------------------------------------------------------------------
+
+    def start(self, stop: threading.Event, api: client.ApiClient | None, node: str, port: int) -> None:
+        """The sampler, the pod informer (with `api`) and the /metrics server (port >= 0)."""
+
+        def step() -> None:
+            self.sample()
+            self._poke.wait(SAMPLE_INTERVAL)
+            self._poke.clear()
+
+        threading.Thread(
+            target=run_forever, args=("GPU telemetry", step, stop, 0.0), name="telemetry", daemon=True
+        ).start()
+        if api is not None:
+            core = client.CoreV1Api(api)
+            threading.Thread(
+                target=run_informer,
+                args=(
+                    stop,
+                    "pods",
+                    core.list_pod_for_all_namespaces,
+                    {"field_selector": f"spec.nodeName={node}"},
+                    self.set_pods,
+                    self.pod_event,
+                ),
+                name="pods",
+                daemon=True,
+            ).start()
+        if port >= 0:
+            server = serve_metrics(self, port)
+            threading.Thread(target=server.serve_forever, name="dcgm-metrics", daemon=True).start()
+
+            def shut_down() -> None:
+                stop.wait()
+                server.shutdown()
+
+            threading.Thread(target=shut_down, name="dcgm-metrics-stop", daemon=True).start()
+            log.info("dcgm-exporter metrics served", extra={"port": server.server_address[1]})
+
+
+def serve_metrics(monitor: GpuMonitor, port: int, addr: str = "") -> http.server.ThreadingHTTPServer:
+    """dcgm-exporter's endpoints: /metrics (the latest sample), /health."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._reply(200, monitor.text)
+            elif path == "/health":
+                self._reply(200, "OK")
+            else:
+                self._reply(404, "404 page not found\n")
+
+        def _reply(self, status: int, body: str) -> None:
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", dcgm.CONTENT_TYPE)
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # scrapes are not worth a log line each
+
+    server = http.server.ThreadingHTTPServer((addr, port), Handler)
+    server.daemon_threads = True
+    return server

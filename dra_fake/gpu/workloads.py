@@ -1,0 +1,168 @@
+"""Who uses which device, and how hard: the pods on this node and the claims prepared here become
+per-device users (pod, container, claim) with the load their pod asks to simulate. Pure.
+
+A container uses a claim through `resources.claims` (a pod claim name, optionally one request),
+which `spec.resourceClaims` / `status.resourceClaimStatuses` resolve to a ResourceClaim name, or
+through the claim the scheduler made for its extended resources (`status.extendedResourceClaimStatus`).
+This is the attribution dcgm-exporter makes from the kubelet's PodResources API
+(docs/reference/dcgm-exporter-and-gfd.md#a3-kubernetes-pod-attribution-and-dra).
+
+The load comes from pod annotations (docs/observability.md#simulated-load):
+
+- `dra-fake.dev/simulated-gpu-utilization`: `"<percent>"` or `"<low>-<high>"`, e.g. `"60-90"`;
+- `dra-fake.dev/simulated-gpu-memory`: `"<percent>%"` of the device's memory or a size in MiB
+  (`"20480"`, `"20480Mi"`, `"20Gi"`).
+
+A pod without them gets DEFAULT_LOAD. A malformed annotation is reported (the message names it)
+and the default is used, so one pod's typo does not stop the node's metrics.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ANNOTATION_UTILIZATION = "dra-fake.dev/simulated-gpu-utilization"
+ANNOTATION_MEMORY = "dra-fake.dev/simulated-gpu-memory"
+
+_RANGE = re.compile(r"^\s*(\d{1,3})\s*(?:-\s*(\d{1,3})\s*)?$")
+_PERCENT = re.compile(r"^\s*(\d{1,3}(?:\.\d+)?)\s*%\s*$")
+_SIZE = re.compile(r"^\s*(\d+)\s*(Mi|Gi|Ti)?\s*$")
+_UNIT_MIB = {None: 1, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}
+
+
+@dataclass(frozen=True)
+class Load:
+    """What a pod's work does to each device it holds."""
+
+    utilization: tuple[int, int]  # percent, low..high; the value moves within it
+    memory_fraction: float | None = None  # of the device's memory ...
+    memory_mib: int | None = None  # ... or an absolute size (exactly one is set)
+
+
+# A device held by a pod that says nothing: a busy job, half the memory (docs/observability.md).
+DEFAULT_LOAD = Load(utilization=(80, 100), memory_fraction=0.5)
+
+
+class LoadError(ValueError):
+    """A simulated-load annotation that cannot be read; the message names it."""
+
+
+def parse_load(annotations: Mapping[str, str] | None) -> Load:
+    annotations = annotations or {}
+    utilization = DEFAULT_LOAD.utilization
+    raw = annotations.get(ANNOTATION_UTILIZATION)
+    if raw is not None:
+        m = _RANGE.match(raw)
+        low, high = (int(m[1]), int(m[2] or m[1])) if m else (-1, -1)
+        if not (0 <= low <= high <= 100):
+            raise LoadError(
+                f"annotation {ANNOTATION_UTILIZATION}: {raw!r} is not a percentage or a range of "
+                "percentages like '60-90' (0 to 100, low first)"
+            )
+        utilization = (low, high)
+    raw = annotations.get(ANNOTATION_MEMORY)
+    if raw is None:
+        return Load(utilization, DEFAULT_LOAD.memory_fraction)
+    if m := _PERCENT.match(raw):
+        if float(m[1]) > 100:
+            raise LoadError(f"annotation {ANNOTATION_MEMORY}: {raw!r} is more than 100%")
+        return Load(utilization, memory_fraction=float(m[1]) / 100)
+    if m := _SIZE.match(raw):
+        return Load(utilization, memory_mib=int(m[1]) * _UNIT_MIB[m[2]])
+    raise LoadError(
+        f"annotation {ANNOTATION_MEMORY}: {raw!r} is neither a percentage ('40%') nor a size in MiB "
+        "('20480', '20480Mi', '20Gi')"
+    )
+
+
+@dataclass(frozen=True)
+class HeldDevice:
+    """A device of a prepared claim."""
+
+    name: str  # the published device name
+    pool: str
+    requests: tuple[str, ...]  # the claim requests it was allocated for ("req" or "req/subrequest")
+    uuid: str | None = None  # a dynamic MIG device's UUID (created for this claim)
+
+
+@dataclass(frozen=True)
+class ClaimHolding:
+    """A claim prepared on this node (PrepareCompleted)."""
+
+    namespace: str
+    name: str
+    devices: tuple[HeldDevice, ...]
+
+
+@dataclass(frozen=True)
+class User:
+    """One container using one device through one claim."""
+
+    pod: str
+    namespace: str
+    pod_uid: str
+    container: str
+    claim_namespace: str
+    claim_name: str
+    device: HeldDevice
+    load: Load
+
+
+def users_by_device(
+    pods: Iterable[Mapping[str, Any]], claims: Iterable[ClaimHolding]
+) -> tuple[dict[str, list[User]], dict[str, str]]:
+    """Device name -> its users (sorted by namespace, pod, container), and pod (ns/name) -> the
+    error of a simulated-load annotation that could not be read."""
+    held = {(c.namespace, c.name): c for c in claims}
+    users: dict[str, list[User]] = {}
+    errors: dict[str, str] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        status = pod.get("status") or {}
+        if status.get("phase") in ("Succeeded", "Failed"):  # its containers are gone
+            continue
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        try:
+            load = parse_load(meta.get("annotations"))
+        except LoadError as err:
+            errors[f"{namespace}/{name}"] = str(err)
+            load = DEFAULT_LOAD
+        for container, claim_name, request in _container_claims(pod):
+            claim = held.get((namespace, claim_name))
+            if claim is None:
+                continue
+            for device in claim.devices:
+                if request is not None and not any(r.split("/")[0] == request for r in device.requests):
+                    continue
+                users.setdefault(device.name, []).append(
+                    User(name, namespace, meta.get("uid", ""), container, namespace, claim_name, device, load)
+                )
+    for entries in users.values():
+        entries.sort(key=lambda u: (u.namespace, u.pod, u.container, u.claim_name))
+    return users, errors
+
+
+def _container_claims(pod: Mapping[str, Any]) -> list[tuple[str, str, str | None]]:
+    """(container, ResourceClaim name, request or None for all) of the pod's containers."""
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    names: dict[str, str] = {}
+    for entry in spec.get("resourceClaims") or []:
+        if entry.get("resourceClaimName"):
+            names[entry["name"]] = entry["resourceClaimName"]
+    for entry in status.get("resourceClaimStatuses") or []:
+        if entry.get("resourceClaimName"):
+            names[entry["name"]] = entry["resourceClaimName"]
+    out: list[tuple[str, str, str | None]] = []
+    for container in spec.get("containers") or []:
+        for ref in (container.get("resources") or {}).get("claims") or []:
+            if ref.get("name") in names:
+                out.append((container["name"], names[ref["name"]], ref.get("request") or None))
+    extended = status.get("extendedResourceClaimStatus") or {}
+    if extended.get("resourceClaimName"):
+        for mapping in extended.get("requestMappings") or []:
+            out.append((mapping["containerName"], extended["resourceClaimName"], mapping["requestName"]))
+    return out
