@@ -7,6 +7,7 @@ it the module is skipped, unless DRA_FAKE_REQUIRE_TOOLS=1 (then it fails).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -115,7 +116,7 @@ def test_daemonset_contract() -> None:
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
     assert pod["serviceAccountName"] == "r-dra-fake-kubelet-plugin"
     assert "r-dra-fake-kubelet-plugin" in names(render(), "ServiceAccount")
-    [svc] = of_kind(render(), "Service")
+    svc = by_name(render(), "Service", "r-dra-fake-metrics")
     assert svc["spec"]["clusterIP"] == "None"
     assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [
         (8080, "metrics"),
@@ -135,7 +136,8 @@ def by_name(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 def test_rbac_is_least_privilege() -> None:
     role = by_name(render(), "ClusterRole", "r-dra-fake-kubelet-plugin")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},  # own Node only (policy)
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
         {
             "apiGroups": ["resource.k8s.io"],
@@ -259,8 +261,6 @@ CD_OBJECTS = {
     ("RoleBinding", "r-dra-fake-compute-domain-daemon"),
     ("DeviceClass", "compute-domain-daemon.nvidia.com"),
     ("DeviceClass", "compute-domain-default-channel.nvidia.com"),
-    ("ValidatingAdmissionPolicy", "r-dra-fake-kubelet-plugin-own-node-label"),
-    ("ValidatingAdmissionPolicyBinding", "r-dra-fake-kubelet-plugin-own-node-label"),
 }
 
 
@@ -280,7 +280,7 @@ def test_compute_domains_on_by_default_and_off_when_disabled() -> None:
     )
     [ds] = of_kind(off, "DaemonSet")
     assert [c["name"] for c in ds["spec"]["template"]["spec"]["containers"]] == ["gpus"]
-    [svc] = of_kind(off, "Service")
+    svc = by_name(off, "Service", "r-dra-fake-metrics")
     assert [p["port"] for p in svc["spec"]["ports"]] == [8080]
 
 
@@ -443,3 +443,89 @@ def test_feature_gates_reach_the_gpu_plugin_and_unknown_ones_are_refused() -> No
     assert env["FEATURE_GATES"] == "NVMLDeviceHealthCheck=true,TimeSlicingSettings=true"
     with pytest.raises(AssertionError, match="additional properties 'Bogus' not allowed"):
         render(**{"featureGates.Bogus": "true"})
+
+
+# --- metrics and node labels (docs/observability.md) -----------------------------------------------
+
+SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
+NODE_LABEL_POLICY = {
+    ("ValidatingAdmissionPolicy", "r-dra-fake-kubelet-plugin-own-node-label"),
+    ("ValidatingAdmissionPolicyBinding", "r-dra-fake-kubelet-plugin-own-node-label"),
+}
+
+
+def gpu_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    [ds] = of_kind(docs, "DaemonSet")
+    ctr: dict[str, Any] = ds["spec"]["template"]["spec"]["containers"][0]
+    return ctr
+
+
+def plugin_rules(docs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    role = by_name(docs, "ClusterRole", "r-dra-fake-kubelet-plugin")
+    return {r["resources"][0]: r["verbs"] for r in role["rules"] if r["apiGroups"] == [""]}
+
+
+def test_dcgm_exporter_endpoint_service_and_service_monitor() -> None:
+    docs = render(apis=[*V1, SERVICE_MONITOR_API])
+    ctr = gpu_container(docs)
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert (env["DCGM_EXPORTER_PORT"], env["NODE_LABELS"], env["MIG_STRATEGY"]) == ("9400", "true", "none")
+    assert {"name": "dcgm-metrics", "containerPort": 9400, "protocol": "TCP"} in ctr["ports"]
+    svc = by_name(docs, "Service", "r-dra-fake-dcgm-exporter")
+    assert svc["spec"]["ports"] == [
+        {"name": "metrics", "port": 9400, "targetPort": "dcgm-metrics", "protocol": "TCP"}
+    ]
+    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "kubelet-plugin"
+    monitor = by_name(docs, "ServiceMonitor", "r-dra-fake-dcgm-exporter")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert plugin_rules(docs)["pods"] == ["list", "watch"]
+    # without the Prometheus Operator's CRD no ServiceMonitor; disabled: no port, no pod watch
+    assert not of_kind(render(), "ServiceMonitor")
+    off = render(**{"dcgmExporter.enabled": "false"})
+    env = {e["name"]: e.get("value") for e in gpu_container(off)["env"]}
+    assert env["DCGM_EXPORTER_PORT"] == "-1" and "pods" not in plugin_rules(off)
+    assert "r-dra-fake-dcgm-exporter" not in names(off, "Service")
+
+
+def test_grafana_dashboard_config_map() -> None:
+    assert not of_kind(render(), "ConfigMap") or "r-dra-fake-gpu-dashboard" not in names(
+        render(), "ConfigMap"
+    )
+    docs = render(**{"dcgmExporter.grafanaDashboard.enabled": "true"})
+    cm = by_name(docs, "ConfigMap", "r-dra-fake-gpu-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(cm["data"]["dra-fake-gpus.json"])
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"):
+        assert metric in exprs
+    assert 'pod!=""' in exprs  # per-pod panels
+
+
+def test_node_labels_rights_policy_and_uninstall_hook() -> None:
+    docs = render()
+    assert plugin_rules(docs)["nodes"] == ["get", "patch"]
+    assert kinds_and_names(docs) >= NODE_LABEL_POLICY
+    hook = [d for d in docs if "helm.sh/hook" in d["metadata"].get("annotations", {})]
+    assert {(d["kind"], d["metadata"]["annotations"]["helm.sh/hook"]) for d in hook} == {
+        ("ServiceAccount", "pre-delete"),
+        ("ClusterRole", "pre-delete"),
+        ("ClusterRoleBinding", "pre-delete"),
+        ("Job", "pre-delete"),
+    }
+    job = by_name(docs, "Job", "r-dra-fake-node-labels-cleanup")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"] == ["dra-fake", "node-labels", "remove"]
+    assert pod["serviceAccountName"] == "r-dra-fake-node-labels-cleanup"
+    role = by_name(docs, "ClusterRole", "r-dra-fake-node-labels-cleanup")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "patch"]}]
+    policy = by_name(docs, "ValidatingAdmissionPolicy", "r-dra-fake-kubelet-plugin-own-node-label")
+    own = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "ownLabels")
+    assert "resource.nvidia.com/computeDomain" in own and "nvidia[.]com/(gfd[.]|gpu[.]" in own
+    off = render(**{"nodeLabels.enabled": "false"})
+    assert plugin_rules(off)["nodes"] == ["get"] and "Job" not in {d["kind"] for d in off}
+    policy = by_name(off, "ValidatingAdmissionPolicy", "r-dra-fake-kubelet-plugin-own-node-label")
+    own = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "ownLabels")
+    assert "gpu[.]" not in own  # only the ComputeDomain label left
+    neither = render(**{"nodeLabels.enabled": "false", "computeDomains.enabled": "false"})
+    assert not kinds_and_names(neither) & NODE_LABEL_POLICY

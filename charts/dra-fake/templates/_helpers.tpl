@@ -146,3 +146,31 @@ default takes the nodes no pool matches. Output: JSON list of {name, inventory, 
 {{- end -}}
 {{- join "," $items -}}
 {{- end -}}
+
+{{/* The Node labels and annotation the plugins may change on their own Node (a CEL condition on
+`k`; validatingadmissionpolicy.yaml). GFD's keys as dra_fake.gpu.gfd.is_gfd_key. */}}
+{{- define "dra-fake.ownNodeLabel" -}}
+{{- $terms := list -}}
+{{- if .Values.computeDomains.enabled -}}
+{{- $terms = append $terms "k == 'resource.nvidia.com/computeDomain'" -}}
+{{- end -}}
+{{- if .Values.nodeLabels.enabled -}}
+{{- $terms = append $terms "k.matches('^nvidia[.]com/(gfd[.]|gpu[.]|cuda[.]|mig[.]|mig-|mps[.]|vgpu[.])')" -}}
+{{- end -}}
+({{ join " || " $terms }})
+{{- end -}}
+
+{{- define "dra-fake.ownNodeAnnotation" -}}
+{{- if .Values.nodeLabels.enabled -}}
+k == 'dra-fake.dev/gfd-labels'
+{{- else -}}
+false
+{{- end -}}
+{{- end -}}
+
+{{- define "dra-fake.ownNodeMessage" -}}
+{{- $what := list -}}
+{{- if .Values.computeDomains.enabled -}}{{- $what = append $what "the label resource.nvidia.com/computeDomain" -}}{{- end -}}
+{{- if .Values.nodeLabels.enabled -}}{{- $what = append $what "GPU Feature Discovery's nvidia.com/ labels and the annotation dra-fake.dev/gfd-labels" -}}{{- end -}}
+only {{ join " and " $what }} may change
+{{- end -}}
