@@ -21,6 +21,7 @@ import re
 import shlex
 import subprocess
 import tempfile
+import urllib.request
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,10 @@ class TestBed(ABC):
     @abstractmethod
     def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
         """SIGKILL the driver's kubelet plugin on the node and wait until it serves again."""
+
+    @abstractmethod
+    def gpu_metrics(self, node: str) -> str:
+        """The node's dcgm-exporter-compatible /metrics, as a scrape of it gets them."""
 
     @abstractmethod
     def crash_imex_daemon(self, node: str, cd_uid: str) -> None:
@@ -190,6 +195,11 @@ class HarnessBed(TestBed):
     def node_files(self, node: str, directory: str) -> list[str]:
         local = self._host_path(node, directory)
         return sorted(p.name for p in local.iterdir()) if local.is_dir() else []
+
+    def gpu_metrics(self, node: str) -> str:
+        port = self.cluster.state.ports[f"dcgm-{node}"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            return resp.read().decode()  # type: ignore[no-any-return]
 
     def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
         if driver == GPU_DRIVER:
@@ -292,6 +302,13 @@ class KindBed(TestBed):
         [pod] = pods
         return self.kube.api.sanitize_for_serialization(pod)  # type: ignore[no-any-return]
 
+    def gpu_metrics(self, node: str) -> str:
+        """Scraped from the node itself, where the plugin pod's IP is reachable (port 9400)."""
+        ip = self._plugin_pod(node)["status"]["podIP"]
+        proc = self._docker(node, "curl", "-sf", "--max-time", "10", f"http://{ip}:9400/metrics")
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
     def _restarts(self, node: str, container: str) -> int:
         statuses = self._plugin_pod(node)["status"].get("containerStatuses") or []
         return next((s["restartCount"] for s in statuses if s["name"] == container), 0)
@@ -367,6 +384,9 @@ class ApiOnlyBed(TestBed):
         raise NotImplementedError
 
     def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
+        raise NotImplementedError
+
+    def gpu_metrics(self, node: str) -> str:
         raise NotImplementedError
 
     def crash_imex_daemon(self, node: str, cd_uid: str) -> None:

@@ -234,11 +234,11 @@ def test_energy_counter_continues_across_a_restart(tmp_path: Path) -> None:
     inv = inventory(H100x2)
     first = monitor_for(tmp_path, inv, [])
     first.sample()
-    energy = first.simulator.counters(inv.gpus[0].uuid)[0]
+    energy = first.simulator.energy_mj(inv.gpus[0].uuid)
     again = monitor_for(tmp_path, inv, [], now=T0 + 600)
-    assert again.simulator.counters(inv.gpus[0].uuid)[0] == energy
+    assert again.simulator.energy_mj(inv.gpus[0].uuid) == energy
     again.sample()
-    assert again.simulator.counters(inv.gpus[0].uuid)[0] > energy
+    assert again.simulator.energy_mj(inv.gpus[0].uuid) > energy
 
 
 def test_thermal_fault_sets_temperature_and_throttles() -> None:

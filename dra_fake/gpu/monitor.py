@@ -90,11 +90,11 @@ class GpuMonitor:
         for gpu in self.inventory.gpus:
             saved = self.nvidia_smi.read_live(gpu.uuid)
             try:
-                energy, xid = int(saved.get("energy_mj", "")), int(saved.get("xid", "0"))
+                energy = int(saved.get("energy_mj", ""))
                 at = (self.nvidia_smi.live_dir / gpu.uuid).stat().st_mtime
             except (ValueError, OSError):
                 continue
-            self.simulator.restore(gpu.uuid, energy, xid, at)
+            self.simulator.restore(gpu.uuid, energy, at)
 
     # ---- inputs ---------------------------------------------------------------------------------
 
@@ -139,8 +139,7 @@ class GpuMonitor:
         for entity, reading in readings:
             gpu_faults = faults.get(entity.gpu.uuid, {})
             state = live.setdefault(entity.gpu.uuid, live_state(entity, reading, gpu_faults))
-            energy, xid = self.simulator.counters(entity.gpu.uuid)
-            state |= {"energy_mj": energy, "xid": xid}
+            state["energy_mj"] = self.simulator.energy_mj(entity.gpu.uuid)
             if entity.is_mig:
                 live[entity.mig_uuid] = {"mig_memory_used": reading.fb_used or 0}
                 state["memory_used"] = sum(

@@ -156,14 +156,14 @@ class Simulator:
     boot_time: float  # the node's boot (energy counts from there, at idle power, until restored)
     _counters: dict[str, _GpuCounters] = field(default_factory=dict)
 
-    def restore(self, gpu_uuid: str, energy_mj: int, xid: int, at: float) -> None:
-        """Counters persisted by an earlier process (the plugin restarted): carry on from them."""
-        self._counters[gpu_uuid] = _GpuCounters(float(energy_mj), at, xid=xid)
+    def restore(self, gpu_uuid: str, energy_mj: int, at: float) -> None:
+        """The energy counter an earlier process left (the plugin restarted): it carries on, as
+        the driver's does. The last Xid does not: DCGM forgets it when it restarts."""
+        self._counters[gpu_uuid] = _GpuCounters(float(energy_mj), at)
 
-    def counters(self, gpu_uuid: str) -> tuple[int, int]:
-        """(energy mJ, last Xid) to persist."""
+    def energy_mj(self, gpu_uuid: str) -> int:
         c = self._counters.get(gpu_uuid)
-        return (0, 0) if c is None else (int(c.energy_mj), c.xid)
+        return 0 if c is None else int(c.energy_mj)
 
     def sample(
         self,

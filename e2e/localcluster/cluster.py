@@ -436,6 +436,9 @@ class LocalCluster:
             "--healthcheck-port=0",  # the plugin binds a free port itself: no race with a port picked here
             "--feature-gates=NVMLDeviceHealthCheck=true",  # faults taint devices (e2e/test_faults.py)
             f"--metrics-port={self.state.ports.setdefault(f'metrics-{node}', free_port())}",
+            # dcgm-exporter's metrics and GFD's labels (e2e/test_observability.py)
+            f"--dcgm-exporter-port={self.state.ports.setdefault(f'dcgm-{node}', free_port())}",
+            "--node-labels=true",
         ]
         config = self.state.node_configs.get(node) or self.state.inventory_config
         if config:
