@@ -7,15 +7,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.kube import Kube, pod_with_claim_template, poll
+from e2e.localcluster.processes import free_port
 
 GPU_TEMPLATE = {
     "apiVersion": "resource.k8s.io/v1",
@@ -30,9 +33,19 @@ NODES = 3
 pytestmark = pytest.mark.needs("harness")
 
 
+class Fleet(NamedTuple):
+    name: str
+    metrics_port: int  # its dcgm-exporter-compatible endpoint
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as resp:
+            return resp.read().decode()  # type: ignore[no-any-return]
+
+
 @pytest.fixture
-def fleet(kubeconfig: Path, kube: Kube, tmp_path: Path) -> Iterator[str]:
+def fleet(kubeconfig: Path, kube: Kube, tmp_path: Path) -> Iterator[Fleet]:
     name = f"e2efleet{uuid.uuid4().hex[:5]}"
+    port = free_port()
     log = open(tmp_path / "fleet.log", "wb")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
         [
@@ -47,12 +60,13 @@ def fleet(kubeconfig: Path, kube: Kube, tmp_path: Path) -> Iterator[str]:
             "--workers=4",
             "--mark-pods-running",
             "--feature-gates=NVMLDeviceHealthCheck=true",
+            f"--dcgm-exporter-port={port}",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
     try:
-        yield name
+        yield Fleet(name, port)
         assert proc.poll() is None, f"fleet exited: {(tmp_path / 'fleet.log').read_text()[-3000:]}"
     finally:
         proc.terminate()
@@ -79,8 +93,8 @@ def _ready_untainted(kube: Kube, fleet: str) -> list[str]:
     return ok if len(ok) == NODES else []
 
 
-def test_fleet_publishes_keeps_slices_and_runs_pods(kube: Kube, fleet: str, ns: str) -> None:
-    nodes = poll("fleet nodes Ready and untainted", lambda: _ready_untainted(kube, fleet), 60)
+def test_fleet_publishes_keeps_slices_and_runs_pods(kube: Kube, fleet: Fleet, ns: str) -> None:
+    nodes = poll("fleet nodes Ready and untainted", lambda: _ready_untainted(kube, fleet.name), 60)
     for node in nodes:
 
         def node_slices(node: str = node) -> list[dict[str, Any]]:
@@ -89,6 +103,24 @@ def test_fleet_publishes_keeps_slices_and_runs_pods(kube: Kube, fleet: str, ns: 
         slices = poll(f"slices of {node}", node_slices, 60)
         assert len(slices[0]["spec"]["devices"]) == 8
         assert slices[0]["metadata"]["ownerReferences"][0]["name"] == node
+        labels = kube.core.read_node(node).metadata.labels  # GPU Feature Discovery's, as on plugin nodes
+        assert (labels["nvidia.com/gpu.product"], labels["nvidia.com/gpu.count"]) == (
+            "NVIDIA-H100-80GB-HBM3",
+            "8",
+        )
+
+    # One dcgm-exporter-compatible endpoint for the whole fleet, one Hostname per node.
+    def per_node() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for family in text_string_to_metric_families(fleet.metrics()):
+            if family.name == "DCGM_FI_DEV_GPU_TEMP":
+                for s in family.samples:
+                    counts[s.labels["Hostname"]] = counts.get(s.labels["Hostname"], 0) + 1
+        return counts if set(nodes) <= set(counts) else {}
+
+    assert {n: c for n, c in poll("fleet metrics", per_node, 60).items() if n in nodes} == dict.fromkeys(
+        nodes, 8
+    )
 
     # Keeps them up to date: a deleted slice comes back.
     victim = kube.slices(node=nodes[0])[0]["metadata"]
@@ -105,7 +137,7 @@ def test_fleet_publishes_keeps_slices_and_runs_pods(kube: Kube, fleet: str, ns: 
     # The real scheduler allocates a fleet GPU; the fleet marks the pod Running.
     kube.create(GPU_TEMPLATE, ns)
     pod = pod_with_claim_template("on-fleet", "fleet-gpu")
-    pod["spec"]["nodeSelector"] = {"dra-fake.dev/fleet": fleet}
+    pod["spec"]["nodeSelector"] = {"dra-fake.dev/fleet": fleet.name}
     kube.create(pod, ns)
     running = kube.wait_running(ns, "on-fleet", 90)
     assert running["spec"]["nodeName"] in nodes
@@ -126,12 +158,12 @@ def test_fleet_publishes_keeps_slices_and_runs_pods(kube: Kube, fleet: str, ns: 
     poll("pod on-fleet deleted", gone, 60)
 
 
-def test_fleet_nodes_apply_gpu_faults(kube: Kube, fleet: str) -> None:
+def test_fleet_nodes_apply_gpu_faults(kube: Kube, fleet: Fleet) -> None:
     """A GpuFault naming a fleet node taints that node's device (NVMLDeviceHealthCheck on) and gets
     its status from the fleet; a fault that ends with recovery `clear` removes the taint."""
-    node = poll("fleet nodes Ready and untainted", lambda: _ready_untainted(kube, fleet), 60)[1]
+    node = poll("fleet nodes Ready and untainted", lambda: _ready_untainted(kube, fleet.name), 60)[1]
     poll(f"slices of {node}", lambda: kube.slices(node=node), 60)
-    name = f"{fleet}-lost"
+    name = f"{fleet.name}-lost"
     fault = {
         "apiVersion": "dra-fake.dev/v1alpha1",
         "kind": "GpuFault",
@@ -156,6 +188,18 @@ def test_fleet_nodes_apply_gpu_faults(kube: Kube, fleet: str) -> None:
             f"gpu-{i}" for i in range(8)
         ]
 
+        def lost_gpu_metrics() -> list[tuple[str, float]] | None:
+            found = [
+                (f.name, s.value)
+                for f in text_string_to_metric_families(fleet.metrics())
+                for s in f.samples
+                if s.labels.get("Hostname") == node and s.labels.get("gpu") == "2"
+            ]
+            return found if len(found) == 1 else None
+
+        # the lost GPU reports nothing but its Xid (79: fallen off the bus)
+        assert poll("the lost GPU's metrics", lost_gpu_metrics, 60) == [("DCGM_FI_DEV_XID_ERRORS", 79)]
+
         def phase() -> str:
             obj: Any = kube.custom.get_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", name)
             return str((obj.get("status") or {}).get("phase", ""))
@@ -163,7 +207,7 @@ def test_fleet_nodes_apply_gpu_faults(kube: Kube, fleet: str) -> None:
         poll("fault Active", lambda: phase() == "Active", 30)
         poll("fault Recovered after its 20 s", lambda: phase() == "Recovered", 60)
         poll("taints gone", lambda: not tainted(), 30)
-        others = [n for n in _ready_untainted(kube, fleet) if n != node]
+        others = [n for n in _ready_untainted(kube, fleet.name) if n != node]
         assert not [
             d for n in others for s in kube.slices(node=n) for d in s["spec"]["devices"] if d.get("taints")
         ]

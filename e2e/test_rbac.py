@@ -130,6 +130,11 @@ def inert(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+def is_hook(obj: dict[str, Any]) -> bool:
+    """A Helm hook: created at uninstall (the node-label cleanup), not at install."""
+    return "helm.sh/hook" in (obj["metadata"].get("annotations") or {})
+
+
 def apply_all(api: client.ApiClient, objs: list[dict[str, Any]]) -> None:
     dyn = dynamic.DynamicClient(api)
     ext = client.ApiextensionsV1Api(api)
@@ -154,7 +159,7 @@ def apply_all(api: client.ApiClient, objs: list[dict[str, Any]]) -> None:
         "RoleBinding",
         "ValidatingAdmissionPolicy",
     ]
-    rest = [o for o in objs if o["kind"] != "CustomResourceDefinition"]
+    rest = [o for o in objs if o["kind"] != "CustomResourceDefinition" and not is_hook(o)]
     for obj in sorted(rest, key=lambda o: order.index(o["kind"]) if o["kind"] in order else len(order)):
         res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         # helm sets no namespace on most objects (the release's applies); a few name theirs (the
@@ -320,6 +325,17 @@ def test_plugins_publish_with_the_charts_service_account(
         assert devices == [f"gpu-{i}" for i in range(8)], devices  # the chart's default inventory
         assert slices[0]["metadata"]["ownerReferences"][0]["name"] == node
 
+        def labelled(node: str = node) -> dict[str, str] | None:
+            labels = client.CoreV1Api(admin).read_node(node).metadata.labels or {}
+            return labels if "nvidia.com/gpu.product" in labels else None
+
+        # GPU Feature Discovery's labels, written with the chart's rights through its policy
+        labels = poll(f"GFD labels on {node}", labelled, 60)
+        assert (
+            labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+            and labels["nvidia.com/gpu.count"] == "8"
+        )
+
 
 def test_pod_with_gpu_runs_and_nvidia_smi_shows_its_gpu(
     installed: dict[str, Path], cluster: LocalCluster, tmp_path: Path
@@ -394,7 +410,12 @@ def test_plugin_writes_the_status_of_its_nodes_faults(
     [
         pytest.param(lambda api: client.CoreV1Api(api).list_secret_for_all_namespaces(), id="list-secrets"),
         pytest.param(lambda api: client.CoreV1Api(api).list_node(), id="list-nodes"),
-        pytest.param(lambda api: client.CoreV1Api(api).list_pod_for_all_namespaces(), id="list-pods"),
+        pytest.param(
+            lambda api: client.CoreV1Api(api).create_namespaced_pod(
+                "default", {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+            ),
+            id="create-pod",
+        ),
         pytest.param(
             lambda api: client.CustomObjectsApi(api).list_cluster_custom_object(
                 "resource.k8s.io", "v1", "resourceclaims"
@@ -462,11 +483,12 @@ def test_admission_policy_keeps_a_plugin_on_its_own_node(
     custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", "own-x")
 
 
-def test_admission_policy_limits_node_patches_to_the_own_nodes_domain_label(
+def test_admission_policy_limits_node_patches_to_the_own_nodes_plugin_labels(
     installed: dict[str, Path], admin: client.ApiClient
 ) -> None:
-    """`nodes patch` is cluster-wide in RBAC; the chart's policy narrows it to what the
-    compute-domain plugin does: the resource.nvidia.com/computeDomain label of its own node."""
+    """`nodes patch` is cluster-wide in RBAC; the chart's policy narrows it to what the plugins
+    do: the resource.nvidia.com/computeDomain label and GFD's labels (with the annotation recording
+    them) of their own node."""
     core = client.CoreV1Api(sa_api(installed["node-1"]))
     label = "resource.nvidia.com/computeDomain"
 
@@ -477,13 +499,21 @@ def test_admission_policy_limits_node_patches_to_the_own_nodes_domain_label(
         return str(err.value.body)
 
     assert "may not modify node node-2" in refused("node-2", {label: "x"})
-    assert "only the label resource.nvidia.com/computeDomain may change" in refused(
+    assert "may not modify node node-2" in refused("node-2", {"nvidia.com/gpu.count": "9"})
+    assert "only the label resource.nvidia.com/computeDomain and GPU Feature Discovery" in refused(
         "node-1", {"kubernetes.io/hostname": "node-2"}
     )
     assert "only the label" in refused("node-1", {"evil.example/owned": "yes"})
+    assert "only the label" in refused("node-1", {"nvidia.com/gpu-evil": "yes"})  # not a GFD key
     with pytest.raises(ApiException) as err:
         core.patch_node("node-1", {"spec": {"unschedulable": True}})
     assert err.value.status in (403, 422) and "only the label" in str(err.value.body)
+    with pytest.raises(ApiException) as err:
+        core.patch_node("node-1", {"metadata": {"annotations": {"evil.example/note": "x"}}})
+    assert err.value.status in (403, 422) and "only the label" in str(err.value.body)
+    # GFD's keys and the annotation recording them: allowed on its own node
+    core.patch_node("node-1", {"metadata": {"labels": {"nvidia.com/mig-1g.10gb.count": "1"}}})
+    core.patch_node("node-1", {"metadata": {"labels": {"nvidia.com/mig-1g.10gb.count": None}}})
     # its own node's domain label: allowed, set and removed
     core.patch_node("node-1", {"metadata": {"labels": {label: "0f000000-0000-4000-8000-000000000000"}}})
     core.patch_node("node-1", {"metadata": {"labels": {label: None}}})
@@ -763,6 +793,9 @@ def forbidden(log: Path) -> list[str]:
         ("resourceslices", "create"),
         ("gpufaults", "list"),
         ("gpufaults", "watch"),
+        ("nodes", "patch"),
+        ("pods", "list"),
+        ("pods", "watch"),
     ],
     ids=[
         "all-rules-publish",
@@ -772,6 +805,9 @@ def forbidden(log: Path) -> list[str]:
         "slices-create",
         "faults-list",
         "faults-watch",
+        "nodes-patch",
+        "pods-list",
+        "pods-watch",
     ],
 )
 def test_each_startup_rule_is_needed(
@@ -819,6 +855,7 @@ def test_each_startup_rule_is_needed(
         f"--cdi-root={short / 'cdi'}",
         "--log-level=debug",
         "--log-format=json",
+        "--node-labels=true",  # GFD's labels (nodes patch); the pod watch of the metrics runs anyway
     ]
     proc = spawn(name, args, tmp_path / "logs", cwd=REPO)
     log = Path(proc.log)
@@ -828,9 +865,13 @@ def test_each_startup_rule_is_needed(
             assert not forbidden(log), forbidden(log)
         else:
             poll(f"an API call refused with 403 in {log}", lambda: forbidden(log), 60)
-            # Without a watch it publishes, but misses changes made by others; faults are beside
-            # publishing.
-            if verb != "watch" and resource != "gpufaults":
+            # Without a watch it publishes, but misses changes made by others; faults, node labels
+            # and the pod watch of the metrics are beside publishing.
+            if (
+                verb != "watch"
+                and resource not in ("gpufaults", "pods")
+                and (resource, verb) != ("nodes", "patch")
+            ):
                 assert not Kube(cluster.kubeconfig).slices(driver=driver)
     finally:
         proc.stop()
@@ -841,3 +882,45 @@ def test_each_startup_rule_is_needed(
             client.CustomObjectsApi(admin).delete_cluster_custom_object(
                 "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"]
             )
+
+
+def test_uninstall_hook_removes_the_gfd_labels_with_its_own_rights(
+    installed: dict[str, Path], admin: client.ApiClient, cluster: LocalCluster, rendered: list[dict[str, Any]]
+) -> None:
+    """The chart's pre-delete hook (its ServiceAccount, ClusterRole and the Job's command) removes
+    exactly the labels the plugins recorded; a label someone else set on the node stays. Last in
+    this module: the labels are gone afterwards."""
+    hook = [o for o in rendered if is_hook(o)]
+    [job] = [o for o in hook if o["kind"] == "Job"]
+    pod = job["spec"]["template"]["spec"]
+    for obj in hook:
+        if obj["kind"] != "Job":
+            obj = json.loads(json.dumps(obj))
+            del obj["metadata"]["annotations"]
+            apply_all(admin, [obj])
+    core = client.CoreV1Api(admin)
+    core.patch_node("node-1", {"metadata": {"labels": {"nvidia.com/gpu.deploy.test": "true"}}})
+    for node in NODES:
+        poll(
+            f"GFD labels on {node}",
+            lambda n=node: "nvidia.com/gpu.count" in (core.read_node(n).metadata.labels or {}),
+            60,
+        )
+    kc = token_kubeconfig(
+        cluster, request_token(admin, None, pod["serviceAccountName"]), cluster.root / "sa-hook.kubeconfig"
+    )
+    [program, *args] = pod["containers"][0]["command"]
+    assert program == "dra-fake"
+    out = subprocess.run(
+        [sys.executable, "-m", "dra_fake", *args, f"--kubeconfig={kc}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert out.returncode == 0 and out.stdout == "labels removed from 2 node(s)\n", out.stdout + out.stderr
+    for node in NODES:
+        meta = core.read_node(node).metadata
+        left = {k for k in meta.labels or {} if k.startswith("nvidia.com/")}
+        assert left == ({"nvidia.com/gpu.deploy.test"} if node == "node-1" else set()), left
+        assert "dra-fake.dev/gfd-labels" not in (meta.annotations or {})

@@ -431,7 +431,7 @@ def test_label_patch_records_its_keys_and_removes_only_those() -> None:
 def test_http_endpoint_serves_the_latest_sample(tmp_path: Path) -> None:
     m = monitor_for(tmp_path, inventory(H100x2), [])
     m.sample()
-    server = serve_metrics(m, 0, "127.0.0.1")
+    server = serve_metrics(lambda: m.text, 0, "127.0.0.1")
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         base = f"http://127.0.0.1:{server.server_address[1]}"

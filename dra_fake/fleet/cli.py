@@ -3,6 +3,7 @@ the kubernetes client)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,21 @@ def add_fleet_parser(sub: Any) -> None:
         help="as the GPU plugin's; NVMLDeviceHealthCheck=true: GpuFaults of fleet nodes taint their devices",
     )
     p.add_argument("--additional-xids-to-ignore", default="", help="as the GPU plugin's (docs/faults.md)")
+    p.add_argument(
+        "--gfd-labels",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="GPU Feature Discovery's nvidia.com/* labels on created Nodes (docs/observability.md)",
+    )
+    p.add_argument(
+        "--mig-strategy", default="none", help="GFD's MIG strategy of those labels: none, single, mixed"
+    )
+    p.add_argument(
+        "--dcgm-exporter-port",
+        type=int,
+        default=-1,
+        help="serve dcgm-exporter-compatible metrics of every fleet GPU at :<port>/metrics (negative: off)",
+    )
     p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
     p.add_argument(
         "--exit-when-synced",

@@ -25,6 +25,7 @@ class NodeTemplate:
 
     fleet: str = "fleet"
     labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
     capacity: Mapping[str, str] = field(
         default_factory=lambda: {"cpu": "224", "memory": "2Ti", "pods": "110", "ephemeral-storage": "30Ti"}
     )
@@ -44,7 +45,11 @@ def node_manifest(name: str, template: NodeTemplate) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": labels, "annotations": {"dra-fake.dev/simulated": "true"}},
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {"dra-fake.dev/simulated": "true", **template.annotations},
+        },
         "spec": {},
         "status": {
             "capacity": dict(template.capacity),

@@ -58,6 +58,7 @@ from dra_fake.fleet.core import (
     pod_running_status,
     untaint_patch,
 )
+from dra_fake.fleet.metrics import FleetMetrics
 from dra_fake.gpu.faults import (
     DEFAULT_IGNORED_XIDS,
     GROUP,
@@ -68,6 +69,7 @@ from dra_fake.gpu.faults import (
     servable_taints,
 )
 from dra_fake.gpu.faultwatch import NodeFaults
+from dra_fake.gpu.gfd import MIG_STRATEGIES, gfd_labels
 from dra_fake.gpu.inventory import (
     InventoryConfig,
     InventoryError,
@@ -75,6 +77,7 @@ from dra_fake.gpu.inventory import (
     default_config,
     parse_config,
 )
+from dra_fake.gpu.nodelabels import new_node_labels
 from dra_fake.gpu.plugin import GATE_HEALTH_CHECK, parse_additional_xids, parse_feature_gates
 from dra_fake.gpu.profiles import GpuProfile, load_profiles
 from dra_fake.gpu.slices import desired_slices
@@ -119,6 +122,9 @@ class FleetOptions:
     node_labels: dict[str, str] = field(default_factory=dict)
     health_check: bool = False  # NVMLDeviceHealthCheck: GpuFaults taint the fleet's devices
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
+    gfd_labels: bool = True  # GPU Feature Discovery's labels on created Nodes
+    mig_strategy: str = "none"
+    dcgm_port: int = -1  # one dcgm-exporter-compatible endpoint for the fleet; negative: none
 
 
 class _CachedCustom:
@@ -215,6 +221,9 @@ class Fleet:
         self._next_fault_change: dict[str, float] = {}
         self._fault_lock = threading.Lock()  # one reconciliation at a time
         self._fault_wake = threading.Event()
+        self.metrics: FleetMetrics | None = None
+        if options.dcgm_port >= 0:
+            self.metrics = FleetMetrics(inventory, profiles, options.driver, self.managed)
 
     # ---- what each node should publish -------------------------------------------------------
     def desired(self, node: str) -> list[DesiredSlice]:
@@ -262,6 +271,8 @@ class Fleet:
         if self.options.health_check:
             loops += [(self._fault_informer, "fleet-faults"), (self._fault_timer, "fleet-fault-timer")]
         loops.append((self._resync_loop, "fleet-resync"))
+        if self.metrics is not None:
+            self.metrics.start(self.stop_event, self.options.dcgm_port)
         for target, name in loops:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -288,7 +299,12 @@ class Fleet:
 
     # ---- nodes ---------------------------------------------------------------------------------
     def create_nodes(self) -> None:
-        template = NodeTemplate(fleet=self.options.fleet, labels=self.options.node_labels)
+        labels, annotations = dict(self.options.node_labels), dict[str, str]()
+        if self.options.gfd_labels:
+            inv = build_inventory(self.inventory, f"{self.options.prefix}labels", self.profiles)
+            gfd, annotations = new_node_labels(gfd_labels(inv, self.options.mig_strategy), time.time())
+            labels = gfd | labels  # --node-label wins
+        template = NodeTemplate(fleet=self.options.fleet, labels=labels, annotations=annotations)
         names = node_names(self.options.prefix, self.options.nodes)
         with ThreadPoolExecutor(self.options.workers, thread_name_prefix="fleet-create") as pool:
             for _ in pool.map(lambda n: self._create_node(n, template), names):
@@ -483,6 +499,8 @@ class Fleet:
             with self._lock:
                 self._taints[node] = effects.taints
                 self._desired.pop(node, None)
+            if self.metrics is not None:
+                self.metrics.set_faults(node, effects.gpus)
             self.queue.add(node)
 
         return apply
@@ -621,7 +639,14 @@ def run_fleet(args: argparse.Namespace) -> int:
             node_labels=parse_labels(args.node_label),
             health_check=parse_feature_gates(args.feature_gates).enabled(GATE_HEALTH_CHECK),
             ignored_xids=DEFAULT_IGNORED_XIDS | parse_additional_xids(args.additional_xids_to_ignore),
+            gfd_labels=args.gfd_labels,
+            mig_strategy=args.mig_strategy,
+            dcgm_port=args.dcgm_exporter_port,
         )
+        if options.mig_strategy not in MIG_STRATEGIES:
+            raise ValueError(
+                f"--mig-strategy: {options.mig_strategy!r} is not one of {', '.join(MIG_STRATEGIES)}"
+            )
         inventory = load_fleet_inventory(args.config)
         profiles = load_profiles(args.profiles_dir)
         build_inventory(inventory, f"{args.node_prefix}check", profiles, source=args.config or "<default>")

@@ -165,18 +165,18 @@ def _user_attributes(entity: Entity, user: User, driver: str) -> dict[str, str]:
     return attrs
 
 
+Sample = tuple[str, Entity, Reading, Sequence[User]]  # (Hostname, entity, reading, its users)
+
+
 def render(
-    samples: Sequence[tuple[Entity, Reading, Sequence[User]]],
-    hostname: str,
-    driver: str = "gpu.nvidia.com",
-    fields: Sequence[Field] = DEFAULT_FIELDS,
+    samples: Sequence[Sample], driver: str = "gpu.nvidia.com", fields: Sequence[Field] = DEFAULT_FIELDS
 ) -> str:
     """The /metrics body: every field's family, one sample per entity, or per (pod, container)
-    holding it."""
+    holding it. Fleet mode serves many nodes' entities on one endpoint (their Hostname tells)."""
     lines: list[str] = []
     for f in fields:
         body: list[str] = []
-        for entity, reading, users in samples:
+        for hostname, entity, reading, users in samples:
             value = f.value(reading)
             if value is None or (reading.lost and f.name != XID_FIELD):
                 continue

@@ -1,7 +1,7 @@
 """GPU Feature Discovery's node labels for a node's simulated GPUs. Pure.
 
 Keys and value formats are GFD's (NVIDIA/k8s-device-plugin v0.20.0;
-docs/reference/dcgm-exporter-and-gfd.md#part-b-gpu-feature-discovery-labels);
+docs/reference/dcgm-exporter-and-gfd.md#b1-label-keys-and-values);
 `nvidia.com/gpu.present` is the GPU Operator's label, which NVIDIA's charts select nodes by. The
 plugin writes them on its own Node (dra_fake.gpu.nodelabels), fleet mode into its Nodes.
 """

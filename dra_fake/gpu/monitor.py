@@ -146,7 +146,7 @@ class GpuMonitor:
                     r.fb_used or 0 for e, r in readings if e.gpu.uuid == entity.gpu.uuid and not r.lost
                 )
         self.nvidia_smi.write_live(live)
-        text = dcgm.render([(e, r, users.get(e.device, [])) for e, r in readings], self.hostname, self.driver)
+        text = dcgm.render([(self.hostname, e, r, users.get(e.device, [])) for e, r in readings], self.driver)
         self.text = text
         self.sampled.set()
         return text
@@ -156,13 +156,11 @@ class GpuMonitor:
     def start(self, stop: threading.Event, api: client.ApiClient | None, node: str, port: int) -> None:
         """The sampler, the pod informer (with `api`) and the /metrics server (port >= 0)."""
 
-        def step() -> None:
-            self.sample()
-            self._poke.wait(SAMPLE_INTERVAL)
-            self._poke.clear()
-
         threading.Thread(
-            target=run_forever, args=("GPU telemetry", step, stop, 0.0), name="telemetry", daemon=True
+            target=run_forever,
+            args=("GPU telemetry", self.sample, stop, SAMPLE_INTERVAL, self._poke),
+            name="telemetry",
+            daemon=True,
         ).start()
         if api is not None:
             core = client.CoreV1Api(api)
@@ -180,25 +178,30 @@ class GpuMonitor:
                 daemon=True,
             ).start()
         if port >= 0:
-            server = serve_metrics(self, port)
-            threading.Thread(target=server.serve_forever, name="dcgm-metrics", daemon=True).start()
-
-            def shut_down() -> None:
-                stop.wait()
-                server.shutdown()
-
-            threading.Thread(target=shut_down, name="dcgm-metrics-stop", daemon=True).start()
-            log.info("dcgm-exporter metrics served", extra={"port": server.server_address[1]})
+            start_metrics_server(lambda: self.text, port, stop)
 
 
-def serve_metrics(monitor: GpuMonitor, port: int, addr: str = "") -> http.server.ThreadingHTTPServer:
-    """dcgm-exporter's endpoints: /metrics (the latest sample), /health."""
+def start_metrics_server(body: Callable[[], str], port: int, stop: threading.Event) -> None:
+    """serve_metrics in a thread until `stop`."""
+    server = serve_metrics(body, port)
+    threading.Thread(target=server.serve_forever, name="dcgm-metrics", daemon=True).start()
+
+    def shut_down() -> None:
+        stop.wait()
+        server.shutdown()
+
+    threading.Thread(target=shut_down, name="dcgm-metrics-stop", daemon=True).start()
+    log.info("dcgm-exporter metrics served", extra={"port": server.server_address[1]})
+
+
+def serve_metrics(body: Callable[[], str], port: int, addr: str = "") -> http.server.ThreadingHTTPServer:
+    """dcgm-exporter's endpoints: /metrics (`body()`, the latest sample), /health."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                self._reply(200, monitor.text)
+                self._reply(200, body())
             elif path == "/health":
                 self._reply(200, "OK")
             else:

@@ -53,8 +53,16 @@ def label_patch(node: Mapping[str, Any], wanted: Mapping[str, str], now: float) 
         return None
     labels: dict[str, str | None] = {k: None for k in stale}
     labels |= changed | {TIMESTAMP_LABEL: str(int(now))}
-    keys = sorted(k.removeprefix(PREFIX) for k in set(wanted) | {TIMESTAMP_LABEL})
-    return {"metadata": {"labels": labels, "annotations": {RECORD_ANNOTATION: ",".join(keys)}}}
+    return {"metadata": {"labels": labels, "annotations": {RECORD_ANNOTATION: _record(wanted)}}}
+
+
+def new_node_labels(wanted: Mapping[str, str], now: float) -> tuple[dict[str, str], dict[str, str]]:
+    """Labels and annotations of a Node created with the labels (fleet mode)."""
+    return {**wanted, TIMESTAMP_LABEL: str(int(now))}, {RECORD_ANNOTATION: _record(wanted)}
+
+
+def _record(wanted: Mapping[str, str]) -> str:
+    return ",".join(sorted(k.removeprefix(PREFIX) for k in set(wanted) | {TIMESTAMP_LABEL}))
 
 
 def removal_patch(node: Mapping[str, Any]) -> dict[str, Any] | None:
