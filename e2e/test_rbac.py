@@ -855,8 +855,13 @@ def test_each_startup_rule_is_needed(
         f"--cdi-root={short / 'cdi'}",
         "--log-level=debug",
         "--log-format=json",
-        "--node-labels=true",  # GFD's labels (nodes patch); the pod watch of the metrics runs anyway
+        # GFD's labels (nodes patch), other than those the node has (a MIG strategy), so it patches;
+        # the pod watch of the metrics runs anyway
+        "--node-labels=true",
+        "--mig-strategy=mixed",
     ]
+    # so the probe's labels differ from the node's (an earlier probe may have written them)
+    core.patch_node("node-1", {"metadata": {"labels": {"nvidia.com/mig.strategy": None}}})
     proc = spawn(name, args, tmp_path / "logs", cwd=REPO)
     log = Path(proc.log)
     try:

@@ -388,6 +388,10 @@ def test_gfd_mig_strategies() -> None:
     assert (single["nvidia.com/gpu.count"], single["nvidia.com/gpu.memory"]) == ("2", "19968")
     with pytest.raises(ValueError, match="MIG strategy"):
         gfd_labels(inv, "double")
+    # dynamic MIG: a Hopper serves whole until a claim splits it (MIG off for NVML), an A100 keeps MIG on
+    hopper = gfd_labels(inventory({"gpus": [{"profile": "h100-sxm5-80gb", "mig": "dynamic"}]}))
+    ampere = gfd_labels(inventory({"gpus": [{"profile": "a100-sxm4-40gb", "mig": "dynamic"}]}))
+    assert (hopper["nvidia.com/gpu.replicas"], ampere["nvidia.com/gpu.replicas"]) == ("1", "0")
 
 
 def test_gfd_clique_family_and_sanitise() -> None:

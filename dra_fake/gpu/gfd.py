@@ -92,6 +92,12 @@ def _mig_resource(prefix: str, profile: GpuProfile, mig: MigProfile, count: int)
     }
 
 
+def mig_enabled(gpu: PhysicalGpu) -> bool:
+    """MIG mode as NVML reports it: on with static MIG, and with dynamic MIG where toggling it needs
+    a reset (Ampere: on for good); a dynamic-MIG Hopper serves whole until a claim splits it."""
+    return not gpu.offers_full_gpu
+
+
 def _mig_devices(gpus: Sequence[PhysicalGpu]) -> list[tuple[GpuProfile, MigProfile]]:
     """The MIG devices that exist (static MIG: pre-created; dynamic ones come and go with claims
     and are not labelled, as GFD run before any claim would see none)."""
@@ -125,12 +131,12 @@ def gfd_labels(inventory: Inventory, mig_strategy: str = "none", machine: str = 
     # Full-GPU labels per model; a later model overrides an earlier one, as GFD merges them.
     for gpu in gpus:
         same = [g for g in gpus if g.profile.id == gpu.profile.id]
-        labels |= _gpu_resource(gpu.profile, len(same), gpu.mig_mode != "none")
+        labels |= _gpu_resource(gpu.profile, len(same), mig_enabled(gpu))
     migs = _mig_devices(gpus)
     if mig_strategy == "single":
         labels["mig.strategy"] = "single"
         names = {m.name for _, m in migs}
-        if all(g.mig_mode != "none" for g in gpus) and len(names) == 1 and migs:
+        if all(mig_enabled(g) for g in gpus) and len(names) == 1 and migs:
             profile, mig = migs[0]
             labels |= _mig_resource("gpu", profile, mig, len(migs))
         else:  # GFD's labels for an invalid single-strategy setup
