@@ -1,4 +1,5 @@
-"""`helm upgrade` of the driver while a GPU pod runs (kind: the chart as users install it).
+"""`helm upgrade` of the driver while a GPU pod runs, and `helm uninstall` + `install` (kind: the
+chart as users install it).
 
 The kubelet-plugin DaemonSet rolls with maxSurge 1 / maxUnavailable 0: on each node the new plugin
 pod starts beside the old one (rolling-update socket names), becomes Ready only when the kubelet
@@ -37,6 +38,14 @@ spec:
 """
 
 
+def helm(kubeconfig: Path, *args: str) -> str:
+    out = subprocess.run(
+        [str(HELM), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=400
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def plugin_pods(kube: Kube) -> dict[str, str]:
     """uid -> node of the kubelet-plugin pods."""
     pods = kube.core.list_namespaced_pod(NAMESPACE, label_selector=PLUGIN_PODS).items
@@ -60,12 +69,9 @@ def test_helm_upgrade_keeps_running_pods_and_their_claims(
     # A new pod template (as a new image or values would give): every plugin pod is replaced.
     nonce = uuid.uuid4().hex[:8]
     annotation = f"kubeletPlugin.podAnnotations.e2e-upgrade={nonce}"
-    upgrade = subprocess.run(
-        [str(HELM), "--kubeconfig", str(kubeconfig), "upgrade", RELEASE, str(REPO / "charts" / "dra-fake"),
-         "-n", NAMESPACE, "--reuse-values", "--set-string", annotation, "--wait", "--timeout", "5m"],
-        capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
-    assert upgrade.returncode == 0, upgrade.stderr
+    chart = str(REPO / "charts" / "dra-fake")
+    helm(kubeconfig, "upgrade", RELEASE, chart, "-n", NAMESPACE, "--reuse-values", "--set-string", annotation,
+         "--wait", "--timeout", "5m")  # fmt: skip
 
     def replaced() -> dict[str, str] | None:
         now = plugin_pods(kube)
@@ -90,3 +96,36 @@ def test_helm_upgrade_keeps_running_pods_and_their_claims(
     poll(
         "the old plugin's claim unprepared by the new one", lambda: bed.read_node_file(node, spec) is None, 60
     )
+
+
+def gfd_labels(kube: Kube, node: str) -> dict[str, str]:
+    meta = kube.core.read_node(node).metadata
+    labels = {k: v for k, v in (meta.labels or {}).items() if k.startswith("nvidia.com/")}
+    if "dra-fake.dev/gfd-labels" in (meta.annotations or {}):
+        labels["(record)"] = meta.annotations["dra-fake.dev/gfd-labels"]
+    return labels
+
+
+def test_helm_uninstall_removes_the_gfd_labels_and_a_reinstall_brings_them_back(
+    kube: Kube, bed: TestBed, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """The chart's pre-delete hook (a real Job of the driver image) removes the labels the plugins
+    wrote; installing again (same values) restores the driver, labels and slices for the tests after."""
+    nodes = bed.workers
+    before = {n: poll(f"GFD labels on {n}", lambda n=n: gfd_labels(kube, n), 60) for n in nodes}
+    assert all(labels["nvidia.com/gpu.present"] == "true" for labels in before.values())
+    values = tmp_path / "values.yaml"
+    values.write_text(helm(kubeconfig, "get", "values", RELEASE, "-n", NAMESPACE, "-o", "yaml"))
+
+    helm(kubeconfig, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "5m")
+    assert {n: gfd_labels(kube, n) for n in nodes} == {n: {} for n in nodes}
+
+    helm(kubeconfig, "install", RELEASE, str(REPO / "charts" / "dra-fake"), "-n", NAMESPACE,
+         "--values", str(values), "--wait", "--timeout", "5m")  # fmt: skip
+    for node in nodes:
+        poll(f"slices of {node} again", lambda n=node: kube.slices(node=n), 120)
+        again = poll(f"GFD labels on {node} again", lambda n=node: gfd_labels(kube, n), 60)
+        strip = ("nvidia.com/gfd.timestamp",)
+        assert {k: v for k, v in again.items() if k not in strip} == {
+            k: v for k, v in before[node].items() if k not in strip
+        }

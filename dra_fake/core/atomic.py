@@ -26,8 +26,9 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, mode: int) -> None:
-    """Replace `path` with `data` atomically and durably; the file gets exactly `mode`."""
+def atomic_write(path: Path, data: bytes, mode: int, durable: bool = True) -> None:
+    """Replace `path` with `data` atomically and (unless not `durable`: readers never see a partial
+    file, but a crash may lose it) durably; the file gets exactly `mode`."""
     directory = path.parent
     tmp = directory / f"{temp_name_prefix(path)}{secrets.token_hex(6)}{TEMP_SUFFIX}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -37,7 +38,8 @@ def atomic_write(path: Path, data: bytes, mode: int) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         tmp.unlink(missing_ok=True)
@@ -48,7 +50,8 @@ def atomic_write(path: Path, data: bytes, mode: int) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(directory)
+    if durable:
+        fsync_dir(directory)
 
 
 def remove_durably(path: Path) -> bool:

@@ -24,7 +24,7 @@ from dra_fake.core.retry import run_forever
 from dra_fake.gpu import dcgm
 from dra_fake.gpu.inventory import Inventory
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
-from dra_fake.gpu.telemetry import Entity, Reading, Simulator
+from dra_fake.gpu.telemetry import Reading, Simulator
 from dra_fake.gpu.workloads import ClaimHolding, users_by_device
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,8 @@ def boot_time(stat: Path = Path("/proc/stat")) -> float:
     return time.time()
 
 
-def live_state(entity: Entity, reading: Reading, faults: Mapping[str, int]) -> dict[str, int | float | str]:
-    """What nvidia-smi reads for a GPU (entity without MIG) from its live file."""
+def live_state(reading: Reading, faults: Mapping[str, int]) -> dict[str, int | float | str]:
+    """What nvidia-smi reads from a GPU's live file."""
     state: dict[str, int | float | str] = {f"fault_{k}": v for k, v in faults.items() if k != "xid"}
     if reading.lost:
         return state | {"fault_lost": 1}
@@ -82,7 +82,6 @@ class GpuMonitor:
         self._lock = threading.Lock()
         self._poke = threading.Event()
         self.text = ""  # the latest /metrics body
-        self.sampled = threading.Event()  # set after the first sample
         self._restore()
 
     def _restore(self) -> None:
@@ -117,10 +116,6 @@ class GpuMonitor:
                 self._pods[pod["metadata"]["uid"]] = pod
         self._poke.set()
 
-    def poke(self) -> None:
-        """Something changed (e.g. a claim was prepared): sample now."""
-        self._poke.set()
-
     # ---- the sample -----------------------------------------------------------------------------
 
     def sample(self) -> str:
@@ -138,7 +133,7 @@ class GpuMonitor:
         live: dict[str, dict[str, int | float | str]] = {}
         for entity, reading in readings:
             gpu_faults = faults.get(entity.gpu.uuid, {})
-            state = live.setdefault(entity.gpu.uuid, live_state(entity, reading, gpu_faults))
+            state = live.setdefault(entity.gpu.uuid, live_state(reading, gpu_faults))
             state["energy_mj"] = self.simulator.energy_mj(entity.gpu.uuid)
             if entity.is_mig:
                 live[entity.mig_uuid] = {"mig_memory_used": reading.fb_used or 0}
@@ -148,7 +143,6 @@ class GpuMonitor:
         self.nvidia_smi.write_live(live)
         text = dcgm.render([(self.hostname, e, r, users.get(e.device, [])) for e, r in readings], self.driver)
         self.text = text
-        self.sampled.set()
         return text
 
     # ---- threads --------------------------------------------------------------------------------

@@ -243,10 +243,10 @@ class NvidiaSmi:
             text = ("\n".join(lines) + "\n").encode()
             path = self.live_dir / uuid
             if _read(path) != text:
-                atomic_write(path, text, 0o644)
+                atomic_write(path, text, 0o644, durable=False)  # rewritten every few seconds
         for path in self.live_dir.iterdir():
             if path.name not in states and path.is_file():
-                remove_durably(path)
+                path.unlink(missing_ok=True)
 
     def read_live(self, uuid: str) -> dict[str, str]:
         """What write_live wrote for the device (e.g. the counters an earlier process left)."""
