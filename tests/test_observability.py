@@ -4,6 +4,7 @@ text parser; the values' behaviour; pod attribution; GFD labels; the HTTP endpoi
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import urllib.error
@@ -449,3 +450,20 @@ def test_http_endpoint_serves_the_latest_sample(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_dashboard_queries_use_metrics_and_labels_the_endpoint_has() -> None:
+    dashboard = json.loads(
+        (REFERENCE.parents[2] / "charts/dra-fake/dashboards/dra-fake-gpus.json").read_text()
+    )
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 15
+    served = {f.name for f in dcgm.DEFAULT_FIELDS}
+    labels = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
+    labels |= {"GPU_I_PROFILE", "GPU_I_ID", "pod", "namespace", "container", "err_code", "err_msg"}
+    for expr in exprs:
+        assert set(re.findall(r"DCGM_\w+", expr)) <= served, expr
+        for group in re.findall(r"by \(([^)]*)\)", expr):
+            assert {g.strip() for g in group.split(",")} <= labels, expr
+        for name in re.findall(r"(\w+)(?:=~|!=|=)\"", expr):
+            assert name in labels, expr
