@@ -242,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dra_fake.gpu.faultcli import add_fault_parser
 
     add_fault_parser(sub)
+    from dra_fake.deviceplugin.cli import add_device_plugin_parser
+
+    add_device_plugin_parser(sub, _EnvDefault)
     return parser
 
 
@@ -287,6 +290,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dra_fake.gpu.faultcli import run_fault_command
 
         return run_fault_command(args)
+    if args.command == "device-plugin":
+        from dra_fake.deviceplugin.plugin import run_device_plugin
+
+        return run_device_plugin(args)
     if args.command == "node-labels":
         from dra_fake.gpu.nodelabels import run_node_labels
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from dra_fake.kubelet.pb.deviceplugin.v1beta1 import api_pb2 as deviceplugin
 from dra_fake.kubelet.pb.dra.v1 import api_pb2 as v1
 from dra_fake.kubelet.pb.dra.v1beta1 import api_pb2 as v1beta1
 from dra_fake.kubelet.pb.drahealth.v1 import api_pb2 as health_v1
@@ -292,10 +293,78 @@ def test_device_health_names_and_field_numbers(pb: ModuleType) -> None:
 
 def test_proto_sources_cite_upstream_and_have_no_gogo() -> None:
     protos = sorted(PROTO.rglob("*.proto"))
-    assert len(protos) == 6
+    assert len(protos) == 7
     for p in protos:
         text = p.read_text()
         code = "\n".join(line.split("//", 1)[0] for line in text.splitlines())  # comments stripped
         assert "gogo" not in code, p
         assert not re.search(r"^\s*(import|option)\b", code, re.M), p
         assert "Corresponds to:" in text, p
+
+
+# (message, field, number, type, repeated): kubelet v0.37.2 pkg/apis/deviceplugin/v1beta1/api.proto
+# (docs/reference/nvidia-device-plugin.md#a2-messages-field--number--type-kl-apiproto)
+DEVICE_PLUGIN_FIELDS = [
+    ("DevicePluginOptions", "pre_start_required", 1, BOOL, False),
+    ("DevicePluginOptions", "get_preferred_allocation_available", 2, BOOL, False),
+    ("RegisterRequest", "version", 1, STRING, False),
+    ("RegisterRequest", "endpoint", 2, STRING, False),
+    ("RegisterRequest", "resource_name", 3, STRING, False),
+    ("RegisterRequest", "options", 4, MESSAGE, False),
+    ("ListAndWatchResponse", "devices", 1, MESSAGE, True),
+    ("TopologyInfo", "nodes", 1, MESSAGE, True),
+    ("NUMANode", "ID", 1, INT64, False),
+    ("Device", "ID", 1, STRING, False),
+    ("Device", "health", 2, STRING, False),
+    ("Device", "topology", 3, MESSAGE, False),
+    ("PreStartContainerRequest", "devices_ids", 1, STRING, True),
+    ("PreferredAllocationRequest", "container_requests", 1, MESSAGE, True),
+    ("ContainerPreferredAllocationRequest", "available_deviceIDs", 1, STRING, True),
+    ("ContainerPreferredAllocationRequest", "must_include_deviceIDs", 2, STRING, True),
+    ("ContainerPreferredAllocationRequest", "allocation_size", 3, 5, False),  # int32
+    ("PreferredAllocationResponse", "container_responses", 1, MESSAGE, True),
+    ("ContainerPreferredAllocationResponse", "deviceIDs", 1, STRING, True),
+    ("AllocateRequest", "container_requests", 1, MESSAGE, True),
+    ("ContainerAllocateRequest", "devices_ids", 1, STRING, True),
+    ("CDIDevice", "name", 1, STRING, False),
+    ("AllocateResponse", "container_responses", 1, MESSAGE, True),
+    ("ContainerAllocateResponse", "envs", 1, MESSAGE, True),
+    ("ContainerAllocateResponse", "mounts", 2, MESSAGE, True),
+    ("ContainerAllocateResponse", "devices", 3, MESSAGE, True),
+    ("ContainerAllocateResponse", "annotations", 4, MESSAGE, True),
+    ("ContainerAllocateResponse", "cdi_devices", 5, MESSAGE, True),
+    ("Mount", "container_path", 1, STRING, False),
+    ("Mount", "host_path", 2, STRING, False),
+    ("Mount", "read_only", 3, BOOL, False),
+    ("DeviceSpec", "container_path", 1, STRING, False),
+    ("DeviceSpec", "host_path", 2, STRING, False),
+    ("DeviceSpec", "permissions", 3, STRING, False),
+]
+
+
+def test_device_plugin_names_and_field_numbers() -> None:
+    assert deviceplugin.DESCRIPTOR.package == "v1beta1"
+    assert deviceplugin.DESCRIPTOR.name == "deviceplugin/v1beta1/api.proto"
+    assert _methods(deviceplugin) == {
+        "/v1beta1.Registration/Register",
+        "/v1beta1.DevicePlugin/GetDevicePluginOptions",
+        "/v1beta1.DevicePlugin/ListAndWatch",
+        "/v1beta1.DevicePlugin/GetPreferredAllocation",
+        "/v1beta1.DevicePlugin/Allocate",
+        "/v1beta1.DevicePlugin/PreStartContainer",
+    }
+    watch = deviceplugin.DESCRIPTOR.services_by_name["DevicePlugin"].methods_by_name["ListAndWatch"]
+    assert watch.server_streaming and not watch.client_streaming
+    for message, name, number, ftype, repeated in DEVICE_PLUGIN_FIELDS:
+        f = _field(deviceplugin, message, name)
+        assert (f.number, f.type, _repeated(f)) == (number, ftype, repeated), f"{message}.{name}"
+    for message in ("envs", "annotations"):
+        entry = _field(deviceplugin, "ContainerAllocateResponse", message).message_type
+        assert entry.GetOptions().map_entry
+    messages = deviceplugin.DESCRIPTOR.message_types_by_name
+    expected = {m for m, *_ in DEVICE_PLUGIN_FIELDS} | {"Empty", "PreStartContainerResponse"}
+    assert set(messages) == expected
+    for message in messages.values():
+        assert len(message.fields) == len([f for f in DEVICE_PLUGIN_FIELDS if f[0] == message.name]), (
+            message.name
+        )

@@ -9,7 +9,8 @@ plugin writes them on its own Node (dra_fake.gpu.nodelabels), fleet mode into it
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from dra_fake.gpu.inventory import Inventory, PhysicalGpu
 from dra_fake.gpu.profiles.models import GpuProfile, MigProfile
@@ -59,13 +60,35 @@ def _versions(profile: GpuProfile) -> dict[str, str]:
     }
 
 
-def _gpu_resource(profile: GpuProfile, count: int, mig_on: bool) -> dict[str, str]:
+@dataclass(frozen=True)
+class Shared:
+    """GPU sharing as the device plugin's config sets it (GFD reads the same file)."""
+
+    strategy: str = "none"  # none, time-slicing, mps
+    replicas: Mapping[str, int] = field(default_factory=dict)  # resource name -> replicas
+    renamed: bool = False  # renameByDefault: <name>.shared instead of a -SHARED product
+
+    def of(self, resource: str) -> tuple[str, str, str]:
+        """(replicas, sharing-strategy, product suffix) of a resource."""
+        n = self.replicas.get(resource, 1)
+        if n < 2:
+            return "1", "none", ""
+        return str(n), self.strategy, "" if self.renamed else "-SHARED"
+
+
+NOT_SHARED = Shared()
+
+
+def _gpu_resource(
+    profile: GpuProfile, count: int, mig_on: bool, shared: Shared = NOT_SHARED
+) -> dict[str, str]:
     major, minor = profile.cuda_compute_capability.split(".")
+    replicas, strategy, suffix = shared.of(PREFIX + "gpu")
     return {
-        "gpu.product": sanitise(profile.product_name),
+        "gpu.product": sanitise(profile.product_name) + ("" if mig_on else suffix),
         "gpu.count": str(count),
-        "gpu.replicas": "0" if mig_on else "1",
-        "gpu.sharing-strategy": "none",
+        "gpu.replicas": "0" if mig_on else replicas,
+        "gpu.sharing-strategy": "none" if mig_on else strategy,
         "gpu.memory": str(profile.memory_mib),
         "gpu.family": family(profile.cuda_compute_capability),
         "gpu.compute.major": major,
@@ -73,12 +96,16 @@ def _gpu_resource(profile: GpuProfile, count: int, mig_on: bool) -> dict[str, st
     }
 
 
-def _mig_resource(prefix: str, profile: GpuProfile, mig: MigProfile, count: int) -> dict[str, str]:
+def _mig_resource(
+    prefix: str, profile: GpuProfile, mig: MigProfile, count: int, shared: Shared = NOT_SHARED
+) -> dict[str, str]:
+    name = mig.name.replace("+", ".")
+    replicas, strategy, suffix = shared.of(PREFIX + ("gpu" if prefix == "gpu" else f"mig-{name}"))
     return {
-        f"{prefix}.product": f"{sanitise(profile.product_name)}-MIG-{mig.name.replace('+', '.')}",
+        f"{prefix}.product": f"{sanitise(profile.product_name)}-MIG-{name}{suffix}",
         f"{prefix}.count": str(count),
-        f"{prefix}.replicas": "1",
-        f"{prefix}.sharing-strategy": "none",
+        f"{prefix}.replicas": replicas,
+        f"{prefix}.sharing-strategy": strategy,
         f"{prefix}.memory": str(mig.memory_mib or 0),
         f"{prefix}.multiprocessors": str(mig.multiprocessors or 0),
         # compute slices of the GI profile ("3g"), and of its one full-size compute instance
@@ -110,7 +137,9 @@ def _mig_devices(gpus: Sequence[PhysicalGpu]) -> list[tuple[GpuProfile, MigProfi
     return out
 
 
-def gfd_labels(inventory: Inventory, mig_strategy: str = "none", machine: str = "unknown") -> dict[str, str]:
+def gfd_labels(
+    inventory: Inventory, mig_strategy: str = "none", machine: str = "unknown", shared: Shared = NOT_SHARED
+) -> dict[str, str]:
     """Node labels (keys with the nvidia.com/ prefix) for the inventory, without the timestamp."""
     if mig_strategy not in MIG_STRATEGIES:
         raise ValueError(f"MIG strategy {mig_strategy!r} is not one of {', '.join(MIG_STRATEGIES)}")
@@ -121,7 +150,7 @@ def gfd_labels(inventory: Inventory, mig_strategy: str = "none", machine: str = 
     labels |= _versions(gpus[0].profile)
     labels |= {
         "mig.capable": str(any(g.profile.mig_capable for g in gpus)).lower(),
-        "mps.capable": "false",
+        "mps.capable": str(shared.strategy == "mps").lower(),
         "gpu.mode": "compute",
         "vgpu.present": "false",
         "gpu.present": "true",
@@ -131,14 +160,14 @@ def gfd_labels(inventory: Inventory, mig_strategy: str = "none", machine: str = 
     # Full-GPU labels per model; a later model overrides an earlier one, as GFD merges them.
     for gpu in gpus:
         same = [g for g in gpus if g.profile.id == gpu.profile.id]
-        labels |= _gpu_resource(gpu.profile, len(same), mig_enabled(gpu))
+        labels |= _gpu_resource(gpu.profile, len(same), mig_enabled(gpu), shared)
     migs = _mig_devices(gpus)
     if mig_strategy == "single":
         labels["mig.strategy"] = "single"
         names = {m.name for _, m in migs}
         if all(mig_enabled(g) for g in gpus) and len(names) == 1 and migs:
             profile, mig = migs[0]
-            labels |= _mig_resource("gpu", profile, mig, len(migs))
+            labels |= _mig_resource("gpu", profile, mig, len(migs), shared)
         else:  # GFD's labels for an invalid single-strategy setup
             product = f"{sanitise(gpus[0].profile.product_name)}-MIG-INVALID"
             labels |= {"gpu.product": product, "gpu.count": "0", "gpu.replicas": "0", "gpu.memory": "0",
@@ -148,5 +177,5 @@ def gfd_labels(inventory: Inventory, mig_strategy: str = "none", machine: str = 
         for profile, mig in migs:
             name = mig.name.replace("+", ".")
             count = sum(1 for _, m in migs if m.name == mig.name)
-            labels |= _mig_resource(f"mig-{name}", profile, mig, count)
+            labels |= _mig_resource(f"mig-{name}", profile, mig, count, shared)
     return {PREFIX + k: v for k, v in labels.items()}

@@ -324,6 +324,12 @@ def _gpu_devices(node_name: str, gpu: PhysicalGpu) -> list[AllocatableDevice]:
     return devices
 
 
+def whole_gpu(gpu: PhysicalGpu) -> AllocatableDevice:
+    """The GPU as one device, also where MIG mode hides it from the DRA view (NVIDIA's device plugin
+    with MIG strategy `none` hands out MIG-enabled GPUs whole)."""
+    return _device(gpu, gpu.name, "gpu", gpu.uuid, gpu.profile.memory_mib * MIB)
+
+
 def _device(
     gpu: PhysicalGpu,
     name: str,

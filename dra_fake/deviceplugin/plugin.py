@@ -1,0 +1,186 @@
+"""`dra-fake device-plugin`: the process. Configuration (NVIDIA's flags, environment and config
+file), the node's resources, the nvidia-smi files and the CDI spec, then the DevicePlugin servers,
+registered with the kubelet and re-registered when it restarts, GpuFaults turning devices
+unhealthy, and (as beside NVIDIA's plugin) dcgm-exporter's metrics and GFD's labels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+
+from dra_fake.core import cdi, logs
+from dra_fake.core.atomic import atomic_write
+from dra_fake.core.kube import StartupError, load_kube_client
+from dra_fake.core.retry import run_forever, with_backoff
+from dra_fake.deviceplugin.allocate import CDI_SPEC_FILE, cdi_spec
+from dra_fake.deviceplugin.config import ConfigError, Flags, PluginConfig, parse_bool, resolve
+from dra_fake.deviceplugin.resources import Resource, build_resources
+from dra_fake.deviceplugin.server import DeviceHealth, DevicePlugins, unhealthy_uuids
+from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
+from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, Effects, FaultTracker
+from dra_fake.gpu.faultwatch import FaultWatcher, NodeFaults
+from dra_fake.gpu.gfd import Shared, gfd_labels
+from dra_fake.gpu.inventory import Inventory, InventoryError, load_inventory
+from dra_fake.gpu.monitor import GpuMonitor
+from dra_fake.gpu.nodelabels import apply_labels, machine_type
+from dra_fake.gpu.nvidia_smi import NvidiaSmi
+from dra_fake.gpu.plugin import parse_additional_xids
+from dra_fake.kubelet.server import serve_forever
+
+log = logging.getLogger(__name__)
+
+KUBELET_CHECK_INTERVAL = 1.0  # how often the kubelet's socket is checked for a restart
+RETRY_INTERVAL = 30.0  # NVIDIA's plugin retries a failed start after 30 s
+
+
+def _flags(args: argparse.Namespace) -> Flags:
+    def boolean(raw: str | None, what: str) -> bool | None:
+        return None if raw is None else parse_bool(raw, what)
+
+    return Flags(
+        mig_strategy=args.mig_strategy,
+        fail_on_init_error=boolean(args.fail_on_init_error, "--fail-on-init-error"),
+        device_list_strategy=args.device_list_strategy,
+        device_id_strategy=args.device_id_strategy,
+        cdi_annotation_prefix=args.cdi_annotation_prefix,
+        pass_device_specs=boolean(args.pass_device_specs, "--pass-device-specs"),
+        mps_root=args.mps_root,
+    )
+
+
+def health_checks(raw: str) -> frozenset[int] | None:
+    """DP_DISABLE_HEALTHCHECKS: `all` or `xids` turns them off (None); otherwise more Xids to ignore."""
+    if raw.strip().lower() in ("all", "xids"):
+        return None
+    return DEFAULT_IGNORED_XIDS | parse_additional_xids(raw)
+
+
+def dra_plugin_registered(registrar_dir: str, driver: str) -> str | None:
+    """The registration socket of the DRA driver on this node, if it runs here."""
+    found = sorted(glob.glob(os.path.join(registrar_dir, f"{glob.escape(driver)}*-reg.sock")))
+    return found[0] if found else None
+
+
+def load(args: argparse.Namespace) -> tuple[PluginConfig, Inventory, list[Resource]]:
+    """Everything start-up reads; ConfigError, InventoryError, StartupError or OSError name the problem."""
+    text = Path(args.config_file).read_text(encoding="utf-8") if args.config_file else None
+    config = resolve(_flags(args), text)
+    profile_dirs = [Path(args.profiles_dir)] if args.profiles_dir else []
+    inventory = load_inventory(Path(args.config) if args.config else None, args.node_name, profile_dirs)
+    resources = build_resources(inventory, config)
+    if args.device_nodes not in MODES:
+        raise StartupError(f"--device-nodes: {args.device_nodes!r} is not one of {', '.join(MODES)}")
+    dra = dra_plugin_registered(args.kubelet_registrar_directory_path, args.driver_name)
+    if dra is not None:
+        raise StartupError(
+            f"the DRA driver {args.driver_name} serves this node's GPUs (its registration socket {dra} "
+            "exists): run the device plugin or the DRA driver on a node, not both"
+        )
+    return config, inventory, resources
+
+
+def write_files(
+    config: PluginConfig, inventory: Inventory, resources: list[Resource], args: argparse.Namespace
+) -> NvidiaSmi:
+    """The nvidia-smi script and info files of every advertised device; the CDI spec when a CDI
+    strategy is on."""
+    smi = NvidiaSmi.from_inventory(Path(args.data_dir), inventory)
+    smi.ensure_script()
+    written = set()
+    for resource in resources:
+        for device in resource.devices:
+            if device.uuid not in written:
+                written.add(device.uuid)
+                path = smi.info_path(device.device.name, device.uuid)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, smi.info_text(device.device, device.uuid).encode(), 0o644)
+    if {"cdi-annotations", "cdi-cri"} & set(config.device_list_strategy):
+        nodes = DeviceNodePolicy(args.device_nodes).current()
+        spec = cdi_spec(resources, config, smi, nodes)
+        cdi.validate_spec(spec)
+        Path(args.cdi_root).mkdir(parents=True, exist_ok=True)
+        atomic_write(Path(args.cdi_root) / CDI_SPEC_FILE, cdi.render_spec(spec), cdi.SPEC_FILE_MODE)
+    return smi
+
+
+def run_device_plugin(args: argparse.Namespace) -> int:
+    logs.setup(args.log_level, args.log_format)
+    fail_on_init_error = True
+    try:
+        if not args.node_name:
+            raise StartupError("--node-name (NODE_NAME) is required")
+        fail_on_init_error = _flags(args).fail_on_init_error is not False
+        config, inventory, resources = load(args)
+        fail_on_init_error = config.fail_on_init_error
+        ignored = health_checks(args.dp_disable_healthchecks)
+        api = load_kube_client(args.kubeconfig)
+        smi = write_files(config, inventory, resources, args)
+    except (ConfigError, InventoryError, StartupError, ValueError, OSError) as err:
+        print(f"dra-fake device-plugin: error: {err}", file=sys.stderr)
+        if fail_on_init_error:
+            return 1
+        # NVIDIA's plugin with failOnInitError=false: log and wait instead of crash-looping
+        log.error("initialization failed; waiting (FAIL_ON_INIT_ERROR=false)", extra={"error": str(err)})
+        serve_forever()
+        return 0
+
+    stop = threading.Event()
+    health = DeviceHealth()
+    plugins = DevicePlugins(resources, config, args.kubelet_socket, health, smi)
+
+    def keep_registered() -> None:
+        with_backoff("serve and register the device plugins", plugins.start, stop, limit=RETRY_INTERVAL)
+        while not stop.wait(KUBELET_CHECK_INTERVAL):
+            if plugins.kubelet_restarted():
+                log.info("the kubelet's socket was re-created; restarting the device plugins")
+                return  # run_forever starts again
+
+    threading.Thread(
+        target=run_forever,
+        args=("device plugins", keep_registered, stop, 0.0),
+        name="registration",
+        daemon=True,
+    ).start()
+
+    monitor = GpuMonitor(inventory, list, smi, args.node_name, args.driver_name)
+    monitor.start(stop, None, args.node_name, args.dcgm_exporter_port)
+
+    def apply(effects: Effects) -> None:
+        if ignored is not None:
+            health.mark(unhealthy_uuids(effects.health, inventory.devices))
+        monitor.set_faults(effects.gpus)
+
+    tracker = FaultTracker(inventory.devices, ignored or DEFAULT_IGNORED_XIDS)
+    FaultWatcher(NodeFaults(api, args.node_name, tracker, apply), stop).start()
+    if args.node_labels == "true":
+        replicas = {r.name.removesuffix(".shared"): r.replicas for r in resources if r.replicas > 1}
+        strategy = next((r.sharing for r in resources if r.sharing), "none")
+        shared = Shared(strategy, replicas, config.sharing.rename_by_default)
+        labels = gfd_labels(inventory, config.mig_strategy, machine_type(), shared)
+        threading.Thread(
+            target=with_backoff,
+            args=(f"label Node {args.node_name}", lambda: apply_labels(api, args.node_name, labels), stop),
+            name="node-labels",
+            daemon=True,
+        ).start()
+    log.info(
+        "device plugin started",
+        extra={
+            "resources": {r.name: len(r.devices) for r in resources},
+            "strategies": config.device_list_strategy,
+        },
+    )
+
+    class Closing:
+        def stop(self, grace: float | None = None) -> None:
+            health.close()  # ends the ListAndWatch streams
+            plugins.stop(grace)
+
+    serve_forever(Closing(), stop_event=stop)
+    return 0
