@@ -186,6 +186,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     gpu.add_argument(
+        "--allow-device-plugin",
+        action=_EnvDefault,
+        env="ALLOW_DEVICE_PLUGIN",
+        default="false",
+        choices=["true", "false"],
+        help="start even when a device plugin advertises nvidia.com/gpu on this node (the GPUs are then "
+        "offered twice)",
+    )
+    gpu.add_argument(
         "--dcgm-exporter-port",
         action=_EnvDefault,
         env="DCGM_EXPORTER_PORT",

@@ -480,3 +480,22 @@ def test_stream_ends_when_the_plugin_stops(plugin_dir: Path, smi: NvidiaSmi) -> 
     assert ended.wait(30)
     plugins.stop(1)
     kubelet.stop()
+
+
+def test_dra_plugin_refuses_a_node_a_device_plugin_serves() -> None:
+    from dra_fake.gpu.configs import FeatureGates
+    from dra_fake.gpu.devnodes import DeviceNodePolicy
+    from dra_fake.gpu.plugin import GpuDriver, device_plugin_resources
+
+    node: dict[str, Any] = {
+        "metadata": {"name": NODE},
+        "status": {"allocatable": {"cpu": "8", "nvidia.com/gpu": "4"}},
+    }
+    assert device_plugin_resources(node) == ["nvidia.com/gpu"]
+    assert device_plugin_resources({"status": {"allocatable": {"nvidia.com/gpu": "0"}}}) == []
+    driver = GpuDriver("gpu.nvidia.com", inventory(), FeatureGates(frozenset()), DeviceNodePolicy("never"))
+    refusal = driver.refusal(node)
+    assert refusal is not None and "advertises nvidia.com/gpu through a device plugin" in refusal
+    allowed = GpuDriver("gpu.nvidia.com", inventory(), FeatureGates(frozenset()), DeviceNodePolicy("never"),
+                        allow_device_plugin=True)  # fmt: skip
+    assert allowed.refusal(node) is None and driver.refusal({"metadata": {"name": NODE}}) is None

@@ -120,6 +120,9 @@ class ComputeDomainDriver:
     def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
         pass  # the channel and daemon devices have no faults to watch
 
+    def refusal(self, node: dict[str, Any]) -> str | None:
+        return None  # ComputeDomains run beside a device plugin too
+
 
 def run_cd_plugin(args: argparse.Namespace) -> int:
     logs.setup(args.log_level, args.log_format)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import cast
+from typing import Any, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -50,6 +50,10 @@ def load_kube_client(kubeconfig: str = "") -> client.ApiClient:
 
 
 def read_node_uid(api: client.ApiClient, node: str) -> str:
+    return str(read_node(api, node)["metadata"]["uid"])
+
+
+def read_node(api: client.ApiClient, node: str) -> dict[str, Any]:
     """GET /api/v1/nodes/<node> as plain JSON. `client.CoreV1Api` would import the client's
     ~250 typed models on first use: 1.2-2 s of plugin start-up (bench/results/latest.md)."""
     method, url, headers, body, _ = api.param_serialize(
@@ -64,4 +68,4 @@ def read_node_uid(api: client.ApiClient, node: str) -> str:
     if resp.status != 200:
         # As the typed client raises it: "(403)\nReason: Forbidden\nHTTP response body: ..."
         raise ApiException(status=resp.status, reason=resp.reason or "", body=data.decode(errors="replace"))
-    return str(json.loads(cast(bytes, data))["metadata"]["uid"])
+    return cast(dict[str, Any], json.loads(cast(bytes, data)))

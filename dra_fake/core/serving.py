@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_fake.core import metrics
 from dra_fake.core.claims import ClaimError
 from dra_fake.core.events import post_node_event
-from dra_fake.core.kube import read_node_uid
+from dra_fake.core.kube import read_node
 from dra_fake.core.publisher import Publisher
 from dra_fake.core.resourceapi import ClaimNotFound, ResourceApi, ServerInfo, discover_dra
 from dra_fake.core.retry import with_backoff
@@ -61,6 +61,7 @@ class PluginContext:
     stop: threading.Event
     device_health: DeviceHealthBoard
     node_uid: str = ""
+    failure: str = ""  # why the plugin refused to go on (run_plugin then exits 1)
     # Set once the slices are published: ask the publisher to sync again now (the desired slices
     # changed, e.g. a fault tainted a device).
     republish: Callable[[], None] = lambda: None
@@ -98,6 +99,9 @@ class KubeletDriver(Protocol):
     def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
         """Start what the driver runs beside serving once the API server is reached (threads that
         end when ctx.stop is set)."""
+
+    def refusal(self, node: dict[str, Any]) -> str | None:
+        """Why the driver must not serve this node (its Node object, read before publishing), or None."""
 
 
 class ClaimPreparer:
@@ -222,6 +226,9 @@ def run_plugin(args: argparse.Namespace, api: client.ApiClient, driver: KubeletD
     )
     serve_forever(*components, stop_event=stop)
     log.info(f"{driver.display_name} stopped")
+    if ctx.failure:
+        log.error(f"{driver.display_name} refused to run", extra={"reason": ctx.failure})
+        return 1
     return 0
 
 
@@ -244,13 +251,19 @@ class _Publishing:
         try:
             server: ServerInfo = with_backoff("API discovery", lambda: discover_dra(self.api), self._stopped)
             self.resources.discovered(server)
-            self.ctx.node_uid = with_backoff(
-                f"get Node {self.ctx.node}", lambda: read_node_uid(self.api, self.ctx.node), self._stopped
+            node = with_backoff(
+                f"get Node {self.ctx.node}", lambda: read_node(self.api, self.ctx.node), self._stopped
             )
         except Exception:
             if self._stopped.is_set():
                 return
             raise
+        self.ctx.node_uid = str(node["metadata"]["uid"])
+        refusal = self.driver.refusal(node)
+        if refusal:
+            self.ctx.failure = refusal
+            self.ctx.stop.set()
+            return
         log.info(
             "API server",
             extra={"version": "{}.{}".format(*server.version), "resourceApi": self.resources.version},

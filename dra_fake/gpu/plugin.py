@@ -10,6 +10,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dra_fake.core import logs
 from dra_fake.core.kube import StartupError, load_kube_client
@@ -91,6 +92,7 @@ class GpuDriver:
         shuffle_seed: int | None = None,
         ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS,
         observability: Observability = Observability(),
+        allow_device_plugin: bool = False,
     ) -> None:
         self.driver = driver_name
         self.inventory = inventory
@@ -99,6 +101,7 @@ class GpuDriver:
         self.shuffle_seed = shuffle_seed  # None: sorted devices
         self.ignored_xids = ignored_xids
         self.observability = observability
+        self.allow_device_plugin = allow_device_plugin
         self.nvidia_smi: NvidiaSmi | None = None  # set by create_state
         self.state: DeviceState | None = None
         self._taints: dict[str, list[dict[str, str]]] = {}
@@ -134,6 +137,18 @@ class GpuDriver:
                 )
             return self._slices[1]
 
+    def refusal(self, node: dict[str, Any]) -> str | None:
+        """As NVIDIA's chart refuses its DRA driver's GPUs beside its device plugin: a node whose GPUs
+        a device plugin advertises is not served twice (unless --allow-device-plugin)."""
+        found = device_plugin_resources(node)
+        if found and not self.allow_device_plugin:
+            return (
+                f"node {node['metadata']['name']} advertises {', '.join(found)} through a device plugin: "
+                "serve a node's GPUs through the device plugin or through DRA, not both "
+                "(--allow-device-plugin=true to run anyway)"
+            )
+        return None
+
     def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
         """The telemetry (nvidia-smi's live files, dcgm-exporter's /metrics), the node's GFD labels,
         and the watch of this node's GpuFaults: taints with NVMLDeviceHealthCheck (as NVIDIA); the
@@ -161,6 +176,18 @@ class GpuDriver:
 
         tracker = FaultTracker(self.inventory.devices, self.ignored_xids)
         FaultWatcher(NodeFaults(ctx.api, ctx.node, tracker, apply), ctx.stop).start()
+
+
+def device_plugin_resources(node: dict[str, Any]) -> list[str]:
+    """NVIDIA's device-plugin resources the node has allocatable (a device plugin serves them)."""
+    status = node.get("status")
+    allocatable = status.get("allocatable", {}) if isinstance(status, dict) else {}
+    return sorted(
+        name
+        for name, value in (allocatable or {}).items()
+        if (name == "nvidia.com/gpu" or name.startswith(("nvidia.com/mig-", "nvidia.com/gpu.")))
+        and value != "0"
+    )
 
 
 def run_gpu_plugin(args: argparse.Namespace) -> int:
@@ -193,5 +220,14 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         seed = secrets.randbits(32)
         log.info("slice devices shuffled (--device-order=shuffled)", extra={"seed": seed})
     observability = Observability(args.dcgm_exporter_port, args.node_labels == "true", args.mig_strategy)
-    driver = GpuDriver(args.driver_name, inventory, gates, policy, seed, ignored_xids, observability)
+    driver = GpuDriver(
+        args.driver_name,
+        inventory,
+        gates,
+        policy,
+        seed,
+        ignored_xids,
+        observability,
+        args.allow_device_plugin == "true",
+    )
     return run_plugin(args, api, driver)
