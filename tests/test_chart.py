@@ -183,6 +183,7 @@ def test_node_pools_give_every_node_exactly_one_plugin() -> None:
     daemonsets = {d["metadata"]["name"]: affinity_terms(d) for d in of_kind(docs, "DaemonSet")}
     assert sorted(daemonsets) == [
         "r-dra-fake-a100-kubelet-plugin",
+        "r-dra-fake-classic-device-plugin",
         "r-dra-fake-gb200-kubelet-plugin",
         "r-dra-fake-h100-kubelet-plugin",
         "r-dra-fake-kubelet-plugin",
@@ -194,16 +195,17 @@ def test_node_pools_give_every_node_exactly_one_plugin() -> None:
         "a100-other-zone": ({pool: "a100", zone: "z2"}, "r-dra-fake-kubelet-plugin"),
         "h100": ({pool: "h100"}, "r-dra-fake-h100-kubelet-plugin"),
         "gb200": ({pool: "gb200", zone: "z1"}, "r-dra-fake-gb200-kubelet-plugin"),
+        "classic": ({pool: "classic"}, "r-dra-fake-classic-device-plugin"),  # one mode per node
     }
     for node, (labels, expected) in nodes.items():
         assert [n for n, t in daemonsets.items() if matches(labels, t)] == [expected], node
     classes = [c["metadata"]["name"] for c in of_kind(docs, "DeviceClass")]
     assert classes[:2] == ["gpu.fake.example.com", "mig.fake.example.com"]
-    for ds in of_kind(docs, "DaemonSet"):  # every node also runs exactly one compute-domain plugin
-        assert [c["name"] for c in ds["spec"]["template"]["spec"]["containers"]] == [
-            "gpus",
-            "compute-domains",
-        ]
+    for ds in of_kind(docs, "DaemonSet"):  # every DRA node also runs exactly one compute-domain plugin
+        expected = (
+            ["device-plugin"] if "device-plugin" in ds["metadata"]["name"] else ["gpus", "compute-domains"]
+        )
+        assert [c["name"] for c in ds["spec"]["template"]["spec"]["containers"]] == expected
     assert of_kind(docs, "DeviceClass")[0]["spec"]["extendedResourceName"] == "fake.example.com/gpu"
 
 
@@ -212,6 +214,8 @@ def test_rendered_inventories_are_accepted_by_the_plugin() -> None:
     profiles = load_profiles()
     counts = {}
     for cm in of_kind(docs, "ConfigMap"):
+        if "inventory.yaml" not in cm["data"]:
+            continue  # the device plugin's own config
         raw = yaml.safe_load(cm["data"]["inventory.yaml"])
         inv = build_inventory(parse_config(raw, cm["metadata"]["name"]), "node-x", profiles)
         counts[cm["metadata"]["name"]] = (inv.gpus[0].profile.id, len(inv.gpus), len(inv.devices))
@@ -475,7 +479,7 @@ def test_dcgm_exporter_endpoint_service_and_service_monitor() -> None:
     assert svc["spec"]["ports"] == [
         {"name": "metrics", "port": 9400, "targetPort": "dcgm-metrics", "protocol": "TCP"}
     ]
-    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "kubelet-plugin"
+    assert svc["spec"]["selector"]["dra-fake.dev/gpu-metrics"] == "true"
     monitor = by_name(docs, "ServiceMonitor", "r-dra-fake-dcgm-exporter")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
@@ -529,3 +533,44 @@ def test_node_labels_rights_policy_and_uninstall_hook() -> None:
     assert "gpu[.]" not in own  # only the ComputeDomain label left
     neither = render(**{"nodeLabels.enabled": "false", "computeDomains.enabled": "false"})
     assert not kinds_and_names(neither) & NODE_LABEL_POLICY
+
+
+def test_device_plugin_pool() -> None:
+    docs = render(values=str(CHART / "ci" / "pools-values.yaml"))
+    ds = by_name(docs, "DaemonSet", "r-dra-fake-classic-device-plugin")
+    pod = ds["spec"]["template"]["spec"]
+    [ctr] = pod["containers"]
+    assert ctr["command"] == ["dra-fake", "device-plugin"]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert (env["MIG_STRATEGY"], env["DEVICE_LIST_STRATEGY"], env["DEVICE_ID_STRATEGY"]) == (
+        "mixed",
+        "envvar,cdi-cri",
+        "uuid",
+    )
+    assert (env["FAIL_ON_INIT_ERROR"], env["CONFIG_FILE"]) == (
+        "true",
+        "/etc/dra-fake/device-plugin/config.yaml",
+    )
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m for m in ctr["volumeMounts"]}
+    assert (
+        host["device-plugins"] == mounts["device-plugins"]["mountPath"] == "/var/lib/kubelet/device-plugins"
+    )
+    assert mounts["plugins-registry"]["readOnly"] is True  # only to see a DRA plugin registered beside it
+    assert all(
+        mounts[n]["mountPath"] == path for n, path in host.items()
+    )  # host paths, as the plugin names them
+    assert pod["serviceAccountName"] == "r-dra-fake-kubelet-plugin"
+    config = yaml.safe_load(
+        by_name(docs, "ConfigMap", "r-dra-fake-device-plugin-config")["data"]["config.yaml"]
+    )
+    assert config["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    assert ds["spec"]["template"]["metadata"]["labels"]["dra-fake.dev/gpu-metrics"] == "true"
+    svc = by_name(docs, "Service", "r-dra-fake-dcgm-exporter")
+    assert svc["spec"]["selector"]["dra-fake.dev/gpu-metrics"] == "true"  # both modes' plugins
+    # the whole cluster in device-plugin mode: no DRA plugin DaemonSet at all
+    only = render(mode="device-plugin")
+    assert [d["metadata"]["name"] for d in of_kind(only, "DaemonSet")] == ["r-dra-fake-device-plugin"]
+    assert "r-dra-fake-device-plugin-config" not in names(only, "ConfigMap")
+    with pytest.raises(AssertionError, match="mode"):
+        render(mode="both")

@@ -114,7 +114,7 @@ Output: JSON list of terms (each a list of expressions).
 {{/*
 The plugin DaemonSets: the default one and one per node pool, placed so that every node runs
 exactly one: a pool takes the nodes its nodeSelector matches that no earlier pool matched; the
-default takes the nodes no pool matches. Output: JSON list of {name, inventory, terms}.
+default takes the nodes no pool matches. Output: JSON list of {name, inventory, terms, mode}.
 */}}
 {{- define "dra-fake.pools" -}}
 {{- $pools := list -}}
@@ -130,11 +130,11 @@ default takes the nodes no pool matches. Output: JSON list of {name, inventory, 
 {{- if not $own.config -}}
 {{- $_ := set $inv "config" (dict) -}}
 {{- end -}}
-{{- $pools = append $pools (dict "name" .name "inventory" $inv "terms" $terms) -}}
+{{- $pools = append $pools (dict "name" .name "inventory" $inv "terms" $terms "mode" (default $.Values.mode .mode)) -}}
 {{- $excluded = append $excluded .nodeSelector -}}
 {{- end -}}
 {{- $terms := include "dra-fake.excludeTerms" (dict "base" (list) "excluded" $excluded) | fromJsonArray -}}
-{{- $pools = prepend $pools (dict "name" "" "inventory" .Values.inventory "terms" $terms) -}}
+{{- $pools = prepend $pools (dict "name" "" "inventory" .Values.inventory "terms" $terms "mode" .Values.mode) -}}
 {{- toJson $pools -}}
 {{- end -}}
 
