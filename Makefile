@@ -9,6 +9,8 @@ KEEP ?=
 BIN := e2e/cluster/bin
 # make demo and the kind targets default to 2 nodes (node 2 holds the MIG GPUs); NODES=n overrides.
 NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
+# kind: two DRA workers (H100, MIG) and one served through the device plugin (docs/kind.md)
+KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 
 .PHONY: help venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench clean chart-check chart-lint tools image \
 	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind
@@ -87,16 +89,16 @@ kind-host-reset: ## undo everything kind-host changed on this host
 kind-images: venv ## node image of K8S, driver and shell images, offline (seconds when up to date)
 	PYTHON=$(PY) hack/kind/images.sh $(K8S)
 
-kind-up: kind-images ## kind cluster dra-fake-<minor>, chart installed by Helm: K8S=1.33 NODES=2 CONFIG=inventory.yaml
+kind-up: kind-images ## kind cluster dra-fake-<minor>, chart installed by Helm: K8S=1.33 NODES=3 CONFIG=inventory.yaml
 	hack/install-tools.sh helm
-	$(PY) -m e2e.kindcluster up --k8s $(K8S) --nodes $(NODES_OR_2) $(if $(CONFIG),--config $(CONFIG))
+	$(PY) -m e2e.kindcluster up --k8s $(K8S) --nodes $(KIND_NODES) $(if $(CONFIG),--config $(CONFIG))
 
 kind-down: ## delete the kind cluster of K8S
 	@if [ -x $(PY) ]; then $(PY) -m e2e.kindcluster down --k8s $(K8S); fi
 
 e2e-kind: kind-images ## the e2e suite in real containers on the kind cluster of K8S (brought up if not running)
 	hack/install-tools.sh helm
-	$(PY) -m e2e.kindcluster up --if-missing --k8s $(K8S) --nodes $(NODES_OR_2)
+	$(PY) -m e2e.kindcluster up --if-missing --k8s $(K8S) --nodes $(KIND_NODES)
 	KUBECONFIG=$$($(PY) -m e2e.kindcluster kubeconfig --k8s $(K8S)) $(VENV)/bin/pytest -q -rs -p no:cacheprovider e2e
 
 kind-matrix: venv ## e2e-kind on a fresh cluster of every pinned release (or K8S="1.32 1.33"): .kind/matrix.tsv

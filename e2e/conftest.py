@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from e2e.kindcluster.cluster import CLASSIC, POOL_LABEL
 from e2e.kube import Kube, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
 from e2e.testbed import ApiOnlyBed, HarnessBed, KindBed, TestBed, kind_cluster_of
@@ -51,6 +52,7 @@ class Environment:
     partitionable: bool
     server_minor: int
     extended_resources: bool  # the GPU DeviceClass serves `nvidia.com/gpu` (1.34+, DRAExtendedResource)
+    device_plugin: bool = False  # a node offers its GPUs through the device plugin (kind's third worker)
 
     @classmethod
     def detect(cls) -> Environment:
@@ -70,7 +72,10 @@ class Environment:
         info = kube.info
         # A server without the gate drops the field, so its presence is the capability.
         extended = "extendedResourceName" in (kube.device_class("gpu.nvidia.com") or {}).get("spec", {})
-        return cls(bed, capabilities, info.resource_versions, partitionable, info.version[1], extended)
+        classic = bool(kube.core.list_node(label_selector=f"{POOL_LABEL}={CLASSIC}").items)
+        return cls(
+            bed, capabilities, info.resource_versions, partitionable, info.version[1], extended, classic
+        )
 
     def missing(self, item: pytest.Item) -> str | None:
         server_needs = {
@@ -92,6 +97,11 @@ class Environment:
             "extended-resource": (
                 self.extended_resources,
                 "the GPU DeviceClass maps no extended resource (Kubernetes 1.34+, DRAExtendedResource)",
+            ),
+            "device-plugin": (
+                self.device_plugin,
+                f"no node labelled {POOL_LABEL}={CLASSIC} serves its GPUs through the device plugin "
+                "(kind with 3 workers: make kind-up)",
             ),
         }
         for marker in item.iter_markers("needs"):

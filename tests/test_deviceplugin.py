@@ -246,6 +246,8 @@ def test_allocate_per_strategy(smi: NvidiaSmi) -> None:
     names = [f"k8s.device-plugin.nvidia.com/gpu={i}" for i in ids]
     assert cdi_answer.cdi_devices == names and not cdi_answer.envs and not cdi_answer.mounts
     assert cdi_answer.annotations == {"cdi.k8s.io/nvidia-device-plugin_x": ",".join(names)}
+    mixed = container_response(gpus, ids, PluginConfig(device_list_strategy=("envvar", "cdi-cri")), smi)
+    assert mixed.envs == env.envs and mixed.cdi_devices == names and not mixed.mounts  # the spec mounts
 
 
 def test_allocate_validation_and_replicas(smi: NvidiaSmi) -> None:

@@ -1,6 +1,6 @@
 """What NVIDIA's device plugin answers to Allocate and GetPreferredAllocation, for simulated GPUs,
-and the CDI spec its CDI strategies name. Pure. Facts: docs/reference/nvidia-device-plugin.md#b4
-and #b5.
+and the CDI spec its CDI strategies name. Pure. Facts (sections B.4, B.5):
+docs/reference/nvidia-device-plugin.md#b4-device-ids-allocate-responses.
 
 Per `DEVICE_LIST_STRATEGY` (several may be set): `envvar` puts the devices in
 NVIDIA_VISIBLE_DEVICES, `volume-mounts` mounts `/dev/null` at
@@ -74,6 +74,10 @@ def requested_devices(resource: Resource, ids: Sequence[str]) -> list[PluginDevi
     return list(unique.values())
 
 
+def names_cdi(strategies: Sequence[str]) -> bool:
+    return bool({"cdi-annotations", "cdi-cri"} & set(strategies))
+
+
 def device_ref(device: PluginDevice, config: PluginConfig) -> str:
     return device.index if config.device_id_strategy == "index" else device.uuid
 
@@ -102,8 +106,9 @@ def container_response(
         out.cdi_devices = names
     if resource.sharing == "mps":
         out.envs[MPS_PIPE_DIRECTORY] = f"{config.mps_root.rstrip('/')}/{resource.name.split('/', 1)[1]}/pipe"
-    if nvidia_smi is not None and ({"envvar", "volume-mounts"} & set(strategies)):
-        # what the NVIDIA container runtime would add: nvidia-smi, for exactly these devices
+    if nvidia_smi is not None and not names_cdi(strategies):
+        # what the NVIDIA container runtime would add: nvidia-smi, for exactly these devices (with
+        # a CDI strategy the CDI spec brings them)
         edits = [nvidia_smi.script_mount(), nvidia_smi.live_mount()]
         edits += [nvidia_smi.device_mount(d.device, d.uuid) for d in devices]
         out.mounts += [Mount(e["containerPath"], e["hostPath"]) for e in edits]

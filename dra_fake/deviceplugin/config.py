@@ -1,7 +1,7 @@
 """The device plugin's configuration: NVIDIA's k8s-device-plugin config file (`CONFIG_FILE`,
 api/config/v1) and its flags, with its precedence (flag > environment > file) and its error
-messages. Pure. Facts: docs/reference/nvidia-device-plugin.md#b2-flags--env-vars-cmdnvidia-device-pluginmaingo
-and #b3-config-file-apiconfigv1.
+messages. Pure. Facts (sections B.2, B.3):
+docs/reference/nvidia-device-plugin.md#b2-flags--env-vars-cmdnvidia-device-pluginmaingo.
 
 Keys NVIDIA's file knows but the simulation has no use for (driver roots, GDS, GFD's section, ...)
 are accepted and ignored; unknown keys are errors naming the key.

@@ -18,7 +18,7 @@ from dra_fake.core import cdi, logs
 from dra_fake.core.atomic import atomic_write
 from dra_fake.core.kube import StartupError, load_kube_client
 from dra_fake.core.retry import run_forever, with_backoff
-from dra_fake.deviceplugin.allocate import CDI_SPEC_FILE, cdi_spec
+from dra_fake.deviceplugin.allocate import CDI_SPEC_FILE, cdi_spec, names_cdi
 from dra_fake.deviceplugin.config import ConfigError, Flags, PluginConfig, parse_bool, resolve
 from dra_fake.deviceplugin.resources import Resource, build_resources
 from dra_fake.deviceplugin.server import DeviceHealth, DevicePlugins, unhealthy_uuids
@@ -100,7 +100,7 @@ def write_files(
                 path = smi.info_path(device.device.name, device.uuid)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(path, smi.info_text(device.device, device.uuid).encode(), 0o644)
-    if {"cdi-annotations", "cdi-cri"} & set(config.device_list_strategy):
+    if names_cdi(config.device_list_strategy):
         nodes = DeviceNodePolicy(args.device_nodes).current()
         spec = cdi_spec(resources, config, smi, nodes)
         cdi.validate_spec(spec)

@@ -23,7 +23,12 @@ def main() -> int:
     kcfg = sub.add_parser("kubeconfig", help="print the path of the cluster's kubeconfig")
     for p in (up, down, cfg, kcfg):
         p.add_argument("--k8s", default=newest().short, help="minor (1.33) or release (1.33.13)")
-    up.add_argument("--nodes", type=int, default=2, help="GPU workers (default 2)")
+    up.add_argument(
+        "--nodes",
+        type=int,
+        default=3,
+        help="GPU workers (default 3: H100, MIG, and one through the device plugin)",
+    )
     up.add_argument("--config", type=Path, help="inventory file for every worker (default: see docs/kind.md)")
     up.add_argument("--if-missing", action="store_true", help="keep a running cluster of that release")
     up.add_argument("--node-image", help="a public kindest/node image instead of ours (e2e/kind/run.sh)")

@@ -36,7 +36,31 @@ DRIVER_IMAGE = ("dra-fake", "kind")
 SHELL_IMAGE = "dra-fake-shell:e2e"
 RELEASE = "dra-fake"
 NAMESPACE = "dra-fake"
-POOL_LABEL = "dra-fake.dev/gpu-pool"  # h100 | mig: which inventory a worker has (demo node selectors)
+POOL_LABEL = "dra-fake.dev/gpu-pool"  # h100 | mig | classic: which inventory a worker has
+CLASSIC = "classic"  # the third worker: its GPUs through the device plugin (e2e/test_device_plugin.py)
+# The classic worker's GPUs under NVIDIA's device plugin: an H100 shared by time-slicing (4 replicas)
+# and an A100 with pre-created MIG devices, the mixed MIG strategy exposing them by profile.
+CLASSIC_INVENTORY: dict[str, Any] = {
+    "gpus": [
+        {"profile": "h100-sxm5-80gb"},
+        {
+            "profile": "a100-sxm4-40gb",
+            "mig": "static",
+            "migDevices": [
+                {"profile": "1g.5gb", "start": 0},
+                {"profile": "1g.5gb", "start": 1},
+                {"profile": "3g.20gb", "start": 4},
+            ],
+        },
+    ]
+}
+CLASSIC_DEVICE_PLUGIN: dict[str, Any] = {
+    "migStrategy": "mixed",
+    "config": {
+        "version": "v1",
+        "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}},
+    },
+}
 MIG_INVENTORY = REPO / "examples" / "inventory" / "mixed-mig.yaml"
 # Every worker is in the local cluster's NVLink clique, so ComputeDomain channels are injected.
 IMEX_CLIQUE_ID = CD_CLIQUE_ID
@@ -88,6 +112,10 @@ class KindCluster:
         """Worker node names in kind's order (worker, worker2, ...)."""
         names = [n for n in self.nodes() if not n.endswith("-control-plane")]
         return sorted(names, key=lambda n: int(n.rsplit("worker", 1)[1] or 1))
+
+    def classic_workers(self) -> list[str]:
+        out = self.kubectl("get", "nodes", "-l", f"{POOL_LABEL}={CLASSIC}", "-o", "name")
+        return [line.removeprefix("node/") for line in out.split()]
 
     def kubectl(self, *args: str, timeout: float = 120) -> str:
         return run(self.kubectl_path(), "--kubeconfig", self.kubeconfig, *args, timeout=timeout)
@@ -155,7 +183,7 @@ class KindCluster:
     def _worker_labels(self, index: int, inventory: Path | None) -> dict[str, str]:
         if inventory:
             return {POOL_LABEL: "custom"}
-        return {POOL_LABEL: "mig" if index == 2 else "h100"}
+        return {POOL_LABEL: {2: "mig", 3: CLASSIC}.get(index, "h100")}
 
     def wait_nodes_ready(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
@@ -208,6 +236,16 @@ class KindCluster:
                     "inventory": {"config": mig_inventory(self.release)},
                 }
             ]
+            if workers >= 3:
+                values["nodePools"].append(
+                    {
+                        "name": CLASSIC,
+                        "nodeSelector": {POOL_LABEL: CLASSIC},
+                        "inventory": {"config": CLASSIC_INVENTORY},
+                        "mode": "device-plugin",
+                    }
+                )
+                values["devicePlugin"] = CLASSIC_DEVICE_PLUGIN
         return values
 
     def helm_install(self, inventory: Path | None, workers: int, *, upgrade: bool = False) -> None:
@@ -236,9 +274,10 @@ class KindCluster:
         return run(helm, "--kubeconfig", self.kubeconfig, *args, timeout=timeout)
 
     def wait_slices(self, timeout: float = 180) -> None:
-        """Every worker has published its GPU ResourceSlices."""
+        """Every DRA worker has published its GPU ResourceSlices (the classic one registers with its
+        kubelet instead: helm's --wait waited for its plugin)."""
         deadline = time.monotonic() + timeout
-        workers = set(self.workers())
+        workers = set(self.workers()) - set(self.classic_workers())
         while True:
             out = self.kubectl(
                 "get",

@@ -13,7 +13,7 @@ commit=$(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet || 
 for v in "${versions[@]}"; do
   "$REPO/hack/kind/images.sh" "$v" >/dev/null
   t0=$(date +%s)
-  "$PY" -m e2e.kindcluster up --k8s "$v" --nodes 2 > "$KIND_WORK/matrix-$v.log" 2>&1 || { log "$v: cluster failed"; continue; }
+  "$PY" -m e2e.kindcluster up --k8s "$v" --nodes 3 > "$KIND_WORK/matrix-$v.log" 2>&1 || { log "$v: cluster failed"; continue; }
   up=$(( $(date +%s) - t0 ))
   kubeconfig=$("$PY" -m e2e.kindcluster kubeconfig --k8s "$v")
   status=0

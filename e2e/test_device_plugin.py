@@ -1,0 +1,145 @@
+"""Device-plugin mode on a real kubelet (issue 16; docs/classic-requests.md): kind's third worker
+runs `dra-fake device-plugin` from the chart (pool `classic`): an H100 shared by time-slicing with
+4 replicas and an A100 with pre-created MIG devices under the mixed strategy. The kubelet's device
+manager advertises, allocates and admits; containerd starts the containers; NVIDIA's names, IDs and
+env; nvidia-smi inside the pod; a GpuFault takes a device out of allocatable."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from dra_fake.gpu.inventory import build_inventory, parse_config
+from dra_fake.gpu.profiles import load_profiles
+from e2e.kindcluster.cluster import CLASSIC, CLASSIC_INVENTORY, POOL_LABEL
+from e2e.kube import Kube, poll, workload_container
+from e2e.test_faults import GROUP, PLURAL, VERSION, inject
+from e2e.testbed import TestBed
+
+pytestmark = pytest.mark.needs("device-plugin")
+
+
+@pytest.fixture(scope="module")
+def classic(kube: Kube) -> str:
+    [node] = [n.metadata.name for n in kube.core.list_node(label_selector=f"{POOL_LABEL}={CLASSIC}").items]
+    return str(node)
+
+
+def allocatable(kube: Kube, node: str) -> dict[str, str]:
+    status = kube.core.read_node(node).status
+    return {k: v for k, v in (status.allocatable or {}).items() if k.startswith("nvidia.com/")}
+
+
+def gpu_pod(name: str, node: str, resource: str = "nvidia.com/gpu", count: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [workload_container() | {"resources": {"limits": {resource: str(count)}}}],
+        },
+    }
+
+
+def test_the_node_advertises_nvidias_resources(kube: Kube, classic: str) -> None:
+    want = {"nvidia.com/gpu": "4", "nvidia.com/mig-1g.5gb": "2", "nvidia.com/mig-3g.20gb": "1"}
+    assert poll(
+        "device-plugin resources allocatable", lambda: allocatable(kube, classic) == want and want, 120
+    )
+    assert not kube.slices(node=classic), "one mode per node: no ResourceSlices of the classic node"
+    labels = kube.core.read_node(classic).metadata.labels
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"  # GFD beside the plugin
+    assert (labels["nvidia.com/gpu.replicas"], labels["nvidia.com/gpu.sharing-strategy"]) == (
+        "4",
+        "time-slicing",
+    )
+    assert labels["nvidia.com/mig.strategy"] == "mixed" and labels["nvidia.com/mig-1g.5gb.count"] == "2"
+
+
+def test_time_slicing_four_pods_share_the_gpu_and_a_fifth_pends(
+    kube: Kube, bed: TestBed, ns: str, classic: str
+) -> None:
+    for i in range(4):
+        kube.create(gpu_pod(f"share-{i}", classic), ns)
+    for i in range(4):
+        kube.wait_running(ns, f"share-{i}", timeout=120)
+    kube.create(gpu_pod("fifth", classic), ns)
+
+    def pending() -> str | None:
+        for cond in kube.pod(ns, "fifth").get("status", {}).get("conditions") or []:
+            if cond["type"] == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                return str(cond.get("message"))
+        return None
+
+    assert "Insufficient nvidia.com/gpu" in poll("the fifth pod Unschedulable", pending, 60)
+    uuids = set()
+    for i in range(4):
+        ctr = bed.container(ns, f"share-{i}")
+        uuids.add(ctr.env()["NVIDIA_VISIBLE_DEVICES"])
+        listed = ctr.nvidia_smi("-L")
+        assert listed.code == 0 and listed.output.startswith("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-"), (
+            listed.output
+        )
+        assert ctr.env()["NVIDIA_VISIBLE_DEVICES"] in listed.output
+    assert len(uuids) == 1  # four replicas of one GPU
+
+
+def test_mixed_strategy_mig_resource(kube: Kube, bed: TestBed, ns: str, classic: str) -> None:
+    kube.create(gpu_pod("mig", classic, "nvidia.com/mig-3g.20gb"), ns)
+    kube.wait_running(ns, "mig", timeout=120)
+    ctr = bed.container(ns, "mig")
+    mig = ctr.env()["NVIDIA_VISIBLE_DEVICES"]
+    assert mig.startswith("MIG-")
+    listed = ctr.nvidia_smi("-L")
+    assert listed.code == 0, listed.output
+    assert listed.output.splitlines()[0].startswith("GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-")
+    assert listed.output.splitlines()[1].strip().startswith("MIG 3g.20gb") and mig in listed.output
+
+
+@pytest.fixture
+def fault(kube: Kube, bed: TestBed, classic: str) -> Iterator[list[str]]:
+    """GpuFaults of a test; afterwards deleted and the device plugin restarted, since its health,
+    like NVIDIA's, never turns healthy again while it runs."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        with contextlib.suppress(ApiException):
+            kube.custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+    for pod in kube.core.list_namespaced_pod(
+        bed.driver_namespace, label_selector="app.kubernetes.io/component=device-plugin",
+        field_selector=f"spec.nodeName={classic}",
+    ).items:  # fmt: skip
+        kube.core.delete_namespaced_pod(pod.metadata.name, bed.driver_namespace)
+    poll(
+        "the MIG device allocatable again",
+        lambda: allocatable(kube, classic).get("nvidia.com/mig-1g.5gb") == "2",
+        120,
+    )
+
+
+def test_an_unhealthy_device_leaves_allocatable(
+    kube: Kube, kubeconfig: Path, ns: str, classic: str, fault: list[str]
+) -> None:
+    inventory = build_inventory(parse_config(CLASSIC_INVENTORY, "classic"), classic, load_profiles())
+    mig = next(
+        d for d in sorted(inventory.devices.values(), key=lambda d: d.name) if d.name.endswith("1g5gb-19-0")
+    )
+    name = f"{ns}-dp-xid"
+    fault.append(name)
+    inject(kubeconfig, classic, str(mig.uuid), "xid", name, "--xid", "79")
+    got = poll(
+        "one MIG device unhealthy",
+        lambda: (a := allocatable(kube, classic)).get("nvidia.com/mig-1g.5gb") == "1" and a,
+        60,
+    )
+    assert got["nvidia.com/gpu"] == "4"  # the H100's replicas untouched
+    capacity = kube.core.read_node(classic).status.capacity or {}
+    assert capacity["nvidia.com/mig-1g.5gb"] == "2"  # still there, not allocatable
