@@ -393,6 +393,13 @@ def test_gfd_mig_strategies() -> None:
     hopper = gfd_labels(inventory({"gpus": [{"profile": "h100-sxm5-80gb", "mig": "dynamic"}]}))
     ampere = gfd_labels(inventory({"gpus": [{"profile": "a100-sxm4-40gb", "mig": "dynamic"}]}))
     assert (hopper["nvidia.com/gpu.replicas"], ampere["nvidia.com/gpu.replicas"]) == ("1", "0")
+    # a whole GPU beside a MIG-enabled one: the whole one describes nvidia.com/gpu, whatever the order
+    both = {"gpus": [{"profile": "h100-sxm5-80gb"}, A100_STATIC["gpus"][0]]}
+    labels = gfd_labels(inventory(both), "mixed")
+    assert (labels["nvidia.com/gpu.product"], labels["nvidia.com/gpu.replicas"]) == (
+        "NVIDIA-H100-80GB-HBM3",
+        "1",
+    )
 
 
 def test_gfd_clique_family_and_sanitise() -> None:
@@ -467,3 +474,24 @@ def test_dashboard_queries_use_metrics_and_labels_the_endpoint_has() -> None:
             assert {g.strip() for g in group.split(",")} <= labels, expr
         for name in re.findall(r"(\w+)(?:=~|!=|=)\"", expr):
             assert name in labels, expr
+
+
+def test_gfd_labels_of_shared_gpus() -> None:
+    from dra_fake.gpu.gfd import Shared
+
+    inv = inventory(H100x2)
+    shared = gfd_labels(inv, shared=Shared("time-slicing", {"nvidia.com/gpu": 4}))
+    assert shared["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
+    assert (shared["nvidia.com/gpu.replicas"], shared["nvidia.com/gpu.sharing-strategy"]) == (
+        "4",
+        "time-slicing",
+    )
+    renamed = gfd_labels(inv, shared=Shared("time-slicing", {"nvidia.com/gpu": 4}, renamed=True))
+    assert renamed["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"  # nvidia.com/gpu.shared tells instead
+    mps = gfd_labels(inv, shared=Shared("mps", {"nvidia.com/gpu": 2}))
+    assert (mps["nvidia.com/mps.capable"], mps["nvidia.com/gpu.sharing-strategy"]) == ("true", "mps")
+    mixed = gfd_labels(
+        inventory(A100_STATIC), "mixed", shared=Shared("time-slicing", {"nvidia.com/mig-1g.5gb": 2})
+    )
+    assert mixed["nvidia.com/mig-1g.5gb.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED"
+    assert mixed["nvidia.com/mig-1g.5gb.replicas"] == "2" and mixed["nvidia.com/mig-3g.20gb.replicas"] == "1"

@@ -157,8 +157,9 @@ def gfd_labels(
     }
     if inventory.imex_clique_id:
         labels["gpu.clique"] = inventory.imex_clique_id
-    # Full-GPU labels per model; a later model overrides an earlier one, as GFD merges them.
-    for gpu in gpus:
+    # Full-GPU labels per model; a later one overrides an earlier one, as GFD merges them: the
+    # MIG-enabled GPUs' first, so GPUs without MIG (what nvidia.com/gpu is) have the last word.
+    for gpu in sorted(gpus, key=lambda g: not mig_enabled(g)):
         same = [g for g in gpus if g.profile.id == gpu.profile.id]
         labels |= _gpu_resource(gpu.profile, len(same), mig_enabled(gpu), shared)
     migs = _mig_devices(gpus)
