@@ -26,6 +26,7 @@ from dra_fake.core.cdi import EARLIEST_VERSION, minimum_version
 from dra_fake.deviceplugin.config import PluginConfig
 from dra_fake.deviceplugin.resources import PluginDevice, Resource
 from dra_fake.gpu.devnodes import DeviceNodes
+from dra_fake.gpu.edits import common_edits, gpu_edits
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 
 CDI_VENDOR = "k8s.device-plugin.nvidia.com"
@@ -125,18 +126,10 @@ def cdi_spec(resources: Sequence[Resource], config: PluginConfig, nvidia_smi: Nv
             physical.setdefault(device.uuid, device)
 
     def edits(device: PluginDevice) -> dict[str, Any]:
-        out: dict[str, Any] = {"env": [f"DRA_FAKE_VISIBLE_DEVICES={device.uuid}"]}
-        if device_nodes is not None:
-            out["deviceNodes"] = [device_nodes.gpu(device.device.minor)]
-        if nvidia_smi is not None:
-            out["mounts"] = [nvidia_smi.device_mount(device.device, device.uuid)]
-        return out
+        env = {"env": [f"DRA_FAKE_VISIBLE_DEVICES={device.uuid}"]}
+        return env | gpu_edits(device.device, device.uuid, nvidia_smi, device_nodes)
 
-    common: dict[str, Any] = {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
-    if device_nodes is not None:
-        common["deviceNodes"] = device_nodes.common()
-    if nvidia_smi is not None:
-        common["mounts"] = [nvidia_smi.script_mount(), nvidia_smi.live_mount()]
+    common = {"env": ["NVIDIA_VISIBLE_DEVICES=void"]} | common_edits(nvidia_smi, device_nodes)
     spec: dict[str, Any] = {
         "cdiVersion": EARLIEST_VERSION,
         "kind": CDI_KIND,

@@ -93,6 +93,28 @@ def spec_env(claim_uid: str, devices: Sequence[SpecDevice]) -> list[str]:
     return [*NVIDIA_SPEC_ENV, f"DRA_FAKE_VISIBLE_DEVICES={uuids}", f"DRA_FAKE_CLAIM_UID={claim_uid}"]
 
 
+def gpu_edits(
+    device: AllocatableDevice, uuid: str, nvidia_smi: NvidiaSmi | None, device_nodes: DeviceNodes | None
+) -> dict[str, Any]:
+    """A device's own edits, whichever API hands it out: its GPU's device node, its nvidia-smi file."""
+    edits: dict[str, Any] = {}
+    if device_nodes is not None:
+        edits["deviceNodes"] = [device_nodes.gpu(device.minor)]
+    if nvidia_smi is not None:
+        edits["mounts"] = [nvidia_smi.device_mount(device, uuid)]
+    return edits
+
+
+def common_edits(nvidia_smi: NvidiaSmi | None, device_nodes: DeviceNodes | None) -> dict[str, Any]:
+    """What any GPU brings once: the control and uvm nodes, the nvidia-smi script and live files."""
+    edits: dict[str, Any] = {}
+    if device_nodes is not None:
+        edits["deviceNodes"] = device_nodes.common()
+    if nvidia_smi is not None:
+        edits["mounts"] = [nvidia_smi.script_mount(), nvidia_smi.live_mount()]
+    return edits
+
+
 def build_claim_spec(
     driver: str,
     claim_uid: str,
@@ -110,18 +132,9 @@ def build_claim_spec(
         unique.setdefault(d.cdi_name, d)
 
     def device_edits(d: SpecDevice) -> dict[str, Any]:
-        edits: dict[str, Any] = {"env": device_env(d)}
-        if device_nodes is not None:
-            edits["deviceNodes"] = [device_nodes.gpu(d.device.minor)]
-        if nvidia_smi is not None:
-            edits["mounts"] = [nvidia_smi.device_mount(d.device, d.uuid)]
-        return edits
+        return {"env": device_env(d)} | gpu_edits(d.device, d.uuid, nvidia_smi, device_nodes)
 
-    common: dict[str, Any] = {"env": spec_env(claim_uid, list(unique.values()))}
-    if device_nodes is not None:
-        common["deviceNodes"] = device_nodes.common()
-    if nvidia_smi is not None:
-        common["mounts"] = [nvidia_smi.script_mount(), nvidia_smi.live_mount()]
+    common = {"env": spec_env(claim_uid, list(unique.values()))} | common_edits(nvidia_smi, device_nodes)
     spec: dict[str, Any] = {
         "cdiVersion": EARLIEST_VERSION,
         "kind": claim_kind(driver),
