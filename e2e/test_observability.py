@@ -70,7 +70,7 @@ def test_every_gpu_node_carries_gfd_labels_of_its_inventory(kube: Kube, nodes: l
             int(x) for x in attribute(first, "driverVersion").split(".")
         ]
         recorded = {"nvidia.com/" + k for k in meta["annotations"][RECORD].split(",")}
-        assert recorded == {k for k in labels if k.startswith("nvidia.com/") and k in recorded}
+        assert recorded <= set(labels)  # every key it recorded is on the node
         assert "nvidia.com/gfd.timestamp" in recorded and wanted.keys() <= recorded
 
 

@@ -493,9 +493,7 @@ def test_dcgm_exporter_endpoint_service_and_service_monitor() -> None:
 
 
 def test_grafana_dashboard_config_map() -> None:
-    assert not of_kind(render(), "ConfigMap") or "r-dra-fake-gpu-dashboard" not in names(
-        render(), "ConfigMap"
-    )
+    assert "r-dra-fake-gpu-dashboard" not in names(render(), "ConfigMap")
     docs = render(**{"dcgmExporter.grafanaDashboard.enabled": "true"})
     cm = by_name(docs, "ConfigMap", "r-dra-fake-gpu-dashboard")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"

@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
+from dra_fake.gpu.gfd import MIG_STRATEGIES  # GFD's and the device plugin's are one setting
+
 log = logging.getLogger(__name__)
 
-MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")
 TIME_SLICING, MPS = "time-slicing", "mps"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from dra_fake.deviceplugin.config import SHARED_SUFFIX, ConfigError, PluginConfig
 from dra_fake.gpu.devices import AllocatableDevice
+from dra_fake.gpu.gfd import profile_in_resource_name
 from dra_fake.gpu.inventory import Inventory, PhysicalGpu, whole_gpu
 
 PREFIX = "nvidia.com/"
@@ -53,7 +54,7 @@ class Resource:
 
 
 def mig_resource_name(profile: str) -> str:
-    return f"{PREFIX}mig-{profile.replace('+', '.')}"
+    return f"{PREFIX}mig-{profile_in_resource_name(profile)}"
 
 
 def _mig_devices(inventory: Inventory, gpu: PhysicalGpu) -> list[PluginDevice]:

@@ -155,7 +155,7 @@ def _user_attributes(entity: Entity, user: User, driver: str) -> dict[str, str]:
         "namespace": user.namespace,
         "container": user.container,
         "dra_claim_name": user.claim_name,
-        "dra_claim_namespace": user.claim_namespace,
+        "dra_claim_namespace": user.namespace,
         "dra_driver_name": driver,
         "dra_pool_name": user.device.pool,
         "dra_device_name": user.device.name,

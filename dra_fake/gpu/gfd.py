@@ -96,10 +96,15 @@ def _gpu_resource(
     }
 
 
+def profile_in_resource_name(mig_profile: str) -> str:
+    """How NVIDIA spells a MIG profile in resource names and labels: `1g.10gb+me` -> `1g.10gb.me`."""
+    return mig_profile.replace("+", ".")
+
+
 def _mig_resource(
     prefix: str, profile: GpuProfile, mig: MigProfile, count: int, shared: Shared = NOT_SHARED
 ) -> dict[str, str]:
-    name = mig.name.replace("+", ".")
+    name = profile_in_resource_name(mig.name)
     replicas, strategy, suffix = shared.of(PREFIX + ("gpu" if prefix == "gpu" else f"mig-{name}"))
     return {
         f"{prefix}.product": f"{sanitise(profile.product_name)}-MIG-{name}{suffix}",
@@ -176,7 +181,7 @@ def gfd_labels(
     elif mig_strategy == "mixed":
         labels["mig.strategy"] = "mixed"
         for profile, mig in migs:
-            name = mig.name.replace("+", ".")
+            name = profile_in_resource_name(mig.name)
             count = sum(1 for _, m in migs if m.name == mig.name)
             labels |= _mig_resource(f"mig-{name}", profile, mig, count, shared)
     return {PREFIX + k: v for k, v in labels.items()}

@@ -30,7 +30,6 @@ from dra_fake.gpu.workloads import ClaimHolding, users_by_device
 log = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL = 5.0  # seconds between samples (dcgm-exporter collects every 30 s by default)
-DCGM_PORT = 9400  # dcgm-exporter's default listen port
 
 
 def boot_time(stat: Path = Path("/proc/stat")) -> float:
@@ -48,11 +47,10 @@ def live_state(reading: Reading, faults: Mapping[str, int]) -> dict[str, int | f
     """What nvidia-smi reads from a GPU's live file."""
     state: dict[str, int | float | str] = {f"fault_{k}": v for k, v in faults.items() if k != "xid"}
     if reading.lost:
-        return state | {"fault_lost": 1}
+        return state
     state |= {
         "utilization": reading.gpu_util or 0,
         "memory_util": reading.mem_copy_util or 0,
-        "memory_used": reading.fb_used or 0,
         "power_draw": f"{reading.power_w or 0:.2f}",
         "temperature": reading.gpu_temp or 0,
         "sm_clock": reading.sm_clock or 0,
@@ -132,14 +130,13 @@ class GpuMonitor:
         readings = self.simulator.sample(self.clock(), users, faults, dynamic)
         live: dict[str, dict[str, int | float | str]] = {}
         for entity, reading in readings:
-            gpu_faults = faults.get(entity.gpu.uuid, {})
-            state = live.setdefault(entity.gpu.uuid, live_state(reading, gpu_faults))
-            state["energy_mj"] = self.simulator.energy_mj(entity.gpu.uuid)
+            gpu = entity.gpu.uuid
+            if gpu not in live:  # the GPU's values: any of its entities has them
+                state = live_state(reading, faults.get(gpu, {}))
+                live[gpu] = state | {"energy_mj": self.simulator.energy_mj(gpu), "memory_used": 0}
             if entity.is_mig:
                 live[entity.mig_uuid] = {"mig_memory_used": reading.fb_used or 0}
-                state["memory_used"] = sum(
-                    r.fb_used or 0 for e, r in readings if e.gpu.uuid == entity.gpu.uuid and not r.lost
-                )
+            live[gpu]["memory_used"] = int(live[gpu]["memory_used"]) + (reading.fb_used or 0)
         self.nvidia_smi.write_live(live)
         text = dcgm.render([(self.hostname, e, r, users.get(e.device, [])) for e, r in readings], self.driver)
         self.text = text

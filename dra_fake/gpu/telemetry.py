@@ -62,6 +62,11 @@ class Entity:
     def bus_id(self) -> str:
         return nvidia_bus_id(self.gpu.pci_bus_id)
 
+    @property
+    def reserved_mib(self) -> int:
+        """Framebuffer the driver keeps (a GPU instance's memory is all usable)."""
+        return 0 if self.is_mig else self.gpu.profile.telemetry.fb_reserved_mib
+
 
 @dataclass(frozen=True)
 class Reading:
@@ -93,7 +98,6 @@ class Reading:
     dram_active: float | None = None
     pcie_tx_bytes: int | None = None
     pcie_rx_bytes: int | None = None
-    thermal_slowdown: bool = False
 
 
 def entities(inventory: Inventory, dynamic_migs: Mapping[str, str]) -> list[Entity]:
@@ -200,7 +204,7 @@ class Simulator:
         for user in users:
             pods.setdefault(user.pod_uid, user.load)
         util = sum(draw(*load.utilization, entity.uuid, uid, period) for uid, load in pods.items())
-        usable = entity.memory_mib - (0 if entity.is_mig else entity.gpu.profile.telemetry.fb_reserved_mib)
+        usable = entity.memory_mib - entity.reserved_mib
         memory = sum(_memory_mib(load, entity.memory_mib) for load in pods.values())
         return min(util, 100), max(0, min(memory, usable))
 
@@ -244,7 +248,6 @@ class Simulator:
             remapped_rows_uncorrectable=remap,
             remapped_rows_correctable=remap,
             row_remap_failure=remap,
-            thermal_slowdown=bool(hot),
         )
 
     @staticmethod
@@ -252,7 +255,7 @@ class Simulator:
         if shared.lost:
             return shared
         util, used = load
-        reserved = 0 if entity.is_mig else entity.gpu.profile.telemetry.fb_reserved_mib
+        reserved = entity.reserved_mib
         busy = util / 100
         mem_util = round(util * MEMORY_UTIL_SHARE)
         pcie = PCIE_IDLE_BYTES + round(PCIE_FULL_BYTES * busy)

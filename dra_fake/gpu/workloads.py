@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dra_fake.core.opaque import main_request
+
 ANNOTATION_UTILIZATION = "dra-fake.dev/simulated-gpu-utilization"
 ANNOTATION_MEMORY = "dra-fake.dev/simulated-gpu-memory"
 
@@ -105,8 +107,7 @@ class User:
     namespace: str
     pod_uid: str
     container: str
-    claim_namespace: str
-    claim_name: str
+    claim_name: str  # in the pod's namespace
     device: HeldDevice
     load: Load
 
@@ -135,10 +136,10 @@ def users_by_device(
             if claim is None:
                 continue
             for device in claim.devices:
-                if request is not None and not any(r.split("/")[0] == request for r in device.requests):
+                if request is not None and request not in {main_request(r) for r in device.requests}:
                     continue
                 users.setdefault(device.name, []).append(
-                    User(name, namespace, meta.get("uid", ""), container, namespace, claim_name, device, load)
+                    User(name, namespace, meta.get("uid", ""), container, claim_name, device, load)
                 )
     for entries in users.values():
         entries.sort(key=lambda u: (u.namespace, u.pod, u.container, u.claim_name))
