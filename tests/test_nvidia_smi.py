@@ -470,3 +470,17 @@ def test_nvidia_smi_shows_the_sample_the_metrics_serve(tmp_path: Path) -> None:
     temp = values[("DCGM_FI_DEV_GPU_TEMP", "1")]
     assert out == f"{int(util)}, 20480, {81559 - 480 - 20480}, {power:.2f}, 1980, {int(temp)}\n"
     assert any(f"{int(util)}%      Default" in line for line in run_smi(root).stdout.splitlines())
+
+
+def test_start_up_removes_temp_files_of_interrupted_live_writes(tmp_path: Path) -> None:
+    """A plugin killed while rewriting a live file leaves its temp file; the next start removes it
+    (the kill soak checks the plugin directory for temp files)."""
+    state, _ = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  count: 1\n")
+    smi = state.nvidia_smi
+    assert smi is not None
+    smi.ensure_script()
+    leftover = smi.live_dir / ".GPU-x.0123456789ab.tmp"
+    leftover.write_text("partial")
+    (smi.live_dir / "GPU-x").write_text("utilization=5\n")
+    assert state.startup().driver_files_removed == 1
+    assert sorted(p.name for p in smi.live_dir.iterdir()) == ["GPU-x"]

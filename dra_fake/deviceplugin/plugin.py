@@ -92,6 +92,7 @@ def write_files(
     strategy is on."""
     smi = NvidiaSmi.from_inventory(Path(args.data_dir), inventory)
     smi.ensure_script()
+    smi.remove_stale_live_files()
     written = set()
     for resource in resources:
         for device in resource.devices:

@@ -33,7 +33,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dra_fake.core.atomic import atomic_write, remove_durably
+from dra_fake.core.atomic import TEMP_SUFFIX, atomic_write, remove_durably
 from dra_fake.gpu.devices import AllocatableDevice
 
 _log = logging.getLogger(__name__)
@@ -278,19 +278,26 @@ class NvidiaSmi:
     def remove_info(self, device: str, uuid: str) -> None:
         remove_durably(self.info_path(device, uuid))
 
+    def remove_stale_live_files(self) -> int:
+        """Temp files of live writes a killed process left (the live files are rewritten anyway)."""
+        if not self.live_dir.is_dir():
+            return 0
+        return sum(remove_durably(p) for p in sorted(self.live_dir.iterdir()) if p.name.endswith(TEMP_SUFFIX))
+
     def sweep(self, specs: Iterable[Mapping[str, Any]]) -> int:
         """Remove the info files none of `specs` mounts (a dynamic MIG device's file outlives its
-        device when the plugin dies between destroying it and dropping the claim)."""
+        device when the plugin dies between destroying it and dropping the claim), and the temp
+        files of interrupted live writes."""
+        removed = self.remove_stale_live_files()
         devices = self.dir / "devices"
         if not devices.is_dir():
-            return 0
+            return removed
         keep = {
             Path(str(mount.get("hostPath", "")))
             for spec in specs
             for edits in _edits(spec)
             for mount in edits.get("mounts") or []
         }
-        removed = 0
         for path in sorted(devices.iterdir()):
             if path not in keep and path.is_file():
                 removed += remove_durably(path)
