@@ -8,6 +8,9 @@ import os
 
 import pytest
 
+# Every CDI spec a test builds is schema-checked (dra_fake.core.cdi.checked; off in the plugins).
+os.environ.setdefault("DRA_FAKE_CHECK_CDI_SPECS", "1")
+
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -296,6 +296,66 @@ def test_encode_is_compact_canonical_and_older_indented_files_still_decode() -> 
     assert err.value.reason == checkpoint.REASON_CHECKSUM
 
 
+def test_the_reused_entry_serialisations_give_the_canonical_bytes_after_every_kind_of_change() -> None:
+    """Codec._payload reuses an entry's bytes while the entry is the same object with the same
+    state/unpreparing/recovered; every change the plugins make must still give canonical JSON."""
+    codec = Codec(GpuClaimData)
+    data = sample()
+
+    def canonical() -> bytes:
+        return checkpoint.canonical_json(data.model_dump(mode="json", exclude_none=True))
+
+    steps = [
+        lambda: None,
+        lambda: setattr(data.claims["uid-2"], "state", "PrepareCompleted"),
+        lambda: setattr(data.claims["uid-1"], "unpreparing", True),
+        lambda: setattr(data.claims["uid-1"], "recovered", True),
+        lambda: data.claims.__setitem__("uid-0", Entry(state="PrepareStarted", driverData=GpuClaimData())),
+        lambda: data.claims.__setitem__(
+            "uid-2", Entry(state="PrepareCompleted", name="new", driverData=GpuClaimData())
+        ),
+        lambda: data.claims.pop("uid-1"),
+        lambda: setattr(data, "nodeBootID", "b\u00e9"),
+        lambda: data.claims.__setitem__("\u00fcid", Entry(state="PrepareStarted", driverData=GpuClaimData())),
+    ]
+    for step in steps:
+        step()
+        assert codec._payload(data) == canonical()
+        assert codec.decode(codec.encode(data)) == data
+
+
+def test_load_returns_the_saved_object_until_the_file_changes(env: Env) -> None:
+    data = sample()
+    env.store.save(data)
+    assert env.store.load().data is data  # no decode while the bytes are those this store wrote
+    other = CheckpointStore(env.dir, GpuClaimData, env.boot)  # another plugin instance
+    theirs = other.load().data
+    del theirs.claims["uid-2"]
+    other.save(theirs)
+    reloaded = env.store.load().data
+    assert reloaded is not data
+    assert set(reloaded.claims) == {"uid-1"}
+
+
+def test_forget_makes_the_next_load_decode_the_file(env: Env) -> None:
+    env.store.save(sample())
+    changed = env.store.load().data
+    changed.claims.clear()  # an error path changed the object and did not save it
+    env.store.forget()
+    assert set(env.store.load().data.claims) == {"uid-1", "uid-2"}
+
+
+def test_states_follow_the_file_whoever_wrote_it(env: Env) -> None:
+    assert env.store.states() == {}
+    env.store.save(sample())
+    assert env.store.states() == {"uid-1": ("PrepareCompleted", 1), "uid-2": ("PrepareStarted", 0)}
+    other = CheckpointStore(env.dir, GpuClaimData, env.boot)
+    theirs = other.load().data
+    del theirs.claims["uid-1"]
+    other.save(theirs)
+    assert env.store.states() == {"uid-2": ("PrepareStarted", 0)}
+
+
 # --- format 1: the files written before the versioned payload -------------------------------------
 
 

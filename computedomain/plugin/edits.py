@@ -107,7 +107,7 @@ def claim_spec(driver: str, devices: Sequence[tuple[str, Mapping[str, Any]]]) ->
         "devices": [{"name": name, "containerEdits": dict(edits)} for name, edits in devices],
     }
     spec["cdiVersion"] = cdi.minimum_version(spec)
-    cdi.validate_spec(spec)
+    cdi.checked(spec)
     return spec
 
 

@@ -26,9 +26,10 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, mode: int, durable: bool = True) -> None:
+def atomic_write(path: Path, data: bytes, mode: int, durable: bool = True, sync_dir: bool = True) -> None:
     """Replace `path` with `data` atomically and (unless not `durable`: readers never see a partial
-    file, but a crash may lose it) durably; the file gets exactly `mode`."""
+    file, but a crash may lose it) durably; the file gets exactly `mode`. `sync_dir=False`: the
+    caller fsyncs the directory itself (once for a batch of files)."""
     directory = path.parent
     tmp = directory / f"{temp_name_prefix(path)}{secrets.token_hex(6)}{TEMP_SUFFIX}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -50,17 +51,19 @@ def atomic_write(path: Path, data: bytes, mode: int, durable: bool = True) -> No
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    if durable:
+    if durable and sync_dir:
         fsync_dir(directory)
 
 
-def remove_durably(path: Path) -> bool:
-    """Remove `path` (missing is fine) and fsync its directory. Returns whether a file was removed."""
+def remove_durably(path: Path, sync_dir: bool = True) -> bool:
+    """Remove `path` (missing is fine) and fsync its directory (unless the caller does, once for
+    a batch). Returns whether a file was removed."""
     try:
         path.unlink()
     except FileNotFoundError:
         return False
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
     return True
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
@@ -20,7 +21,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from dra_fake.core.atomic import TEMP_SUFFIX, atomic_write, remove_durably
+from dra_fake.core.atomic import TEMP_SUFFIX, atomic_write, fsync_dir, remove_durably
 
 _log = logging.getLogger(__name__)
 
@@ -137,6 +138,20 @@ def validate_spec(spec: Mapping[str, Any]) -> None:
         )
 
 
+CHECK_ENV = "DRA_FAKE_CHECK_CDI_SPECS"
+
+
+def checked(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`spec`, schema-checked (validate_spec) when $DRA_FAKE_CHECK_CDI_SPECS is `1`.
+
+    Off in the plugins: the specs are built by our code from checked inputs, and the schema
+    check (pure-Python jsonschema) cost more than the rest of a prepare. The test suites turn it
+    on (conftest.py, the local cluster's plugins), so every spec any test builds is checked."""
+    if os.environ.get(CHECK_ENV) == "1":
+        validate_spec(spec)
+    return spec
+
+
 _SPEC_KEY_ORDER = ("cdiVersion", "kind", "annotations", "devices", "containerEdits")
 _DEVICE_KEY_ORDER = ("name", "annotations", "containerEdits")
 
@@ -171,21 +186,29 @@ class CdiSpecStore:
     def path(self, claim_uid: str) -> Path:
         return self.root / spec_file_name(self.driver, claim_uid)
 
-    def write(self, claim_uid: str, spec: Mapping[str, Any]) -> Path:
-        """Validate, then atomically replace the claim's spec file (mode 0644)."""
-        validate_spec(spec)
+    def write(self, claim_uid: str, spec: Mapping[str, Any], sync_dir: bool = True) -> Path:
+        """Atomically replace the claim's spec file (mode 0644), durably; with `sync_dir=False`
+        the caller calls `sync()` after a batch of writes (the file itself is always fsynced).
+        The spec is schema-checked when $DRA_FAKE_CHECK_CDI_SPECS is set (see `checked`)."""
+        checked(spec)
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.path(claim_uid)
-        atomic_write(path, render_spec(spec), SPEC_FILE_MODE)
+        atomic_write(path, render_spec(spec), SPEC_FILE_MODE, sync_dir=sync_dir)
         _log.info("CDI spec written claim=%s path=%s devices=%d", claim_uid, path, len(spec["devices"]))
         return path
 
-    def remove(self, claim_uid: str) -> bool:
-        """Delete the claim's spec; a missing file is fine. Returns whether a file was removed."""
+    def remove(self, claim_uid: str, sync_dir: bool = True) -> bool:
+        """Delete the claim's spec; a missing file is fine. Returns whether a file was removed.
+        With `sync_dir=False` the caller calls `sync()` after a batch of removals."""
         path = self.path(claim_uid)
-        removed = remove_durably(path)
+        removed = remove_durably(path, sync_dir=sync_dir)
         _log.info("CDI spec removed claim=%s path=%s existed=%s", claim_uid, path, removed)
         return removed
+
+    def sync(self) -> None:
+        """Make the writes and removals of a batch durable (one directory fsync)."""
+        if self.root.is_dir():
+            fsync_dir(self.root)
 
     def exists(self, claim_uid: str) -> bool:
         return self.path(claim_uid).is_file()

@@ -84,6 +84,10 @@ P = TypeVar("P", bound=DriverData)
 
 
 class ClaimEntry(_Model, Generic[P]):
+    """One claim. Once saved, an entry is changed only in `state`, `unpreparing` and `recovered`
+    (with other fields at the same time at most), or replaced by a new object: the codec reuses
+    an entry's serialisation while those three are unchanged (Codec._payload)."""
+
     state: ClaimState
     name: str = ""
     namespace: str = ""
@@ -134,20 +138,50 @@ class Codec(Generic[P]):
     def __init__(self, payload: type[P]) -> None:
         self.payload = payload
         self.model: type[CheckpointData[P]] = CheckpointData[payload]  # type: ignore[valid-type]
+        # uid -> (entry, its changeable fields, `"<uid>":<entry>` canonical bytes) of the last encode
+        self._entries: dict[str, tuple[ClaimEntry[P], tuple[str, bool, bool], bytes]] = {}
 
     def empty(self, boot_id: str = "") -> CheckpointData[P]:
         return self.model(nodeBootID=boot_id)
 
     def encode(self, data: CheckpointData[P]) -> bytes:
-        """`{"checksum":…,"data":…,"version":…}` (keys sorted), compact: the payload is serialised
-        once, by the C encoder (`indent` would switch json to its pure-Python encoder, which cost
-        most of a prepare with a hundred claims in the checkpoint); the checksum is over the same
-        canonical bytes that go into the file."""
-        payload = canonical_json(data.model_dump(mode="json", exclude_none=True))
+        """`{"checksum":…,"data":…,"version":…}` (keys sorted), compact, the checksum over the same
+        canonical bytes that go into the file. The payload is serialised by the C encoder
+        (`indent` would switch json to its pure-Python encoder), and only the entries that changed
+        since the last call are: see `_payload`."""
+        payload = self._payload(data)
         digest = "sha256:" + hashlib.sha256(payload).hexdigest()
         return (
             b'{"checksum":"' + digest.encode() + b'","data":' + payload + b',"version":%d}\n' % FORMAT_VERSION
         )
+
+    def _payload(self, data: CheckpointData[P]) -> bytes:
+        """canonical_json(data), assembled from per-entry serialisations kept between calls.
+
+        A prepare changes one entry of a checkpoint holding every prepared claim's CDI spec;
+        serialising all of them each time made the cost of a prepare grow with the claims held.
+        An entry is reused while it is the same object with the same `state`, `unpreparing` and
+        `recovered`: the only fields changed on a saved entry (see ClaimEntry)."""
+        fields = set(type(data).model_fields)
+        if fields != {"claims", "nodeBootID"}:  # a subclass with more fields: the plain way
+            return canonical_json(data.model_dump(mode="json", exclude_none=True))
+        cache: dict[str, tuple[ClaimEntry[P], tuple[str, bool, bool], bytes]] = {}
+        parts = []
+        for uid in sorted(data.claims):
+            entry = data.claims[uid]
+            key = (entry.state, entry.unpreparing, entry.recovered)
+            hit = self._entries.get(uid)
+            if hit is None or hit[0] is not entry or hit[1] != key:
+                member = (
+                    canonical_json(uid)
+                    + b":"
+                    + canonical_json(entry.model_dump(mode="json", exclude_none=True))
+                )
+                hit = (entry, key, member)
+            cache[uid] = hit
+            parts.append(hit[2])
+        self._entries = cache
+        return b'{"claims":{' + b",".join(parts) + b'},"nodeBootID":' + canonical_json(data.nodeBootID) + b"}"
 
     def _decode_fast(self, raw: bytes) -> CheckpointData[P] | None:
         """A file exactly as `encode` writes it: the checksum is over the data bytes as stored
@@ -220,6 +254,10 @@ def read_boot_id(path: Path) -> str:
         return ""
 
 
+def _states(data: CheckpointData[P]) -> dict[str, tuple[ClaimState, int]]:
+    return {uid: (e.state, len(e.preparedDevices)) for uid, e in data.claims.items()}
+
+
 class CheckpointStore(Generic[P]):
     """Reads and writes the checkpoint file. Callers hold the prepare/unprepare lock."""
 
@@ -237,6 +275,11 @@ class CheckpointStore(Generic[P]):
         self._on_corrupt = on_corrupt
         self._clock = clock
         self._peeked: tuple[bytes, CheckpointData[P]] | None = None  # last peek: raw bytes, decoded
+        # The file as this store last read or wrote it, and the object it decodes to: load()
+        # returns that object again while the file's bytes are the same (no decode per call).
+        self._current: tuple[bytes, CheckpointData[P]] | None = None
+        # The last save: its file bytes and each claim's state and device count (for metrics).
+        self._saved_states: tuple[bytes, dict[str, tuple[ClaimState, int]]] = (b"", {})
 
     def boot_id(self) -> str:
         return read_boot_id(self.boot_id_path)
@@ -250,10 +293,16 @@ class CheckpointStore(Generic[P]):
             return LoadResult(self.codec.empty(current_boot), "missing")
         except OSError as exc:
             return self._corrupt(CorruptCheckpointError(REASON_UNREADABLE, str(exc)), current_boot)
-        try:
-            data = self.codec.decode(raw)
-        except CorruptCheckpointError as exc:
-            return self._corrupt(exc, current_boot)
+        current = self._current
+        if current is not None and current[0] == raw:
+            data = current[1]
+        else:
+            self._current = None
+            try:
+                data = self.codec.decode(raw)
+            except CorruptCheckpointError as exc:
+                return self._corrupt(exc, current_boot)
+            self._current = (raw, data)
         if data.nodeBootID and current_boot and data.nodeBootID != current_boot:
             _log.warning(
                 "checkpoint from an earlier boot discarded path=%s storedBootID=%s bootID=%s claims=%d",
@@ -266,6 +315,11 @@ class CheckpointStore(Generic[P]):
         if not data.nodeBootID:
             data.nodeBootID = current_boot  # no boot ID recorded: assume valid, stamp it
         return LoadResult(data, "ok")
+
+    def forget(self) -> None:
+        """A caller changed a loaded object without saving it (an error path): the next load
+        decodes the file again."""
+        self._current = None
 
     def peek(self) -> CheckpointData[P] | None:
         """Read without locking, repairing or reporting (for metrics); None if absent or bad.
@@ -287,11 +341,28 @@ class CheckpointStore(Generic[P]):
 
     def save(self, data: CheckpointData[P]) -> None:
         self._peeked = None  # a caller may have changed a peeked object to save it
+        self._current = None  # until the new file is in place
         current_boot = self.boot_id()
         if current_boot:
             data.nodeBootID = current_boot
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, self.codec.encode(data), CHECKPOINT_FILE_MODE)
+        raw = self.codec.encode(data)
+        atomic_write(self.path, raw, CHECKPOINT_FILE_MODE)
+        self._current = (raw, data)
+        self._saved_states = (raw, _states(data))
+
+    def states(self) -> dict[str, tuple[ClaimState, int]]:
+        """Claim UID -> (state, devices), without locking (for metrics): this store's last save
+        while the file still holds it (one read, no decode), else the file as it is."""
+        try:
+            raw = self.path.read_bytes()
+        except OSError:
+            return {}
+        saved_raw, saved = self._saved_states
+        if raw == saved_raw:
+            return saved
+        data = self.peek()
+        return {} if data is None else _states(data)
 
     def remove_temp_files(self) -> list[Path]:
         leftovers = stale_temp_files(self.path) if self.path.parent.is_dir() else []

@@ -56,16 +56,22 @@ def read_node_uid(api: client.ApiClient, node: str) -> str:
 def read_node(api: client.ApiClient, node: str) -> dict[str, Any]:
     """GET /api/v1/nodes/<node> as plain JSON. `client.CoreV1Api` would import the client's
     ~250 typed models on first use: 1.2-2 s of plugin start-up (bench/results/latest.md)."""
+    return get_json(api, "/api/v1/nodes/{name}", name=node)
+
+
+def get_json(api: client.ApiClient, path: str, **path_params: str) -> dict[str, Any]:
+    """GET `path` (with `{name}`-style parameters) as plain JSON, through the client's connection
+    pool, auth and timeouts but none of its per-call model machinery (a claim GET on the prepare
+    path). A non-2xx answer raises ApiException as the typed client does: "(403)\nReason: ..."."""
     method, url, headers, body, _ = api.param_serialize(
         "GET",
-        "/api/v1/nodes/{name}",
-        path_params={"name": node},
+        path,
+        path_params=path_params,
         header_params={"Accept": "application/json"},
         auth_settings=["BearerToken"],
     )
     resp = api.call_api(method, url, header_params=headers, body=body)
     data = resp.read() or b""  # type: ignore[no-untyped-call]
-    if resp.status != 200:
-        # As the typed client raises it: "(403)\nReason: Forbidden\nHTTP response body: ..."
+    if not 200 <= resp.status < 300:
         raise ApiException(status=resp.status, reason=resp.reason or "", body=data.decode(errors="replace"))
     return cast(dict[str, Any], json.loads(cast(bytes, data)))

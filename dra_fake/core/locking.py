@@ -114,12 +114,20 @@ class NodeSerializer:
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
         """Raises LockTimeoutError when either lock is not had within the timeout."""
+        with self.in_process() as remaining, self.across_processes(remaining):
+            yield
+
+    @contextlib.contextmanager
+    def in_process(self) -> Iterator[float]:
+        """The process mutex; yields the seconds of the timeout left for the flock."""
         start = time.monotonic()
         if not self._mutex.acquire(timeout=self.timeout):
             raise LockTimeoutError(f"timed out after {self.timeout:g}s waiting for the in-process lock")
         try:
-            remaining = max(self.timeout - (time.monotonic() - start), 0.0)
-            with PrepareUnprepareLock(self.data_dir, timeout=remaining):
-                yield
+            yield max(self.timeout - (time.monotonic() - start), 0.0)
         finally:
             self._mutex.release()
+
+    def across_processes(self, timeout: float) -> PrepareUnprepareLock:
+        """The node-wide flock (hold the process mutex first)."""
+        return PrepareUnprepareLock(self.data_dir, timeout=timeout)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from dra_fake.core.kube import get_json
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +122,11 @@ class ResourceApi:
         A 404 for the whole group version (not served any more) triggers one rediscovery."""
         for attempt in range(2):
             try:
-                return cast(
-                    dict[str, Any],
-                    self.custom.get_namespaced_custom_object(
-                        RESOURCE_GROUP, self.version, namespace, "resourceclaims", name
-                    ),
+                return get_json(
+                    self.api,
+                    f"/apis/{RESOURCE_GROUP}/{self.version}/namespaces/{{namespace}}/resourceclaims/{{name}}",
+                    namespace=namespace,
+                    name=name,
                 )
             except ApiException as err:
                 if err.status != 404:

@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic
+from typing import Any, Generic, TypeVar
 
 from dra_fake.core import cdi, metrics
 from dra_fake.core.checkpoint import (
@@ -42,10 +42,12 @@ from dra_fake.core.checkpoint import (
     P,
 )
 from dra_fake.core.claims import ClaimError, ParsedClaim, parse_claim
+from dra_fake.core.groupcommit import GroupCommit
 from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS, LockTimeoutError, NodeSerializer
 from dra_fake.kubelet.api import PreparedDevice
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # --- Crash points (tests) ----------------------------------------------------------------------
 
@@ -85,6 +87,12 @@ class StartupReport:
     driver_files_removed: int = 0  # the driver's own files no entry needs (PreparedClaims.sweep)
 
 
+@dataclass(eq=False)
+class _Unprepare:
+    claim_uid: str
+    entry: ClaimEntry[Any] | None = None  # the entry marked unpreparing; None: not prepared
+
+
 def to_prepared(d: CheckpointedDevice) -> PreparedDevice:
     return PreparedDevice(
         request_names=tuple(d.requests),
@@ -118,6 +126,8 @@ class PreparedClaims(ABC, Generic[P]):
         self.store: CheckpointStore[P] = CheckpointStore(
             self.data_dir, payload, boot_id_path or DEFAULT_BOOT_ID_PATH, on_corrupt=on_checkpoint_error
         )
+        self._unprepare_begin = self.group(self._mark_unpreparing)
+        self._unprepare_end = self.group(self._drop_unprepared)
 
     # --- what a driver provides ---------------------------------------------------------------
 
@@ -161,34 +171,48 @@ class PreparedClaims(ABC, Generic[P]):
     def unprepare(self, claim_uid: str) -> None:
         """Undo a claim's preparation; a claim not in the checkpoint is a success. The driver's
         `undo` runs outside the node lock (it may call the API server): the entry is marked
-        PrepareStarted and `unpreparing` first, so a crash or a racing prepare sees it."""
+        PrepareStarted and `unpreparing` first, so a crash or a racing prepare sees it. Concurrent
+        unprepares share their checkpoint writes (group commit)."""
+        item = _Unprepare(claim_uid)
         try:
-            with self.locked():
-                crash_point("unprepare:after-lock")
-                data, _ = self.load()
-                entry = data.claims.get(claim_uid)
-                if entry is None:
-                    _log.info("Unprepare noop: claim not found in checkpoint data claim=%s", claim_uid)
-                    return
-                entry.state = PREPARE_STARTED  # from here on the claim is partial: roll back
-                entry.unpreparing = True
-                self.store.save(data)
-                crash_point("unprepare:after-started")
-            self.undo(claim_uid, entry)
+            self.submit(self._unprepare_begin, item)
+            if item.entry is None:
+                _log.info("Unprepare noop: claim not found in checkpoint data claim=%s", claim_uid)
+                return
+            self.undo(claim_uid, item.entry)
             crash_point("unprepare:after-undo")
-            with self.locked():
-                data, _ = self.load()
-                if claim_uid in data.claims:
-                    self.cdi.remove(claim_uid)
-                    crash_point("unprepare:after-cdi-removed")
-                    del data.claims[claim_uid]
-                    self.store.save(data)
+            self.submit(self._unprepare_end, item)
         except ClaimError:
             raise
         except Exception as exc:
             raise ClaimError(f"error unpreparing devices for claim {claim_uid}: {exc}") from exc
         crash_point("unprepare:after-dropped")
         _log.info("claim unprepared claim=%s", claim_uid)
+
+    def _mark_unpreparing(self, items: list[_Unprepare]) -> None:
+        crash_point("unprepare:after-lock")
+        data, _ = self.load()
+        for item in items:
+            item.entry = data.claims.get(item.claim_uid)
+            if item.entry is not None:
+                item.entry.state = PREPARE_STARTED  # from here on the claim is partial: roll back
+                item.entry.unpreparing = True
+        if any(item.entry is not None for item in items):
+            self.store.save(data)
+            crash_point("unprepare:after-started")
+
+    def _drop_unprepared(self, items: list[_Unprepare]) -> None:
+        data, _ = self.load()
+        gone = sorted({item.claim_uid for item in items if item.claim_uid in data.claims})
+        if not gone:
+            return
+        for uid in gone:
+            self.cdi.remove(uid, sync_dir=False)
+        self.cdi.sync()
+        crash_point("unprepare:after-cdi-removed")
+        for uid in gone:
+            del data.claims[uid]
+        self.store.save(data)
 
     def startup(self) -> StartupReport:
         """Once at plugin start: roll back PrepareStarted claims, restore lost CDI specs of
@@ -254,8 +278,7 @@ class PreparedClaims(ABC, Generic[P]):
 
     def prepared_claims(self) -> dict[str, str]:
         """Claim UID -> state, read without the lock (for metrics; may lag one operation)."""
-        data = self.store.peek()
-        return {} if data is None else {uid: e.state for uid, e in data.claims.items()}
+        return {uid: state for uid, (state, _) in self.store.states().items()}
 
     def claim_counts(self) -> dict[str, int]:
         counts = {PREPARE_STARTED: 0, PREPARE_COMPLETED: 0}
@@ -265,10 +288,7 @@ class PreparedClaims(ABC, Generic[P]):
 
     def prepared_device_count(self) -> int:
         """Devices of PrepareCompleted claims (for the dra_fake_prepared_devices gauge)."""
-        data = self.store.peek()
-        if data is None:
-            return 0
-        return sum(len(e.preparedDevices) for e in data.claims.values() if e.state == PREPARE_COMPLETED)
+        return sum(n for state, n in self.store.states().values() if state == PREPARE_COMPLETED)
 
     # --- steps for drivers --------------------------------------------------------------------
 
@@ -277,7 +297,31 @@ class PreparedClaims(ABC, Generic[P]):
         """This process's mutex, then the node-wide flock; a timeout is a (retryable) ClaimError."""
         try:
             with self._serializer.hold():
-                yield
+                try:
+                    yield
+                except BaseException:
+                    self.store.forget()  # the loaded checkpoint may have been changed, not saved
+                    raise
+        except LockTimeoutError as exc:
+            raise ClaimError(str(exc)) from exc
+
+    def group(self, run: Callable[[list[T]], None]) -> GroupCommit[T]:
+        """A group commit (dra_fake.core.groupcommit) of `run` under this state's node lock; a
+        batch that fails leaves no half-changed checkpoint object behind."""
+
+        def guarded(items: list[T]) -> None:
+            try:
+                run(items)
+            except BaseException:
+                self.store.forget()
+                raise
+
+        return GroupCommit(self._serializer, guarded)
+
+    def submit(self, group: GroupCommit[T], item: T) -> None:
+        """`group.submit(item)`; a lock timeout is a (retryable) ClaimError."""
+        try:
+            group.submit(item)
         except LockTimeoutError as exc:
             raise ClaimError(str(exc)) from exc
 
@@ -318,9 +362,9 @@ class PreparedClaims(ABC, Generic[P]):
         except Exception as rollback_exc:
             _log.error("rollback failed claim=%s error=%s", claim_uid, rollback_exc)
 
-    def write_spec(self, claim_uid: str, spec: Mapping[str, Any]) -> None:
+    def write_spec(self, claim_uid: str, spec: Mapping[str, Any], sync_dir: bool = True) -> None:
         self.before_spec(spec)
-        self.cdi.write(claim_uid, spec)
+        self.cdi.write(claim_uid, spec, sync_dir=sync_dir)
 
     def ensure_spec(self, claim_uid: str, entry: ClaimEntry[P]) -> None:
         """A completed claim's spec file was lost (someone deleted it): write it again."""

@@ -90,6 +90,17 @@ def _overlaps(a_start: int, a_size: int, b_start: int, b_size: int) -> bool:
     return a_start < b_start + b_size and b_start < a_start + a_size
 
 
+@dataclass(eq=False)
+class _Prepare:
+    """One claim of a prepare batch and its outcome."""
+
+    claim: ParsedClaim
+    entry: GpuClaimEntry | None = None  # planned
+    devices: list[PreparedDevice] | None = None
+    error: Exception | None = None
+    twin: _Prepare | None = None  # the same claim earlier in the batch
+
+
 @dataclass
 class _Holdings:
     """What other prepared claims hold, for conflict checks."""
@@ -136,52 +147,105 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         self.nvidia_smi = nvidia_smi  # when set, every claim spec mounts nvidia-smi (docs/prepare.md)
         # Asked at each prepare: the device nodes this host allows now (dra_fake.gpu.devnodes).
         self.device_nodes = device_nodes or (lambda: None)
+        self._prepares = self.group(self._prepare_batch)
 
     # --- public API -------------------------------------------------------------------------
 
     def prepare_claim(self, parsed: ParsedClaim) -> list[PreparedDevice]:
         """Errors worded as NVIDIA's (docs/reference/nvidia-gpu-driver.md#45-how-errors-reach-the-kubelet):
         `prepare devices failed: <cause>`, and `unable to prepare claim <uid>: <cause>` for a device
-        another claim holds; the base class adds the outer layer."""
-        with self.locked():
-            crash_point("prepare:after-lock")
-            data, _ = self.load()
-            entry = data.claims.get(parsed.uid)
-            if entry is not None and entry.state == PREPARE_COMPLETED:
-                self.ensure_spec(parsed.uid, entry)
-                _log.info("prepare: already prepared claim=%s", parsed.uid)
-                return [to_prepared(d) for d in entry.preparedDevices]
-            if entry is not None:
-                _log.info("prepare: rolling back a partial prepare claim=%s", parsed.uid)
-                self.rollback(data, parsed.uid)
-                self.store.save(data)
-                crash_point("prepare:after-rollback")
+        another claim holds; the base class adds the outer layer. Concurrent prepares are done in
+        one batch (group commit: `_prepare_batch`)."""
+        item = _Prepare(parsed)
+        self.submit(self._prepares, item)
+        if item.error is not None:
+            raise item.error
+        if item.devices is None:
+            raise ClaimError(f"prepare devices failed: claim {parsed.uid} was not prepared")
+        return item.devices
 
-            new_entry, prepared = self._plan(parsed, data)
-            data.claims[parsed.uid] = new_entry
-            self.store.save(data)
-            crash_point("prepare:after-started")
+    def _prepare_batch(self, items: list[_Prepare]) -> None:
+        """Under the node lock, for every claim of the batch at once: PrepareStarted entries (one
+        checkpoint write), each claim's CDI spec (one directory fsync), PrepareCompleted (one
+        write). A claim that fails is rolled back alone; the others go on. The files each claim
+        goes through are those of a batch of one (docs/prepare.md#group-commit)."""
+        crash_point("prepare:after-lock")
+        data, _ = self.load()
+        planned: dict[str, _Prepare] = {}
+        rolled_back = False
+        for item in items:
+            uid = item.claim.uid
+            if uid in planned:  # the same claim twice in one batch: one answer for both
+                item.twin = planned[uid]
+                continue
+            entry = data.claims.get(uid)
             try:
-                self._apply(parsed.uid, new_entry.driverData)
-                crash_point("prepare:after-apply")
-                if new_entry.cdiSpec is None:
+                if entry is not None and entry.state == PREPARE_COMPLETED:
+                    self.ensure_spec(uid, entry)
+                    _log.info("prepare: already prepared claim=%s", uid)
+                    item.devices = [to_prepared(d) for d in entry.preparedDevices]
+                    continue
+                if entry is not None:
+                    _log.info("prepare: rolling back a partial prepare claim=%s", uid)
+                    self.rollback(data, uid)
+                    rolled_back = True
+                item.entry, item.devices = self._plan(item.claim, data)
+            except Exception as exc:  # this claim's error (a bug included), not the batch's
+                item.error = exc
+                continue
+            data.claims[uid] = item.entry
+            planned[uid] = item
+        if rolled_back:
+            self.store.save(data)
+            crash_point("prepare:after-rollback")
+        if planned:
+            self._commit(data, list(planned.values()))
+        for item in items:
+            if item.twin is not None:
+                item.devices, item.error = item.twin.devices, item.twin.error
+        if any(item.error is not None for item in items):
+            self.store.forget()  # an error path may have left the loaded checkpoint half-changed
+
+    def _commit(self, data: CheckpointData[GpuClaimData], items: list[_Prepare]) -> None:
+        self.store.save(data)
+        crash_point("prepare:after-started")
+        for item in items:
+            try:
+                if item.entry is None or item.entry.cdiSpec is None:
                     raise cdi.CdiSpecError("no CDI spec planned")
-                self.write_spec(parsed.uid, new_entry.cdiSpec)
-                crash_point("prepare:after-cdi")
-                new_entry.state = PREPARE_COMPLETED
-                self.store.save(data)
+                self._apply(item.claim.uid, item.entry.driverData)
+                crash_point("prepare:after-apply")
+                self.write_spec(item.claim.uid, item.entry.cdiSpec, sync_dir=False)
             except Exception as exc:
-                self.abort(data, parsed.uid, exc)
-                raise ClaimError(f"prepare devices failed: {exc}") from exc
-            crash_point("prepare:after-completed")
-            _log.info(
-                "claim prepared claim=%s namespace=%s name=%s devices=%s",
-                parsed.uid,
-                parsed.namespace,
-                parsed.name,
-                ",".join(p.device_name for p in prepared),
-            )
-            return prepared
+                self._fail(data, item, exc)
+        try:
+            self.cdi.sync()
+            crash_point("prepare:after-cdi")
+            for item in items:
+                if item.error is None and item.entry is not None:
+                    item.entry.state = PREPARE_COMPLETED
+            self.store.save(data)
+        except Exception as exc:
+            for item in items:
+                if item.error is None:
+                    self._fail(data, item, exc)
+            return
+        crash_point("prepare:after-completed")
+        for item in items:
+            if item.error is None and item.devices is not None:
+                _log.info(
+                    "claim prepared claim=%s namespace=%s name=%s devices=%s",
+                    item.claim.uid,
+                    item.claim.namespace,
+                    item.claim.name,
+                    ",".join(p.device_name for p in item.devices),
+                )
+
+    def _fail(self, data: CheckpointData[GpuClaimData], item: _Prepare, exc: Exception) -> None:
+        """A claim of the batch failed after its PrepareStarted entry was written."""
+        self.abort(data, item.claim.uid, exc)
+        item.devices = None
+        item.error = ClaimError(f"prepare devices failed: {exc}")
 
     def dynamic_mig_devices(self) -> list[MigDeviceRecord]:
         """The dynamic MIG devices currently "created" on this node."""
@@ -399,7 +463,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             self.driver, claim.uid, spec_devices, self.nvidia_smi, self.device_nodes()
         )
         try:
-            cdi.validate_spec(spec)
+            cdi.checked(spec)
         except cdi.CdiSpecError as exc:
             raise ClaimError(f"error building the CDI spec: {exc}") from None
         entry = GpuClaimEntry(

@@ -51,6 +51,8 @@ CONTROLLERS = ",".join(
 )
 CD_NAMESPACE = "nvidia-dra-driver-gpu"  # the driver namespace of NVIDIA's docs
 CD_CLIQUE_ID = "0b0f0c2d-6c67-4bba-9b6b-2a2f1e7ef7a1.32766"
+# Every CDI spec the plugins write in the tests is schema-checked (dra_fake.core.cdi.checked).
+CHECKED_SPECS = {"DRA_FAKE_CHECK_CDI_SPECS": "1"}
 STARTUP_TIMEOUT = float(os.environ.get("LOCAL_CLUSTER_STARTUP_TIMEOUT", "120"))
 
 
@@ -446,7 +448,9 @@ class LocalCluster:
         return args
 
     def start_plugin(self, node: str, wait: bool = True) -> Process:
-        proc = self._track(spawn(f"gpu-plugin-{node}", self.plugin_args(node), self.logs, cwd=REPO))
+        proc = self._track(
+            spawn(f"gpu-plugin-{node}", self.plugin_args(node), self.logs, env=CHECKED_SPECS, cwd=REPO)
+        )
         if wait:
             wait_for(
                 f"GPU plugin on {node} registered and publishing",
@@ -505,7 +509,9 @@ class LocalCluster:
     def start_cd_plugin(self, node: str, wait: bool = True) -> Process:
         from e2e.localcluster.objects import node_slices
 
-        proc = self._track(spawn(f"cd-plugin-{node}", self.cd_plugin_args(node), self.logs, cwd=REPO))
+        proc = self._track(
+            spawn(f"cd-plugin-{node}", self.cd_plugin_args(node), self.logs, env=CHECKED_SPECS, cwd=REPO)
+        )
         if wait:
             wait_for(
                 f"compute-domain plugin on {node} publishing",

@@ -1,0 +1,160 @@
+"""Group commit (dra_fake.core.groupcommit): callers queued behind the node lock are served in one
+batch, each with its own outcome; the GPU state prepares and unprepares such batches with one
+checkpoint write per step."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from crash_helper import make_claim, make_state, result
+
+from dra_fake.core.claims import ClaimError
+from dra_fake.core.groupcommit import GroupCommit
+from dra_fake.core.locking import LockTimeoutError, NodeSerializer, PrepareUnprepareLock
+from dra_fake.gpu.state import DeviceState
+
+
+def uid(i: int) -> str:
+    return f"{i:08x}-0000-0000-0000-000000000000"
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+Started = tuple[list[threading.Thread], list[Any]]
+
+
+def in_threads(calls: list[Callable[[], Any]]) -> Started:
+    """Start each call in its own thread (`join` gives their results)."""
+    out: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            out[i] = calls[i]()
+        except BaseException as exc:
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    return threads, out
+
+
+def join(started: Started) -> list[Any]:
+    """Each call's return value or exception, in order."""
+    threads, out = started
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive()
+    return list(out)
+
+
+def queued(group: GroupCommit[Any]) -> int:
+    with group._queue_lock:
+        return len(group._queue)
+
+
+def test_callers_queued_behind_the_lock_run_as_one_batch(tmp_path: Path) -> None:
+    batches: list[list[int]] = []
+    group: GroupCommit[int] = GroupCommit(NodeSerializer(tmp_path), batches.append)
+    with PrepareUnprepareLock(tmp_path):  # another process holds the node lock
+        started = in_threads([lambda i=i: group.submit(i) for i in range(6)])  # type: ignore[misc]
+        # one caller leads (its batch taken, waiting on the flock), five wait in the queue
+        wait_until("five callers queued", lambda: queued(group) == 5)
+    assert join(started) == [None] * 6
+    assert sorted(len(b) for b in batches) == [1, 5]
+    assert sorted(i for b in batches for i in b) == list(range(6))
+
+
+def test_a_failing_batch_fails_every_caller_in_it_and_no_other(tmp_path: Path) -> None:
+    def run(items: list[int]) -> None:
+        if len(items) > 1:
+            raise RuntimeError(f"batch {sorted(items)} failed")
+
+    group: GroupCommit[int] = GroupCommit(NodeSerializer(tmp_path), run)
+    with PrepareUnprepareLock(tmp_path):
+        started = in_threads([lambda i=i: group.submit(i) for i in range(3)])  # type: ignore[misc]
+        wait_until("two callers queued", lambda: queued(group) == 2)
+    outcomes = join(started)
+    failed = [o for o in outcomes if isinstance(o, RuntimeError)]
+    assert len(failed) == 2 and outcomes.count(None) == 1
+    assert all("failed" in str(f) for f in failed)
+    group.submit(7)  # the group works on after a failed batch
+
+
+def test_a_caller_that_times_out_is_not_run_later(tmp_path: Path) -> None:
+    ran: list[int] = []
+    group: GroupCommit[int] = GroupCommit(NodeSerializer(tmp_path, timeout=0.2), ran.extend)
+    with PrepareUnprepareLock(tmp_path), pytest.raises(LockTimeoutError):
+        group.submit(1)
+    assert queued(group) == 0
+    group.submit(2)
+    assert ran == [2]
+
+
+# --- the GPU state's batches ----------------------------------------------------------------------
+
+
+def counting_saves(state: DeviceState) -> list[int]:
+    saves: list[int] = []
+    real = state.store.save
+
+    def save(data: Any) -> None:
+        saves.append(len(data.claims))
+        real(data)
+
+    state.store.save = save  # type: ignore[method-assign]
+    return saves
+
+
+def test_concurrent_prepares_share_their_checkpoint_writes(tmp_path: Path) -> None:
+    state = make_state(tmp_path)
+    saves = counting_saves(state)
+    claims = [
+        make_claim(uid(0), [result("gpu", "gpu-0")]),
+        make_claim(uid(1), [result("gpu", "gpu-1")]),
+        make_claim(uid(2), [result("gpu", "gpu-1")]),  # the device uid(1) gets: fails alone
+        make_claim(uid(3), [result("mig", "gpu-2-mig-1g10gb-19-0")]),
+        make_claim(uid(3), [result("mig", "gpu-2-mig-1g10gb-19-0")]),  # the same claim twice
+    ]
+    with PrepareUnprepareLock(state.data_dir):
+        started = in_threads([lambda c=c: state.prepare(c) for c in claims])  # type: ignore[misc]
+        wait_until("four prepares queued", lambda: queued(state._prepares) == 4)
+    outcomes = join(started)
+
+    errors = [o for o in outcomes if isinstance(o, ClaimError)]
+    assert len(errors) == 1
+    assert "already allocated to different claim" in str(errors[0])
+    assert outcomes[3] == outcomes[4] and not isinstance(outcomes[3], BaseException)
+    prepared = state.prepared_claims()
+    assert uid(0) in prepared and uid(3) in prepared
+    assert (uid(1) in prepared) != (uid(2) in prepared)
+    assert set(prepared.values()) == {"PrepareCompleted"}
+    assert state.cdi.claim_uids() == sorted(state.prepared_claims())
+    # Two batches (the leader alone, then the other four): PrepareStarted + PrepareCompleted each.
+    assert len(saves) == 4
+
+
+def test_concurrent_unprepares_share_their_checkpoint_writes(tmp_path: Path) -> None:
+    state = make_state(tmp_path)
+    for i, device in enumerate(["gpu-0", "gpu-1", "gpu-3", "gpu-2-mig-1g10gb-19-0"]):
+        state.prepare(make_claim(uid(i), [result("gpu", device)]))
+    saves = counting_saves(state)
+    with PrepareUnprepareLock(state.data_dir):
+        started = in_threads([lambda i=i: state.unprepare(uid(i)) for i in range(4)])  # type: ignore[misc]
+        wait_until("three unprepares queued", lambda: queued(state._unprepare_begin) == 3)
+    assert join(started) == [None] * 4
+    assert state.prepared_claims() == {}
+    assert state.cdi.claim_uids() == []
+    # Marking: the leader alone, then three. Dropping: one to three batches, as the undos finish.
+    assert 3 <= len(saves) <= 5
