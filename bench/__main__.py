@@ -14,6 +14,7 @@ import json
 import logging
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -21,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import computedomain, fleet, prepare, publish
-from bench.common import REFDRIVER, REPO, loadavg, machine_facts
-from bench.report import render
+from bench.common import REFDRIVER, REPO, loadavg, machine_facts, tree_facts
+from bench.report import history_line, render
 from e2e.localcluster import LocalCluster
 
 ROOT = Path("/tmp/lc-bench")
+RESULTS = REPO / "bench" / "results"
+HISTORY = RESULTS / "history.jsonl"
 
 
 def main() -> int:
@@ -35,10 +38,31 @@ def main() -> int:
     )
     parser.add_argument("--rounds-1", type=int, default=2, help="rounds over the 128 one-device claims")
     parser.add_argument("--rounds-8", type=int, default=8, help="rounds over the 16 eight-device claims")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--keep-cluster", action="store_true", help="leave the /tmp/lc-bench cluster running")
     parser.add_argument("--only", default="", help="comma-separated sections to run (default: all)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="repetitions of each measurement (median, spread)"
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="each section once at a tiny size, into a temporary directory (make test runs it)",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.fleet_sizes, args.rounds_1, args.rounds_8, args.repeat = "5", 1, 1, 1
+        if args.out == RESULTS:
+            args.out = Path(tempfile.mkdtemp(prefix="dra-bench-smoke-"))
+    elif args.out.resolve() == RESULTS.resolve():
+        facts = tree_facts(REPO, "git")
+        if facts["git_dirty"]:
+            print(
+                "python -m bench: the tree has uncommitted changes; figures in bench/results come from a "
+                "committed tree (commit first, or write elsewhere with --out)",
+                file=sys.stderr,
+            )
+            return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     log = logging.getLogger("bench")
 
@@ -55,13 +79,27 @@ def main() -> int:
         cluster.up()
         sections: list[tuple[str, Callable[[], dict[str, Any]]]] = [
             ("floor", lambda: prepare.floor(work)),
-            ("prepare", lambda: prepare.run(cluster, work, args.rounds_1, args.rounds_8)),
-            ("publish", lambda: publish.run(cluster, work)),
+            (
+                "prepare",
+                lambda: prepare.run(
+                    cluster,
+                    work,
+                    args.rounds_1,
+                    args.rounds_8,
+                    args.repeat,
+                    ("tmpfs",) if args.smoke else ("disk", "tmpfs"),
+                    ((8, 1), (8, 16)) if args.smoke else prepare.CASES,
+                ),
+            ),
+            (
+                "publish",
+                lambda: publish.run(cluster, work, args.repeat, 0.0 if args.smoke else publish.REST_SECONDS),
+            ),
         ]
         sizes = [int(s) for s in args.fleet_sizes.split(",") if s.strip()]
         if sizes:
             sections.append(("fleet", lambda: fleet.run(cluster, work, sizes)))
-        sections.append(("computedomain", lambda: computedomain.run(cluster, 200)))
+        sections.append(("computedomain", lambda: computedomain.run(cluster, 5 if args.smoke else 200)))
         only = {x.strip() for x in args.only.split(",") if x.strip()}
         for name, fn in sections:
             if only and name not in only:
@@ -86,6 +124,9 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "latest.md").write_text(render(results))
+    if args.out.resolve() == RESULTS.resolve() and not args.only:
+        with HISTORY.open("a") as history:
+            history.write(json.dumps(history_line(results), sort_keys=True) + "\n")
     log.info(
         "wrote %s and %s in %.0fs", args.out / "latest.json", args.out / "latest.md", results["total_seconds"]
     )

@@ -52,6 +52,17 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def spread(reps: Sequence[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Figures measured in several repetitions: for each key, the median and the min and max."""
+    out = {}
+    for key in reps[0]:
+        values = sorted(r[key] for r in reps)
+        mid = len(values) // 2
+        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        out[key] = {"median": round(median, 3), "min": values[0], "max": values[-1]}
+    return out
+
+
 # ---- machine ---------------------------------------------------------------------------------
 
 
@@ -96,9 +107,22 @@ def machine_facts() -> dict[str, Any]:
         "kubernetes_client": kubernetes.__version__,
         "kubernetes_control_plane": (REPO / "e2e" / "cluster" / "K8S_VERSION").read_text().strip(),
         "reference_driver": f"sigs.k8s.io/dra-example-driver {ref_version}",
-        "git_commit": _cmd(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
-        "git_dirty": bool(_cmd(["git", "-C", str(REPO), "status", "--porcelain", "--", "dra_fake", "bench"])),
+        **tree_facts(REPO, "git"),
+        **(tree_facts(Path(other), "ours_src") if (other := os.environ.get(OURS_SRC_ENV)) else {}),
         "loadavg_start": loadavg(),
+    }
+
+
+OURS_SRC_ENV = "DRA_BENCH_OURS_SRC"  # run our plugin from another checkout (a before/after comparison)
+
+
+def tree_facts(tree: Path, prefix: str) -> dict[str, Any]:
+    """The commit of a checkout and whether it differs from it (bench/results does not count:
+    the run writes there)."""
+    status = _cmd(["git", "-C", str(tree), "status", "--porcelain", "--", ".", ":!bench/results"])
+    return {
+        f"{prefix}_commit": _cmd(["git", "-C", str(tree), "rev-parse", "--short=12", "HEAD"]),
+        f"{prefix}_dirty": bool(status),
     }
 
 

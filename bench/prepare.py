@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -17,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from bench.common import (
     CONFIGS,
     DRABENCH,
+    OURS_SRC_ENV,
     REF_BIN,
     REPO,
     BenchError,
@@ -25,6 +27,7 @@ from bench.common import (
     latency_summary,
     poll,
     run_json,
+    spread,
 )
 from dra_fake.core.atomic import atomic_write
 from e2e.localcluster import LocalCluster
@@ -35,6 +38,7 @@ OURS, REF = "gpu.nvidia.com", "gpu.example.com"
 DEVICES = 128  # 16 concurrent 8-device claims hold distinct devices
 SHAPES = (1, 8)  # devices per claim
 CALLERS = (1, 16)  # serial, 16 concurrent
+CASES = tuple((shape, callers) for shape in SHAPES for callers in CALLERS)
 
 
 def floor(work: Path) -> dict[str, Any]:
@@ -108,7 +112,7 @@ class Driver:
             d.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         # DRA_BENCH_OURS_SRC: run our plugin from another checkout (a before/after comparison).
-        src = Path(os.environ.get("DRA_BENCH_OURS_SRC", REPO)) if self.kind == "ours" else REPO
+        src = Path(os.environ.get(OURS_SRC_ENV) or REPO) if self.kind == "ours" else REPO
         env = {"PYTHONPATH": str(src)} if src != REPO else None
         self.proc = spawn(
             f"bench-{self.node}", self.argv(config, num_devices), self.cluster.logs, env=env, cwd=src
@@ -197,73 +201,149 @@ def make_claims(
     return refs
 
 
-def run(cluster: LocalCluster, work: Path, rounds_1: int = 2, rounds_8: int = 8) -> dict[str, Any]:
+# What each driver does per claim (from their code; docs/benchmarks.md#per-claim-work): the report
+# prints it beside the figures. N = claims in one group-commit batch (dra_fake.core.groupcommit).
+PER_CLAIM_WORK = (
+    (
+        "prepare",
+        "ours",
+        "GET claim; checkpoint written twice (PrepareStarted, PrepareCompleted: temp file, fsync, "
+        "rename, directory fsync); CDI spec written (fsync, rename); one directory fsync for the "
+        "batch's specs",
+        "(2 + N) files, (5 + N) fsyncs per batch of N: 6 for one claim, 1.3 each in a batch of 16",
+    ),
+    (
+        "prepare",
+        "reference",
+        "GET claim; CDI spec written (temp file, rename, no fsync); checkpoint written (temp file, "
+        "fsync, rename)",
+        "2 files, 1 fsync",
+    ),
+    (
+        "unprepare",
+        "ours",
+        "checkpoint written twice (unpreparing, dropped: each with file and directory fsync); CDI "
+        "spec removed (one directory fsync per batch)",
+        "2 files + N removals, 5 fsyncs per batch of N",
+    ),
+    (
+        "unprepare",
+        "reference",
+        "CDI spec removed (no fsync); checkpoint written (fsync)",
+        "1 file + 1 removal, 1 fsync",
+    ),
+)
+
+# Where both drivers keep their state: the machine's disk, and tmpfs (no fsync cost), so the report
+# separates what durability costs from what the language and runtime cost.
+STORAGE = {"disk": None, "tmpfs": Path("/dev/shm/dra-bench")}
+
+
+def run(
+    cluster: LocalCluster,
+    work: Path,
+    rounds_1: int = 2,
+    rounds_8: int = 8,
+    repeat: int = 3,
+    storages: tuple[str, ...] = ("disk", "tmpfs"),
+    cases: tuple[tuple[int, int], ...] = CASES,
+) -> dict[str, Any]:
+    """Each (devices per claim, callers) case `repeat` times per driver, the drivers alternating,
+    on each storage; figures per repetition, and their median and spread."""
     api = cluster_api(cluster)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     ensure_namespace(core, NAMESPACE)
-    drivers = {
-        "ours": Driver(cluster, "ours", "bench-ours", work),
-        "reference": Driver(cluster, "ref", "bench-ref", work),
+    results: dict[str, Any] = {
+        "devices_per_node": DEVICES,
+        "repeat": repeat,
+        "cases": [],
+        "empty_prepare_request": {},
     }
-    results: dict[str, Any] = {"devices_per_node": DEVICES, "cases": []}
-    try:
-        for d in drivers.values():
-            ensure_node(core, d.node)
-            d.start(CONFIGS / "h100x128.yaml", DEVICES)
-        for d in drivers.values():
-            poll(f"{d.kind} DRA socket", d.dra_socket.exists, 120, alive=d.check_alive)
-        empty = {}
-        for kind, d in drivers.items():
-            rt = run_json([str(DRABENCH), "empty", "--socket", str(d.dra_socket), "--n", "500"])
-            empty[kind] = latency_summary(rt["seconds"])
-        results["empty_prepare_request"] = empty
-        claims = {
-            (kind, shape): make_claims(custom, d.driver, d.node, shape)
-            for kind, d in drivers.items()
-            for shape in SHAPES
+    claims: dict[tuple[str, int], list[dict[str, str]]] = {}
+    for storage in storages:
+        root = STORAGE[storage] or work
+        shutil.rmtree(root / "plugins-state", ignore_errors=True)
+        drivers = {
+            "ours": Driver(cluster, "ours", "bench-ours", root / "plugins-state"),
+            "reference": Driver(cluster, "ref", "bench-ref", root / "plugins-state"),
         }
-        for shape in SHAPES:
-            for callers in CALLERS:
-                case: dict[str, Any] = {"devices_per_claim": shape, "callers": callers}
-                for kind, d in drivers.items():
-                    path = work / f"claims-{kind}-{shape}.json"
-                    path.write_text(json.dumps(claims[(kind, shape)]))
-                    out = run_json(
-                        [
-                            str(DRABENCH),
-                            "prepare",
-                            "--socket",
-                            str(d.dra_socket),
-                            "--claims",
-                            str(path),
-                            "--concurrency",
-                            str(callers),
-                            "--rounds",
-                            str(rounds_1 if shape == 1 else rounds_8),
-                        ]
-                    )
-                    d.check_alive()
-                    n = len(out["prepare_seconds"])
-                    case[kind] = {
-                        "prepare": latency_summary(out["prepare_seconds"]),
-                        "unprepare": latency_summary(out["unprepare_seconds"]),
-                        "prepare_claims_per_s": round(n / out["prepare_wall_seconds"], 1),
-                        "unprepare_claims_per_s": round(n / out["unprepare_wall_seconds"], 1),
-                    }
+        try:
+            for d in drivers.values():
+                ensure_node(core, d.node)
+                d.start(CONFIGS / "h100x128.yaml", DEVICES)
+            for d in drivers.values():
+                poll(f"{d.kind} DRA socket", d.dra_socket.exists, 120, alive=d.check_alive)
+            empty = {}
+            for kind, d in drivers.items():
+                rt = run_json([str(DRABENCH), "empty", "--socket", str(d.dra_socket), "--n", "500"])
+                empty[kind] = latency_summary(rt["seconds"])
+            results["empty_prepare_request"][storage] = empty
+            for kind, d in drivers.items():
+                for shape in {s for s, _ in cases}:
+                    if (kind, shape) not in claims:
+                        claims[(kind, shape)] = make_claims(custom, d.driver, d.node, shape)
+            for shape, callers in cases:
+                case: dict[str, Any] = {"storage": storage, "devices_per_claim": shape, "callers": callers}
+                reps: dict[str, list[dict[str, Any]]] = {kind: [] for kind in drivers}
+                for _ in range(repeat):
+                    for kind, d in drivers.items():
+                        path = work / f"claims-{kind}-{shape}.json"
+                        path.write_text(json.dumps(claims[(kind, shape)]))
+                        rounds = rounds_1 if shape == 1 else rounds_8
+                        reps[kind].append(drive(d, path, callers, rounds))
+                for kind, runs in reps.items():
+                    case[kind] = {"repetitions": runs, **spread(runs)}
                 ours, ref = case["ours"], case["reference"]
                 case["ratio_ours_over_reference"] = {
-                    "prepare_p50": round(ours["prepare"]["p50_ms"] / ref["prepare"]["p50_ms"], 2),
-                    "prepare_p99": round(ours["prepare"]["p99_ms"] / ref["prepare"]["p99_ms"], 2),
-                    "unprepare_p50": round(ours["unprepare"]["p50_ms"] / ref["unprepare"]["p50_ms"], 2),
-                    "prepare_claims_per_s": round(
-                        ours["prepare_claims_per_s"] / ref["prepare_claims_per_s"], 2
-                    ),
+                    key: round(ours[key]["median"] / ref[key]["median"], 2)
+                    for key in (
+                        "prepare_p50_ms",
+                        "prepare_p99_ms",
+                        "unprepare_p50_ms",
+                        "unprepare_p99_ms",
+                        "prepare_claims_per_s",
+                        "unprepare_claims_per_s",
+                    )
                 }
                 results["cases"].append(case)
-    finally:
-        for d in drivers.values():
-            d.stop()
+        finally:
+            for d in drivers.values():
+                d.stop()
     return results
+
+
+def drive(d: Driver, claims_file: Path, callers: int, rounds: int) -> dict[str, Any]:
+    """One repetition: `drabench prepare` over every claim, `rounds` times; the driver's
+    checkpoint size while every claim is prepared."""
+    checkpoint = d.plugins / d.driver / "checkpoint.json"
+    out = run_json(
+        [
+            str(DRABENCH),
+            "prepare",
+            "--socket",
+            str(d.dra_socket),
+            "--claims",
+            str(claims_file),
+            "--concurrency",
+            str(callers),
+            "--rounds",
+            str(rounds),
+            "--stat",
+            str(checkpoint),
+        ]
+    )
+    d.check_alive()
+    n = len(out["prepare_seconds"])
+    prepare, unprepare = latency_summary(out["prepare_seconds"]), latency_summary(out["unprepare_seconds"])
+    return {
+        "n": n,
+        "claims_held": out["claims"],
+        "checkpoint_bytes": (out.get("prepared_file_bytes") or {}).get(str(checkpoint), 0),
+        **{f"prepare_{k}": v for k, v in prepare.items() if k != "n"},
+        **{f"unprepare_{k}": v for k, v in unprepare.items() if k != "n"},
+        "prepare_claims_per_s": round(n / out["prepare_wall_seconds"], 1),
+        "unprepare_claims_per_s": round(n / out["unprepare_wall_seconds"], 1),
+    }
 
 
 def cluster_api(cluster: LocalCluster) -> client.ApiClient:

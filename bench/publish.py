@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 from kubernetes import client
 
-from bench.common import CONFIGS, BenchError, rss_bytes
+from bench.common import CONFIGS, BenchError, rss_bytes, spread
 from bench.prepare import Driver, cluster_api
 from dra_fake.gpu.inventory import load_inventory
 from dra_fake.gpu.slices import desired_slices
@@ -46,7 +46,9 @@ def _complete(items: list[dict[str, Any]], want: int) -> bool:
     return len(generations) == 1 and all(s["spec"]["pool"]["resourceSliceCount"] == want for s in items)
 
 
-def measure(cluster: LocalCluster, kind: str, node: str, config: Path | None, work: Path) -> dict[str, Any]:
+def measure(
+    cluster: LocalCluster, kind: str, node: str, config: Path | None, work: Path, rest: float = REST_SECONDS
+) -> dict[str, Any]:
     api = cluster_api(cluster)
     custom = client.CustomObjectsApi(api)
     d = Driver(cluster, kind, node, work)
@@ -85,7 +87,7 @@ def measure(cluster: LocalCluster, kind: str, node: str, config: Path | None, wo
                 ):
                     timings["registered_with_kubelet_s"] = time.monotonic() - t0
             time.sleep(0.01)
-        time.sleep(REST_SECONDS)  # the plugin settles; then its RSS "at rest"
+        time.sleep(rest)  # the plugin settles; then its RSS "at rest"
         assert d.proc is not None
         rss = rss_bytes(d.proc.pid)
     finally:
@@ -99,12 +101,18 @@ def measure(cluster: LocalCluster, kind: str, node: str, config: Path | None, wo
     }
 
 
-def run(cluster: LocalCluster, work: Path) -> dict[str, Any]:
-    results = {
-        "ours_8_full_gpus": measure(cluster, "ours", "pub-full", CONFIGS / "h100x8.yaml", work),
-        "ours_8_gpus_dynamic_mig": measure(
-            cluster, "ours", "pub-mig", CONFIGS / "h100x8-dynamic-mig.yaml", work
-        ),
-        "reference_8_gpus": measure(cluster, "ref", "pub-ref", None, work),
-    }
-    return results
+CASES = {
+    "ours_8_full_gpus": ("ours", "pub-full", CONFIGS / "h100x8.yaml"),
+    "ours_8_gpus_dynamic_mig": ("ours", "pub-mig", CONFIGS / "h100x8-dynamic-mig.yaml"),
+    "reference_8_gpus": ("ref", "pub-ref", None),
+}
+
+
+def run(cluster: LocalCluster, work: Path, repeat: int = 3, rest: float = REST_SECONDS) -> dict[str, Any]:
+    """Each plugin started `repeat` times (the plugins alternating): every start's figures, and
+    their median and spread."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CASES}
+    for _ in range(repeat):
+        for name, (kind, node, config) in CASES.items():
+            runs[name].append(measure(cluster, kind, node, config, work, rest))
+    return {name: {"repetitions": r, **spread(r)} for name, r in runs.items()}

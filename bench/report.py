@@ -11,6 +11,64 @@ def _lat(s: dict[str, Any]) -> str:
     return f"{s['p50_ms']:.2f} / {s['p95_ms']:.2f} / {s['p99_ms']:.2f}"
 
 
+def _spread(s: dict[str, Any], key: str, digits: int = 1) -> str:
+    """median [min-max] of a figure measured in repetitions."""
+    f = s[key]
+    return f"{f['median']:.{digits}f} [{f['min']:.{digits}f}-{f['max']:.{digits}f}]"
+
+
+def _prepare(prep: dict[str, Any]) -> list[str]:
+    from bench.prepare import PER_CLAIM_WORK
+
+    out = [
+        "",
+        "## Prepare / unprepare, side by side",
+        "",
+        f"Both plugins on kubelet-less nodes of the same API server, {prep['devices_per_node']} devices each, "
+        "driven by `drabench` (Go, the kubelet's generated DRA v1 gRPC client) over their unix sockets; one "
+        "claim per call; every claim is fetched from the API server by the plugin. Each case ran "
+        f"{prep['repeat']} times per driver (the drivers alternating): the median of the repetitions, "
+        "[min-max] beside it. Latency in ms; throughput in claims/s; ratio = ours / reference of the "
+        "medians (latency: lower is better; claims/s: higher is better). `disk`: state on this machine's "
+        "disk; `tmpfs`: both drivers' plugin directory and CDI root on tmpfs (an fsync costs nothing), "
+        "so the difference is what durability costs.",
+        "",
+        "What each driver does per claim:",
+        "",
+        "| call | driver | work | files, fsyncs |",
+        "| --- | --- | --- | --- |",
+        *(f"| {call} | {driver} | {work} | {cost} |" for call, driver, work, cost in PER_CLAIM_WORK),
+        "",
+    ]
+    for storage, e in prep["empty_prepare_request"].items():
+        out.append(
+            f"Empty NodePrepareResources (gRPC + handler overhead), {storage}: ours {_lat(e['ours'])} ms, "
+            f"reference {_lat(e['reference'])} ms (p50 / p95 / p99)."
+        )
+    out += [
+        "",
+        "| storage | devices/claim | callers | driver | prepare p50 ms | prepare p99 ms | unprepare p50 ms "
+        "| unprepare p99 ms | prepare claims/s | unprepare claims/s | checkpoint bytes (claims held) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for case in prep["cases"]:
+        head = f"| {case['storage']} | {case['devices_per_claim']} | {case['callers']}"
+        for kind in ("ours", "reference"):
+            c = case[kind]
+            out.append(
+                f"{head} | {kind} | {_spread(c, 'prepare_p50_ms', 2)} | {_spread(c, 'prepare_p99_ms', 2)} | "
+                f"{_spread(c, 'unprepare_p50_ms', 2)} | {_spread(c, 'unprepare_p99_ms', 2)} | "
+                f"{_spread(c, 'prepare_claims_per_s')} | {_spread(c, 'unprepare_claims_per_s')} | "
+                f"{c['checkpoint_bytes']['max']:.0f} ({c['claims_held']['max']:.0f}) |"
+            )
+        r = case["ratio_ours_over_reference"]
+        out.append(
+            f"{head} | **ratio** | {r['prepare_p50_ms']}x | {r['prepare_p99_ms']}x | {r['unprepare_p50_ms']}x | "
+            f"{r['unprepare_p99_ms']}x | {r['prepare_claims_per_s']}x | {r['unprepare_claims_per_s']}x | |"
+        )
+    return out
+
+
 def render(results: dict[str, Any]) -> str:
     m = results["machine"]
     out = [
@@ -71,37 +129,7 @@ def render(results: dict[str, Any]) -> str:
             out.append(f"| {label} | {_lat(floor[key])} | {floor[key]['n']} |")
     prep = sections.get("prepare", {}).get("result")
     if prep:
-        e = prep["empty_prepare_request"]
-        out += [
-            "",
-            "## Prepare / unprepare, side by side",
-            "",
-            f"Both plugins on kubelet-less nodes of the same API server, {prep['devices_per_node']} devices each, "
-            "driven by `drabench` (Go, the kubelet's generated DRA v1 gRPC client) over their unix sockets; one "
-            "claim per call; every claim is fetched from the API server by the plugin. Latency p50 / p95 / p99 "
-            "in ms; throughput in claims/s; ratio = ours / reference (latency: lower is better; claims/s: "
-            "higher is better).",
-            "",
-            f"Empty NodePrepareResources (gRPC + handler overhead): ours {_lat(e['ours'])} ms, "
-            f"reference {_lat(e['reference'])} ms.",
-            "",
-            "| devices/claim | callers | driver | prepare ms | unprepare ms | prepare claims/s "
-            "| unprepare claims/s | n |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for case in prep["cases"]:
-            for kind in ("ours", "reference"):
-                c = case[kind]
-                out.append(
-                    f"| {case['devices_per_claim']} | {case['callers']} | {kind} | {_lat(c['prepare'])} | "
-                    f"{_lat(c['unprepare'])} | {c['prepare_claims_per_s']} | {c['unprepare_claims_per_s']} | "
-                    f"{c['prepare']['n']} |"
-                )
-            r = case["ratio_ours_over_reference"]
-            out.append(
-                f"| {case['devices_per_claim']} | {case['callers']} | **ratio** | p50 {r['prepare_p50']}x, "
-                f"p99 {r['prepare_p99']}x | p50 {r['unprepare_p50']}x | {r['prepare_claims_per_s']}x | | |"
-            )
+        out += _prepare(prep)
     pub = sections.get("publish", {}).get("result")
     if pub:
         out += [
@@ -111,16 +139,21 @@ def render(results: dict[str, Any]) -> str:
             "From process start. Registration socket = GetInfo answers; registered = the kubelet's plugin "
             "manager (dra-kubelet harness) called NotifyRegistrationStatus(registered) (our plugin logs it; "
             "not observed for the reference driver); slices = the whole pool visible in the API server at one "
-            "generation. RSS: 5 s after that.",
+            f"generation. RSS: 5 s after that. Each plugin started {len(next(iter(pub.values()))['repetitions'])} "
+            "times (the plugins alternating): median [min-max].",
             "",
             "| plugin | slices | devices | registration socket s | registered with kubelet s | "
             "all slices visible s | RSS at rest MiB |",
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         for name, r in pub.items():
+            registered = (
+                _spread(r, "registered_with_kubelet_s", 3) if "registered_with_kubelet_s" in r else "n/a"
+            )
             out.append(
-                f"| {name} | {r['slices']} | {r['devices']} | {r['registration_socket_s']} | "
-                f"{r.get('registered_with_kubelet_s', 'n/a')} | {r['all_slices_visible_s']} | {r['rss_at_rest_mib']} |"
+                f"| {name} | {r['slices']['median']:.0f} | {r['devices']['median']:.0f} | "
+                f"{_spread(r, 'registration_socket_s', 3)} | {registered} | "
+                f"{_spread(r, 'all_slices_visible_s', 3)} | {_spread(r, 'rss_at_rest_mib')} |"
             )
     fl = sections.get("fleet", {}).get("result")
     if fl:
@@ -159,3 +192,37 @@ def render(results: dict[str, Any]) -> str:
             f"| {cd['computedomains']} | {_lat(lat)} | {lat['mean_ms']} | {cd['all_reconciled_s']} |",
         ]
     return "\n".join(out) + "\n"
+
+
+def history_line(results: dict[str, Any]) -> dict[str, Any]:
+    """One line of bench/results/history.jsonl: when, which commit, the load, and the headline
+    medians of each section (a regression shows as a jump between lines)."""
+    m, sections = results["machine"], results["sections"]
+    line: dict[str, Any] = {
+        "date_utc": m["date_utc"],
+        "commit": m.get("git_commit"),
+        "dirty": m.get("git_dirty"),
+        "loadavg_start": m.get("loadavg_start"),
+        "loadavg_end": m.get("loadavg_end"),
+        "failed": sorted(name for name, sec in sections.items() if "error" in sec),
+    }
+    for case in (sections.get("prepare", {}).get("result") or {}).get("cases", []):
+        key = f"prepare_{case['storage']}_d{case['devices_per_claim']}_c{case['callers']}"
+        for kind in ("ours", "reference"):
+            c = case[kind]
+            line[f"{key}_{kind}"] = {
+                "p50_ms": c["prepare_p50_ms"]["median"],
+                "claims_per_s": c["prepare_claims_per_s"]["median"],
+                "unprepare_p50_ms": c["unprepare_p50_ms"]["median"],
+            }
+    for name, r in (sections.get("publish", {}).get("result") or {}).items():
+        line[f"publish_{name}"] = {
+            "socket_s": r["registration_socket_s"]["median"],
+            "slices_s": r["all_slices_visible_s"]["median"],
+        }
+    for r in (sections.get("fleet", {}).get("result") or {}).get("runs", []):
+        line[f"fleet_{r['nodes']}_over_bare_wall"] = r["ratio_fleet_over_bare_wall"]
+    cd = sections.get("computedomain", {}).get("result")
+    if cd:
+        line["computedomain_p99_ms"] = cd["created_to_template_and_daemonset"]["p99_ms"]
+    return line

@@ -99,6 +99,7 @@ func cmdPrepare(args []string) {
 	workers := fs.Int("concurrency", 1, "concurrent callers")
 	rounds := fs.Int("rounds", 1, "prepare-all then unprepare-all rounds")
 	timeout := fs.Duration("timeout", 60*time.Second, "per-call deadline")
+	statFiles := fs.String("stat", "", "comma-separated files whose sizes are recorded while every claim is prepared")
 	_ = fs.Parse(args)
 	raw, err := os.ReadFile(*claimsFile)
 	if err != nil {
@@ -145,6 +146,15 @@ func cmdPrepare(args []string) {
 	for i := 0; i < *rounds; i++ {
 		l, w := phase(claims, *workers, prepare)
 		prep, prepWall = append(prep, l...), prepWall+w
+		if *statFiles != "" {
+			sizes := map[string]int64{}
+			for _, path := range strings.Split(*statFiles, ",") {
+				if info, err := os.Stat(path); err == nil {
+					sizes[path] = info.Size()
+				}
+			}
+			out["prepared_file_bytes"] = sizes
+		}
 		l, w = phase(claims, *workers, unprepare)
 		unprep, unprepWall = append(unprep, l...), unprepWall+w
 	}
