@@ -12,7 +12,7 @@ NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 # kind: two DRA workers (H100, MIG) and one served through the device plugin (docs/kind.md)
 KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 
-.PHONY: help venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench clean chart-check chart-lint tools image \
+.PHONY: help venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
 	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind
 
 help:
@@ -50,9 +50,13 @@ unit: venv ## unit tests (no cluster)
 e2e: venv cluster-build ## end-to-end suite on the local control plane (or KUBECONFIG)
 	$(VENV)/bin/pytest -q e2e
 
-test: venv cluster-build tools ## lint, unit tests, e2e suite on the real control plane (chart and RBAC tests included)
+test: venv cluster-build tools ## lint, unit tests, e2e suite on the real control plane (chart and RBAC tests included), bench smoke
 	$(MAKE) lint
 	$(VENV)/bin/pytest -q -rs -p no:cacheprovider tests e2e
+	$(MAKE) bench-smoke
+
+bench-smoke: venv cluster-build ## every benchmark once at a tiny size (timings not checked; fails if a section fails)
+	$(PY) -m bench --smoke
 
 fuzz: venv ## property-based fuzzing of every decoder of user input: 100,000 random cases per target (FUZZ_EXAMPLES)
 	FUZZ_PROFILE=full $(VENV)/bin/pytest -q -p no:cacheprovider --durations=0 tests/test_fuzz.py

@@ -59,6 +59,7 @@ def main() -> int:
     parser.add_argument("--callers", type=int, default=1)
     parser.add_argument("--devices-per-claim", type=int, default=1, choices=[1, 8])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args()
     if not shutil.which("py-spy"):
         raise BenchError("py-spy not found: pip install py-spy")
@@ -90,6 +91,7 @@ def main() -> int:
                 "raw",
                 "--rate",
                 "250",
+                "--gil",  # only the thread holding the GIL: where the plugin's Python time goes
                 "-o",
                 str(raw),
             ],
@@ -113,7 +115,7 @@ def main() -> int:
         f"{name}: {n} prepares in {out['prepare_wall_seconds']:.2f}s, "
         f"{n} unprepares in {out['unprepare_wall_seconds']:.2f}s\n"
     )
-    dest = REPO / "bench" / "results" / f"{name}.txt"
+    dest = args.out / f"{name}.txt"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(head + report)
     sys.stdout.write(head + report)

@@ -49,15 +49,13 @@ def add_daemon_identity(p: argparse.ArgumentParser, env_default: Any) -> None:
 
 
 def add_parsers(sub: Any, env_default: Any, add_plugin_flags: Any) -> None:
-    from computedomain.plugin.plugin import add_arguments
-
     plugin = sub.add_parser(
         "compute-domain-kubelet-plugin",
         help="the compute-domain kubelet plugin (driver compute-domain.nvidia.com)",
         description="Publish IMEX channel-0 and daemon-0 and prepare ComputeDomain claims.",
     )
     add_plugin_flags(plugin, DRIVER_NAME)
-    add_arguments(plugin, env_default)
+    _add_plugin_arguments(plugin, env_default)
     add_daemon_identity(plugin, env_default)
 
     ctrl = sub.add_parser(
@@ -144,3 +142,29 @@ def run(args: argparse.Namespace) -> int:
     from computedomain.daemon.daemon import main
 
     return main(args)
+
+
+def _add_plugin_arguments(p: argparse.ArgumentParser, env_default: Any) -> None:
+    """The compute-domain plugin's own flags (here, not in its module: building the parser of
+    every command must not import the plugin)."""
+    p.add_argument(
+        "--config",
+        action=env_default,
+        env="DRA_FAKE_CONFIG",
+        default="",
+        help="node inventory file (YAML); its imexCliqueID is this node's NVLink clique",
+    )
+    p.add_argument(
+        "--imex-clique-id",
+        action=env_default,
+        env="DRA_FAKE_IMEX_CLIQUE_ID",
+        default=None,
+        help="override the clique ID (<cluster UUID>.<clique id>; empty: not fabric-attached)",
+    )
+    p.add_argument(
+        "--namespace",
+        action=env_default,
+        env="NAMESPACE",
+        default="nvidia-dra-driver-gpu",
+        help="the driver namespace (ComputeDomainCliques, daemon DaemonSets)",
+    )

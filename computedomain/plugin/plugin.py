@@ -33,30 +33,6 @@ log = logging.getLogger(__name__)
 CLIQUE_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.\d+$")
 
 
-def add_arguments(p: argparse.ArgumentParser, env_default: Any) -> None:
-    p.add_argument(
-        "--config",
-        action=env_default,
-        env="DRA_FAKE_CONFIG",
-        default="",
-        help="node inventory file (YAML); its imexCliqueID is this node's NVLink clique",
-    )
-    p.add_argument(
-        "--imex-clique-id",
-        action=env_default,
-        env="DRA_FAKE_IMEX_CLIQUE_ID",
-        default=None,
-        help="override the clique ID (<cluster UUID>.<clique id>; empty: not fabric-attached)",
-    )
-    p.add_argument(
-        "--namespace",
-        action=env_default,
-        env="NAMESPACE",
-        default="nvidia-dra-driver-gpu",
-        help="the driver namespace (ComputeDomainCliques, daemon DaemonSets)",
-    )
-
-
 def resolve_clique_id(args: argparse.Namespace) -> str:
     """--imex-clique-id, else the node inventory's `imexCliqueID` (the GPU plugin's file), else ""
     (not fabric-attached)."""

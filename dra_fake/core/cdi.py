@@ -16,9 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from dra_fake.core.atomic import TEMP_SUFFIX, atomic_write, fsync_dir, remove_durably
@@ -112,8 +111,14 @@ def minimum_version(spec: Mapping[str, Any]) -> str:
     return EARLIEST_VERSION
 
 
+if TYPE_CHECKING:
+    import jsonschema
+
+
 @cache
 def _validator() -> jsonschema.Draft7Validator:
+    import jsonschema  # here: a plugin does not check its specs (`checked`), and the import costs start-up
+
     text = resources.files("dra_fake.core").joinpath("cdi_schema/schema.json").read_text(encoding="utf-8")
     schema = json.loads(text)
     jsonschema.Draft7Validator.check_schema(schema)

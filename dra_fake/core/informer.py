@@ -11,7 +11,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from dra_fake.core.kube import REQUEST_TIMEOUT
+from kubernetes import client
+
+from dra_fake.core.kube import REQUEST_TIMEOUT, request
 from dra_fake.core.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,17 @@ def stream_events(call: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str,
                     yield json.loads(line)
     finally:
         resp.release_conn()
+
+
+def lister(api: client.ApiClient, path: str) -> Callable[..., Any]:
+    """The list/watch call of `path` (`/api/v1/pods`) for run_informer, in the typed client's
+    calling convention (`field_selector=`, `watch=`, `_preload_content=`, `_request_timeout=`),
+    without the typed client (dra_fake.core.kube.request)."""
+
+    def call(_preload_content: bool = False, _request_timeout: Any = None, **query: Any) -> Any:
+        return request(api, "GET", path, query=query, timeout=_request_timeout)
+
+    return call
 
 
 def run_informer(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Any, cast
 
 from kubernetes import client, config
@@ -60,18 +61,61 @@ def read_node(api: client.ApiClient, node: str) -> dict[str, Any]:
 
 
 def get_json(api: client.ApiClient, path: str, **path_params: str) -> dict[str, Any]:
-    """GET `path` (with `{name}`-style parameters) as plain JSON, through the client's connection
-    pool, auth and timeouts but none of its per-call model machinery (a claim GET on the prepare
-    path). A non-2xx answer raises ApiException as the typed client does: "(403)\nReason: ..."."""
+    """GET `path` (with `{name}`-style parameters) as plain JSON (see `request`)."""
+    resp = request(api, "GET", path, path_params)
+    try:
+        return cast(dict[str, Any], json.loads(resp.read()))
+    finally:
+        resp.release_conn()
+
+
+def merge_patch(api: client.ApiClient, path: str, patch: Mapping[str, Any], **path_params: str) -> None:
+    """PATCH `path` with a JSON merge patch (RFC 7386: null removes a key)."""
+    request(
+        api, "PATCH", path, path_params, body=patch, content_type="application/merge-patch+json"
+    ).release_conn()
+
+
+def request(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    path_params: Mapping[str, str] | None = None,
+    query: Mapping[str, Any] | None = None,
+    body: Any = None,
+    content_type: str | None = None,
+    timeout: Any = None,
+) -> Any:
+    """One API request through the client's connection pool, auth and timeouts, but none of its
+    typed machinery: `client.CoreV1Api` imports ~250 models on first use (1-2 s of CPU at plugin
+    start), and typed (de)serialisation costs more than the HTTP on hot paths. Query keys in
+    snake case (`field_selector`) become the API's (`fieldSelector`). Returns the unread urllib3
+    response (`.read()`, `.stream()`, `.release_conn()`); a non-2xx answer raises ApiException as
+    the typed client does ("(403)\nReason: ...")."""
+    headers = {"Accept": "application/json"}
+    if content_type:
+        headers["Content-Type"] = content_type
     method, url, headers, body, _ = api.param_serialize(
-        "GET",
+        method,
         path,
-        path_params=path_params,
-        header_params={"Accept": "application/json"},
+        path_params=dict(path_params or {}),
+        query_params=[(_camel(k), _query_value(v)) for k, v in (query or {}).items() if v is not None],
+        header_params=headers,
+        body=body,
         auth_settings=["BearerToken"],
     )
-    resp = api.call_api(method, url, header_params=headers, body=body)
-    data = resp.read() or b""  # type: ignore[no-untyped-call]
+    resp = api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout).response
     if not 200 <= resp.status < 300:
+        data = resp.read() or b""
+        resp.release_conn()
         raise ApiException(status=resp.status, reason=resp.reason or "", body=data.decode(errors="replace"))
-    return cast(dict[str, Any], json.loads(cast(bytes, data)))
+    return resp
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _query_value(value: Any) -> Any:
+    return ("true" if value else "false") if isinstance(value, bool) else value

@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes import client
 
-from dra_fake.core.informer import run_informer
+from dra_fake.core.informer import lister, run_informer
 from dra_fake.core.retry import run_forever
 from dra_fake.gpu import dcgm
 from dra_fake.gpu.inventory import Inventory
@@ -154,13 +154,12 @@ class GpuMonitor:
             daemon=True,
         ).start()
         if api is not None:
-            core = client.CoreV1Api(api)
             threading.Thread(
                 target=run_informer,
                 args=(
                     stop,
                     "pods",
-                    core.list_pod_for_all_namespaces,
+                    lister(api, "/api/v1/pods"),
                     {"field_selector": f"spec.nodeName={node}"},
                     self.set_pods,
                     self.pod_event,

@@ -20,11 +20,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_fake.core import logs
-from dra_fake.core.informer import json_body, release
-from dra_fake.core.kube import REQUEST_TIMEOUT, StartupError, load_kube_client
+from dra_fake.core.kube import StartupError, get_json, load_kube_client, merge_patch, read_node
 from dra_fake.gpu.gfd import PREFIX
 
 log = logging.getLogger(__name__)
+NODE_PATH = "/api/v1/nodes/{name}"
 
 RECORD_ANNOTATION = "dra-fake.dev/gfd-labels"  # comma-separated keys, without the nvidia.com/ prefix
 TIMESTAMP_LABEL = PREFIX + "gfd.timestamp"
@@ -74,12 +74,11 @@ def removal_patch(node: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def apply_labels(api: client.ApiClient, node: str, wanted: Mapping[str, str]) -> bool:
     """Label `node`; returns whether it was patched."""
-    core = client.CoreV1Api(api)
-    current = json_body(core.read_node(node, _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
+    current = read_node(api, node)
     patch = label_patch(current, wanted, time.time())
     if patch is None:
         return False
-    release(core.patch_node(node, patch, _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
+    merge_patch(api, NODE_PATH, patch, name=node)
     log.info("GPU Feature Discovery labels written", extra={"node": node, "labels": len(wanted)})
     return True
 
@@ -87,9 +86,7 @@ def apply_labels(api: client.ApiClient, node: str, wanted: Mapping[str, str]) ->
 def remove_labels(api: client.ApiClient, node_names: list[str] | None = None) -> int:
     """Remove what apply_labels wrote from the named nodes (None: every node); returns how many
     nodes changed."""
-    core = client.CoreV1Api(api)
-    listed = json_body(core.list_node(_preload_content=False, _request_timeout=REQUEST_TIMEOUT))
-    nodes = listed.get("items") or []
+    nodes = get_json(api, "/api/v1/nodes").get("items") or []
     changed = 0
     for node in nodes:
         name = node["metadata"]["name"]
@@ -99,7 +96,7 @@ def remove_labels(api: client.ApiClient, node_names: list[str] | None = None) ->
         if patch is None:
             continue
         try:
-            release(core.patch_node(name, patch, _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
+            merge_patch(api, NODE_PATH, patch, name=name)
         except ApiException as err:
             if err.status != 404:
                 raise
