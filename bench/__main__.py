@@ -36,6 +36,15 @@ def main() -> int:
     parser.add_argument(
         "--fleet-sizes", default="100,500,1000", help="comma-separated node counts ('' skips)"
     )
+    parser.add_argument(
+        "--fleet-memory", type=int, default=5000, help="nodes of the fleet's memory run (0 skips)"
+    )
+    parser.add_argument(
+        "--fleet-heartbeats",
+        type=int,
+        default=1000,
+        help="nodes kept Ready by fleet Leases under the node lifecycle controller (0 skips)",
+    )
     parser.add_argument("--rounds-1", type=int, default=2, help="rounds over the 128 one-device claims")
     parser.add_argument("--rounds-8", type=int, default=8, help="rounds over the 16 eight-device claims")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -52,6 +61,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.smoke:
         args.fleet_sizes, args.rounds_1, args.rounds_8, args.repeat = "5", 1, 1, 1
+        args.fleet_memory = args.fleet_heartbeats = 0
         if args.out == RESULTS:
             args.out = Path(tempfile.mkdtemp(prefix="dra-bench-smoke-"))
     elif args.out.resolve() == RESULTS.resolve():
@@ -71,7 +81,7 @@ def main() -> int:
     log.info("building the reference driver and drabench (bench/refdriver/build.sh)")
     subprocess.run([str(REFDRIVER / "build.sh")], check=True)
     work = ROOT / "scratch"
-    cluster = LocalCluster(ROOT, nodes=0)
+    cluster = LocalCluster(ROOT, nodes=0, node_lifecycle=True)  # fleet heartbeats are judged by it
     failed = False
     try:
         if cluster.is_up():
@@ -99,7 +109,11 @@ def main() -> int:
         sizes = [int(s) for s in args.fleet_sizes.split(",") if s.strip()]
         if sizes:
             sections.append(("fleet", lambda: fleet.run(cluster, work, sizes)))
+        if args.fleet_heartbeats:
+            sections.append(("fleet_heartbeats", lambda: fleet.heartbeats(cluster, args.fleet_heartbeats)))
         sections.append(("computedomain", lambda: computedomain.run(cluster, 5 if args.smoke else 200)))
+        if args.fleet_memory:  # last: its nodes stay until the cluster goes
+            sections.append(("fleet_memory", lambda: fleet.memory(cluster, args.fleet_memory)))
         only = {x.strip() for x in args.only.split(",") if x.strip()}
         for name, fn in sections:
             if only and name not in only:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from kubernetes import client
 
 from bench.common import CONFIGS, DRABENCH, REPO, BenchError, poll, run_json
 from bench.prepare import cluster_api
+from dra_fake.core.kube import get_json
 from dra_fake.core.poolsync import slice_name
 from dra_fake.core.slices import slice_manifest, slice_spec
 from dra_fake.fleet.core import NodeTemplate, node_manifest, node_names
@@ -49,8 +51,14 @@ def _cleanup(cluster: LocalCluster, fleet: str) -> None:
     poll(f"slices of {fleet} garbage-collected", lambda: slices_left() == 0, 600, 0.5)
 
 
-def run_fleet(cluster: LocalCluster, n: int) -> dict[str, Any]:
-    fleet = f"fl{n}"
+def run_fleet(
+    cluster: LocalCluster,
+    n: int,
+    cleanup: bool = True,
+    fleet: str = "",
+    extra: tuple[str, ...] = ("--exit-when-synced",),
+) -> dict[str, Any]:
+    fleet = fleet or f"fl{n}"
     _cleanup(cluster, fleet)
     out = run_json(
         [
@@ -64,14 +72,71 @@ def run_fleet(cluster: LocalCluster, n: int) -> dict[str, Any]:
             f"--node-prefix={fleet}-",
             f"--fleet-name={fleet}",
             f"--workers={WORKERS}",
-            "--exit-when-synced",
+            *extra,
             "--log-level=warning",
         ]
     )
     if out["nodesSynced"] != n or out["slices"] < n:
         raise BenchError(f"fleet {n}: {out}")
-    _cleanup(cluster, fleet)
+    if cleanup:
+        _cleanup(cluster, fleet)
     return out
+
+
+# Longer than the node lifecycle controller's grace periods (v1.37: --node-monitor-grace-period 50 s,
+# --node-startup-grace-period 60 s): a node without heartbeats would be Unknown by then.
+HEARTBEAT_SECONDS = 80.0
+
+
+def heartbeats(cluster: LocalCluster, n: int) -> dict[str, Any]:
+    """`n` fleet nodes for HEARTBEAT_SECONDS under the node lifecycle controller (the bench's
+    cluster runs it): every node must still be Ready and untainted; the Leases' renewals and ages."""
+    fleet = f"hb{n}"
+    out = run_fleet(cluster, n, cleanup=False, fleet=fleet, extra=(f"--exit-after={HEARTBEAT_SECONDS}",))
+    api = cluster_api(cluster)
+    nodes = get_json(api, f"/api/v1/nodes?labelSelector=dra-fake.dev/fleet%3D{fleet}")["items"]
+    not_ready = [
+        node["metadata"]["name"]
+        for node in nodes
+        if not any(
+            c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", [])
+        )
+        or any(t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints") or [])
+    ]
+    now = time.time()
+    ages = [
+        now - datetime.fromisoformat(lease["spec"]["renewTime"].replace("Z", "+00:00")).timestamp()
+        for lease in get_json(api, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases")["items"]
+        if lease["metadata"]["name"].startswith(f"{fleet}-") and lease["spec"].get("renewTime")
+    ]
+    _cleanup(cluster, fleet)
+    if not_ready or len(ages) != n:
+        raise BenchError(
+            f"after {HEARTBEAT_SECONDS:.0f}s: {len(not_ready)} of {n} nodes not Ready or tainted "
+            f"({not_ready[:5]}), {len(ages)} leases"
+        )
+    leases = out.get("leases") or {}
+    return {
+        "nodes": n,
+        "seconds": HEARTBEAT_SECONDS,
+        "ready_untainted": len(nodes),
+        "lease_writes": leases,
+        "renewals_per_node_per_10s": round(leases.get("renewed", 0) / n / (HEARTBEAT_SECONDS / 10), 2),
+        "max_lease_age_s": round(max(ages), 1),
+        "max_rss_mib": round(out["maxRssBytes"] / 2**20, 1),
+    }
+
+
+def memory(cluster: LocalCluster, n: int) -> dict[str, Any]:
+    """The fleet's peak RSS at `n` nodes (no bare-client run; its nodes are left for the cluster's
+    teardown: the garbage collector needs minutes for thousands of slices)."""
+    out = run_fleet(cluster, n, cleanup=False)
+    return {
+        "nodes": n,
+        "wall_s": out["wallSeconds"],
+        "api_requests": out["apiRequestsTotal"],
+        "max_rss_mib": round(out["maxRssBytes"] / 2**20, 1),
+    }
 
 
 def run_bare(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:

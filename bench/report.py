@@ -176,6 +176,22 @@ def render(results: dict[str, Any]) -> str:
                 f"| {r['nodes']} | {f['wall_s']} | {f['api_requests']} | {f['max_rss_mib']} | {b['wall_s']} | "
                 f"{b['api_requests']} | {r['ratio_fleet_over_bare_wall']}x |"
             )
+    hb = sections.get("fleet_heartbeats", {}).get("result")
+    if hb:
+        out += [
+            "",
+            f"Heartbeats: {hb['nodes']} fleet nodes ran {hb['seconds']:.0f} s under the node lifecycle controller "
+            f"(grace periods 50 s / 60 s at start-up): {hb['ready_untainted']} Ready and untainted at the end; "
+            f"Lease writes {hb['lease_writes']}, {hb['renewals_per_node_per_10s']} renewals per node per 10 s "
+            f"(the kubelet: 1), oldest renewTime {hb['max_lease_age_s']} s; fleet RSS {hb['max_rss_mib']} MiB.",
+        ]
+    mem = sections.get("fleet_memory", {}).get("result")
+    if mem:
+        out += [
+            "",
+            f"Memory: a fleet of {mem['nodes']} nodes x 8 GPUs peaked at {mem['max_rss_mib']} MiB RSS "
+            f"({mem['api_requests']} API requests, {mem['wall_s']} s).",
+        ]
     cd = sections.get("computedomain", {}).get("result")
     if cd:
         lat = cd["created_to_template_and_daemonset"]
@@ -222,6 +238,9 @@ def history_line(results: dict[str, Any]) -> dict[str, Any]:
         }
     for r in (sections.get("fleet", {}).get("result") or {}).get("runs", []):
         line[f"fleet_{r['nodes']}_over_bare_wall"] = r["ratio_fleet_over_bare_wall"]
+    mem = sections.get("fleet_memory", {}).get("result")
+    if mem:
+        line[f"fleet_{mem['nodes']}_max_rss_mib"] = mem["max_rss_mib"]
     cd = sections.get("computedomain", {}).get("result")
     if cd:
         line["computedomain_p99_ms"] = cd["created_to_template_and_daemonset"]["p99_ms"]

@@ -92,7 +92,7 @@ def add_parsers(sub: Any, env_default: Any, add_plugin_flags: Any) -> None:
         env="STATUS_SYNC_SECONDS",
         type=float,
         default=2.0,
-        help="how often status.nodes is rebuilt",
+        help="how often every status is recomputed from the watch caches (each change also is, at once)",
     )
     ctrl.add_argument(
         "--cleanup-interval-seconds",

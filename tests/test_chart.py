@@ -377,7 +377,7 @@ def test_compute_domain_rbac_is_least_privilege() -> None:
     plugin = "r-dra-fake-kubelet-plugin-compute-domains"
     ctrl = "r-dra-fake-compute-domain-controller"
     assert rules(by_name(docs, "ClusterRole", plugin)) == [
-        ("resource.nvidia.com", "computedomains", ("get", "list")),
+        ("resource.nvidia.com", "computedomains", ("get", "list", "watch")),
         ("", "nodes", ("get", "patch")),
     ]
     assert rules(by_name(docs, "Role", plugin)) == [("resource.nvidia.com", "computedomaincliques", ("get",))]
@@ -390,8 +390,8 @@ def test_compute_domain_rbac_is_least_privilege() -> None:
     ]
     assert rules(by_name(docs, "Role", ctrl)) == [  # leader election off: no Lease rules
         ("apps", "daemonsets", ("list", "create", "delete", "patch")),
-        ("resource.nvidia.com", "computedomaincliques", ("list", "delete")),
-        ("", "pods", ("list",)),
+        ("resource.nvidia.com", "computedomaincliques", ("list", "watch", "delete")),
+        ("", "pods", ("list", "watch")),
     ]
     assert rules(by_name(docs, "Role", "r-dra-fake-compute-domain-daemon")) == [
         ("resource.nvidia.com", "computedomaincliques", ("get", "create", "update")),

@@ -522,3 +522,81 @@ def test_orphan_cleanup_keeps_the_clique_of_a_domain_created_during_the_pass() -
         delete_namespaced_custom_object=lambda *a: deleted.append(a[-1]),
     )
     assert reconciler.cleanup_orphans()["cliques"] == ["new.clique"] and deleted == ["new.clique"]
+
+
+# --- status from watches (computedomain/controller/statussync.py) ---------------------------------
+
+
+def test_status_follows_watch_events_from_the_caches_and_patches_only_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from computedomain.api import CD_LABEL, CLIQUE_LABEL
+    from computedomain.controller import statussync
+
+    patches: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        statussync, "merge_patch", lambda api, path, body, **params: patches.append((params["name"], body))
+    )
+    sync = statussync.StatusSync(api=None, namespace="drv", resync=2.0)  # type: ignore[arg-type]
+    cd = {"metadata": {"uid": "cd-1", "name": "cd", "namespace": "team"}, "spec": {"numNodes": 1}}
+    sync._changed(lambda: sync._domains.replace([cd]))  # the informer's first list
+    assert sync._queue == {"cd-1"}
+    assert sync.sync("cd-1") and patches[-1] == ("cd", {"status": {"status": "NotReady", "nodes": []}})
+
+    pod = {
+        "metadata": {"uid": "p-1", "labels": {CD_LABEL: "cd-1", CLIQUE_LABEL: ""}},
+        "spec": {"nodeName": "n1"},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.1",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    sync._queue.clear()
+    sync._changed(lambda: {sync._pods.apply("ADDED", pod)})  # a daemon pod became Ready
+    assert sync._queue == {"cd-1"}
+    wanted = sync.wanted("cd-1")
+    assert wanted is not None and wanted["status"] == "Ready"
+    assert [n["name"] for n in wanted["nodes"]] == ["n1"]
+    assert sync.sync("cd-1") and patches[-1][1]["status"]["status"] == "Ready"
+
+    # The watch brings the patched status back: nothing to do, no request.
+    sync._changed(lambda: {sync._domains.apply("MODIFIED", {**cd, "status": wanted})})
+    assert not sync.sync("cd-1") and len(patches) == 2
+    # A pod of another ComputeDomain queues only that one; a CD being deleted gets no status.
+    other = {"metadata": {"uid": "p-2", "labels": {CD_LABEL: "cd-2"}}, "spec": {}, "status": {}}
+    sync._queue.clear()
+    sync._changed(lambda: {sync._pods.apply("ADDED", other)})
+    assert sync._queue == {"cd-2"}
+    going = {**cd, "metadata": {**cd["metadata"], "deletionTimestamp": "2026-12-01T00:00:00Z"}}
+    sync._changed(lambda: {sync._domains.apply("MODIFIED", going)})
+    assert sync.wanted("cd-1") is None and not sync.sync("cd-1")
+
+
+def test_the_plugin_finds_compute_domains_in_its_watch_index_and_lists_only_on_a_miss() -> None:
+    from kubernetes import client
+
+    from computedomain.plugin.domains import ComputeDomainApi
+
+    listed: list[int] = []
+
+    def cd(uid: str) -> dict[str, Any]:
+        return {"metadata": {"uid": uid, "name": f"n-{uid}", "namespace": "team"}}
+
+    in_cluster = [cd("a"), cd("b")]
+
+    class Custom:
+        def list_cluster_custom_object(self, *args: Any) -> dict[str, Any]:
+            listed.append(1)
+            return {"items": list(in_cluster)}
+
+    domains = ComputeDomainApi(client.ApiClient(), "drv")
+    domains.custom = Custom()  # type: ignore[assignment]
+    domains._listed([cd("a")])  # the watch's first list
+    assert domains.get_by_uid("a") == DomainRef("a", "n-a", "team") and listed == []
+    domains._event("ADDED", cd("c"))
+    assert domains.get_by_uid("c") == DomainRef("c", "n-c", "team") and listed == []
+    assert domains.get_by_uid("b") == DomainRef("b", "n-b", "team") and listed == [1]  # a miss: one LIST
+    domains._event("DELETED", cd("b"))
+    in_cluster.pop()
+    assert domains.get_by_uid("b") is None and listed == [1, 1]

@@ -198,3 +198,60 @@ def test_fleet_rejects_bad_flag_combinations(capsys: pytest.CaptureFixture[str])
     assert main(["fleet", "--nodes", "2", "--node-label", "novalue"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
     assert main(["fleet", "--nodes", "2", "--config", "/nonexistent.yaml"]) == 2
+
+
+# --- heartbeats (dra_fake/fleet/leases.py) --------------------------------------------------------
+
+
+def test_leases_are_renewed_every_ten_seconds_spread_over_the_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    from dra_fake.fleet import leases
+
+    now = [1000.0]
+    sent: list[tuple[str, str, dict[str, Any]]] = []
+
+    exists: set[str] = set()  # Leases in the "API server"
+
+    def send_json(api: Any, method: str, path: str, body: Any, *args: Any, **params: str) -> dict[str, Any]:
+        sent.append((method, params.get("name", ""), body))
+        if method == "POST":
+            exists.add(body["metadata"]["name"])
+        elif params["name"] not in exists:
+            raise ApiException(status=404, reason="Not Found")
+        return {}
+
+    monkeypatch.setattr(leases, "send_json", send_json)
+    nl = leases.NodeLeases(api=None, workers=1, clock=lambda: now[0])  # type: ignore[arg-type]
+    names = [f"fleet-{i}" for i in range(50)]
+    for name in names:
+        nl.track(name, f"uid-{name}")
+    firsts = sorted(leases.first_due(n, 1000.0) for n in names)
+    assert firsts[0] >= 1000.0 and firsts[-1] < 1000.0 + leases.RENEW_INTERVAL
+    assert firsts[-1] - firsts[0] > leases.RENEW_INTERVAL / 2  # spread, not all at once
+
+    due = nl.take_due(1000.0 + leases.RENEW_INTERVAL)  # one interval: each node once
+    assert sorted(n for n, _ in due) == sorted(names)
+    for node, uid in due:
+        nl.renew(node, uid)
+    created = [b for m, _, b in sent if m == "POST"]
+    assert len(created) == 50 and nl.counts["created"] == 50  # the first renewal finds no Lease
+    lease = created[0]
+    assert lease["metadata"]["namespace"] == "kube-node-lease"
+    assert (
+        lease["spec"]["leaseDurationSeconds"] == 40
+        and lease["spec"]["holderIdentity"] == lease["metadata"]["name"]
+    )
+    assert lease["metadata"]["ownerReferences"][0]["kind"] == "Node"
+    assert lease["spec"]["renewTime"].endswith("Z") and "." in lease["spec"]["renewTime"]
+
+    assert nl.take_due(1000.0 + leases.RENEW_INTERVAL + 0.001) == []  # nothing due again yet
+    nl.forget("fleet-0")
+    again = nl.take_due(1000.0 + 2 * leases.RENEW_INTERVAL)
+    assert sorted(n for n, _ in again) == sorted(names[1:])  # a forgotten node is not renewed
+    sent.clear()
+    for node, uid in again:
+        nl.renew(node, uid)
+    assert {m for m, _, _ in sent} == {"PATCH"} and nl.counts["renewed"] == 49

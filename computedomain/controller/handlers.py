@@ -57,9 +57,14 @@ def _as_dict(body: Any) -> dict[str, Any]:
     }
 
 
+ENSURE_INTERVAL = 30.0  # seconds between re-ensures of a ComputeDomain's objects (someone deleted one)
+
+
 def build_registry(
-    reconciler: Reconciler, status_interval: float, on_created: Any = None
+    reconciler: Reconciler, on_created: Any = None, ensure_interval: float = ENSURE_INTERVAL
 ) -> kopf.OperatorRegistry:
+    """Create/resume and delete handlers, and a slow timer that recreates deleted objects. The
+    status is not here: computedomain.controller.statussync keeps it from watches."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
@@ -86,16 +91,16 @@ def build_registry(
             kopf.info(body, reason="Created", message=f"created {what}")
         if on_created is not None:
             on_created()
-        reconciler.sync_status(cd)
 
-    @kopf.timer(GROUP, VERSION, PLURAL, interval=status_interval, registry=registry)
-    def sync(body: kopf.Body, **_: Any) -> None:
+    @kopf.timer(
+        GROUP, VERSION, PLURAL, interval=ensure_interval, initial_delay=ensure_interval, registry=registry
+    )
+    def reensure(body: kopf.Body, **_: Any) -> None:
         cd = _as_dict(body)
         if cd["metadata"].get("deletionTimestamp"):
             return
         with contextlib.suppress(ForeignObject):  # reported once, by the create handler
             reconciler.ensure(cd)  # recreate what someone deleted
-        reconciler.sync_status(cd)
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
     def delete(body: kopf.Body, **_: Any) -> None:

@@ -16,6 +16,7 @@ from computedomain.controller.handlers import build_registry, configure
 from computedomain.controller.leader import LeaderElector
 from computedomain.controller.objects import DaemonSettings
 from computedomain.controller.reconcile import Reconciler
+from computedomain.controller.statussync import StatusSync
 from dra_fake.core import logs
 from dra_fake.core.resourceapi import discover_dra
 from dra_fake.core.retry import run_forever, with_backoff
@@ -82,7 +83,8 @@ def run_controller(args: argparse.Namespace) -> int:
         name="orphan-cleanup",
         daemon=True,
     ).start()
-    registry = build_registry(reconciler, args.status_sync_seconds, on_created=trigger.set)
+    StatusSync(api, args.namespace, args.status_sync_seconds).start(stop)
+    registry = build_registry(reconciler, on_created=trigger.set)
     settings = kopf.OperatorSettings()
     configure(settings)
     log.info(

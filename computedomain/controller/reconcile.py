@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from computedomain.api import CD_LABEL, CLIQUE_PLURAL, FINALIZER, GROUP, PLURAL, VERSION, daemon_object_name
-from computedomain.controller import objects, status
+from computedomain.controller import objects
 from dra_fake.core.resourceapi import as_dict
 
 log = logging.getLogger("computedomain.reconcile")
@@ -83,13 +83,14 @@ class Reconciler:
             except ApiException as err:
                 _ignore(err, 409)
         workload = objects.workload_template(cd, self.settings.resource_version)
-        existing = self._get_rct(workload["metadata"]["namespace"], workload["metadata"]["name"])
-        if existing is None:
-            if self._create_rct(workload):
-                created.append(
-                    f"ResourceClaimTemplate {cd['metadata']['namespace']}/{workload['metadata']['name']}"
-                )
-        elif (existing["metadata"].get("labels") or {}).get(CD_LABEL) != uid:
+        if self._create_rct(workload):  # the usual case: one request, no GET first
+            created.append(
+                f"ResourceClaimTemplate {cd['metadata']['namespace']}/{workload['metadata']['name']}"
+            )
+            existing = None
+        else:
+            existing = self._get_rct(workload["metadata"]["namespace"], workload["metadata"]["name"])
+        if existing is not None and (existing["metadata"].get("labels") or {}).get(CD_LABEL) != uid:
             raise ForeignObject(
                 f"ResourceClaimTemplate {workload['metadata']['namespace']}/{workload['metadata']['name']} "
                 "exists and does not belong to this ComputeDomain"
@@ -136,41 +137,6 @@ class Reconciler:
     def _daemon_sets(self, uid: str) -> list[dict[str, Any]]:
         found = self.apps.list_namespaced_daemon_set(self.namespace, label_selector=f"{CD_LABEL}={uid}")
         return _dicts(self.api, found.items)
-
-    # --- status -------------------------------------------------------------------------------
-
-    def compute_status(self, cd: dict[str, Any]) -> dict[str, Any]:
-        uid = cd["metadata"]["uid"]
-        selector = f"{CD_LABEL}={uid}"
-        cliques = as_dict(
-            self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, CLIQUE_PLURAL, label_selector=selector
-            )
-        )["items"]
-        pods = _dicts(self.api, self.core.list_namespaced_pod(self.namespace, label_selector=selector).items)
-        node_list = status.nodes(cliques, pods)
-        num_nodes = int((cd.get("spec") or {}).get("numNodes") or 0)
-        return {"status": status.global_status(num_nodes, node_list), "nodes": node_list}
-
-    def sync_status(self, cd: dict[str, Any]) -> dict[str, Any] | None:
-        """Patch status when it differs; returns the new status, or None if unchanged."""
-        wanted = self.compute_status(cd)
-        current = cd.get("status") or {}
-        if current.get("status") == wanted["status"] and (current.get("nodes") or []) == wanted["nodes"]:
-            return None
-        meta = cd["metadata"]
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": wanted}
-        )
-        log.info(
-            "status updated",
-            extra={
-                "computeDomain": meta["uid"],
-                "status": wanted["status"],
-                "nodes": [f"{n['name']}={n['status']}" for n in wanted["nodes"]],
-            },
-        )
-        return wanted
 
     # --- delete -------------------------------------------------------------------------------
 

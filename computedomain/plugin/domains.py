@@ -5,6 +5,7 @@ UID), this node's `resource.nvidia.com/computeDomain` label and the node's daemo
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from computedomain.api import (
     VERSION,
     clique_object_name,
 )
+from dra_fake.core.informer import lister, run_informer
 from dra_fake.core.resourceapi import as_dict
 
 log = logging.getLogger(__name__)
@@ -40,24 +42,65 @@ class DomainRef:
     namespace: str
 
 
+def _ref(cd: dict[str, Any]) -> DomainRef:
+    meta = cd["metadata"]
+    return DomainRef(str(meta["uid"]), str(meta["name"]), str(meta["namespace"]))
+
+
 def _label_path(key: str) -> str:
     return "/metadata/labels/" + key.replace("~", "~0").replace("/", "~1")
 
 
 class ComputeDomainApi:
     def __init__(self, api: client.ApiClient, driver_namespace: str) -> None:
+        self.api = api
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.driver_namespace = driver_namespace
+        self._refs: dict[str, DomainRef] = {}  # by UID, from the watch (start_watch)
+        self._lock = threading.Lock()
+
+    def start_watch(self, stop: threading.Event) -> None:
+        """Keep the UID -> ComputeDomain index from a watch, so a prepare does not LIST every
+        ComputeDomain of the cluster (`get_by_uid`)."""
+        threading.Thread(
+            target=run_informer,
+            args=(
+                stop,
+                "computedomains",
+                lister(self.api, f"/apis/{GROUP}/{VERSION}/{PLURAL}"),
+                {},
+                self._listed,
+                self._event,
+            ),
+            name="watch-computedomains",
+            daemon=True,
+        ).start()
+
+    def _listed(self, items: list[dict[str, Any]]) -> None:
+        refs = {ref.uid: ref for ref in map(_ref, items)}
+        with self._lock:
+            self._refs = refs
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        ref = _ref(obj)
+        with self._lock:
+            if kind == "DELETED":
+                self._refs.pop(ref.uid, None)
+            else:
+                self._refs[ref.uid] = ref
 
     def get_by_uid(self, uid: str) -> DomainRef | None:
-        """The ComputeDomain with this UID, in any namespace (None if there is none)."""
-        items = as_dict(self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))["items"]
-        for cd in items:
-            meta = cd.get("metadata", {})
-            if meta.get("uid") == uid:
-                return DomainRef(uid, str(meta["name"]), str(meta["namespace"]))
-        return None
+        """The ComputeDomain with this UID, in any namespace (None if there is none): from the
+        watch's index; a UID it does not have (created a moment ago, or no watch running) is
+        looked up with one LIST, which also refreshes the index."""
+        with self._lock:
+            ref = self._refs.get(uid)
+        if ref is not None:
+            return ref
+        self._listed(as_dict(self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))["items"])
+        with self._lock:
+            return self._refs.get(uid)
 
     def add_node_label(self, node: str, uid: str) -> None:
         """Label the node with the CD's UID; NodeOwnedError if another CD owns it. The patch tests

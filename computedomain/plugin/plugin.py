@@ -59,6 +59,7 @@ class ComputeDomainDriver:
     def __init__(self, args: argparse.Namespace, clique_id: str) -> None:
         self.args = args
         self.clique_id = clique_id
+        self.domains: ComputeDomainApi | None = None  # made with the state
 
     def create_state(self, ctx: PluginContext) -> ClaimState:
         # Placeholders everywhere: a device node on the real channels driver's major would hand
@@ -78,12 +79,13 @@ class ComputeDomainDriver:
             )
         write_base_spec(ctx.cdi_root, self.args.driver_name)
         log.info("compute-domain plugin state", extra={"cliqueID": self.clique_id or "-"})
+        self.domains = ComputeDomainApi(ctx.api, self.args.namespace)
         return ComputeDomainState(
             self.args.driver_name,
             ctx.node,
             ctx.cdi_root,
             ctx.data_dir,
-            ComputeDomainApi(ctx.api, self.args.namespace),
+            self.domains,
             self.clique_id,
             self.args.namespace,
             daemon_gid=self.args.daemon_run_as_group,
@@ -94,7 +96,9 @@ class ComputeDomainDriver:
         return slices.desired_slices()
 
     def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
-        pass  # the channel and daemon devices have no faults to watch
+        # (the channel and daemon devices have no faults to watch)
+        if self.domains is not None:
+            self.domains.start_watch(ctx.stop)
 
     def refusal(self, node: dict[str, Any]) -> str | None:
         return None  # ComputeDomains run beside a device plugin too

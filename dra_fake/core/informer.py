@@ -34,11 +34,17 @@ def json_body(resp: Any) -> dict[str, Any]:
 
 
 def release(resp: Any) -> None:
-    release = getattr(resp, "release_conn", None) or getattr(
-        getattr(resp, "response", None), "release_conn", None
-    )
-    if release is not None:
-        release()
+    """Give a `_preload_content=False` response's connection back to the pool, its answer read
+    to the end first: a connection returned with unread bytes hands them to the next request on
+    it, which then fails to parse its status line (BadStatusLine; fleet mode's untaint patches,
+    whose answers are whole Node objects, hit it)."""
+    raw = getattr(resp, "response", resp)
+    drain = getattr(raw, "drain_conn", None)
+    if drain is not None:
+        drain()
+    release_conn = getattr(raw, "release_conn", None)
+    if release_conn is not None:
+        release_conn()
 
 
 def stream_events(call: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:

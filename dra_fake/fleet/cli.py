@@ -33,6 +33,15 @@ def add_fleet_parser(sub: Any) -> None:
     p.add_argument("--mark-pods-running", action="store_true", help="mark pods bound to fleet nodes Running")
     p.add_argument("--resync-seconds", type=float, default=300.0)
     p.add_argument(
+        "--node-leases",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="renew each node's Lease as a kubelet would (default: for created nodes, not adopted ones)",
+    )
+    p.add_argument(
+        "--exit-after", type=float, default=None, help="run this many seconds, print the summary (JSON), exit"
+    )
+    p.add_argument(
         "--feature-gates",
         default="",
         help="as the GPU plugin's; NVMLDeviceHealthCheck=true: GpuFaults of fleet nodes taint their devices",

@@ -36,15 +36,14 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dra_fake.core import logs
-from dra_fake.core.informer import json_body, release, run_informer
-from dra_fake.core.kube import StartupError, TimeoutApiClient, kube_configuration
+from dra_fake.core.informer import release, run_informer
+from dra_fake.core.kube import StartupError, TimeoutApiClient, kube_configuration, read_node, send_json
 from dra_fake.core.publisher import Publisher
 from dra_fake.core.resourceapi import (
     RESOURCE_GROUP,
     ResourceApi,
     ResourceApiVersion,
     ServerInfo,
-    as_dict,
     discover,
 )
 from dra_fake.core.slices import DesiredSlice
@@ -58,6 +57,7 @@ from dra_fake.fleet.core import (
     pod_running_status,
     untaint_patch,
 )
+from dra_fake.fleet.leases import NodeLeases
 from dra_fake.fleet.metrics import FleetMetrics
 from dra_fake.gpu.faults import (
     DEFAULT_IGNORED_XIDS,
@@ -128,19 +128,24 @@ class FleetOptions:
 
 
 class _CachedCustom:
-    """The slice writes a node's Publisher makes, fed into the shared cache when they succeed."""
+    """The slice writes a node's Publisher makes, fed into the shared cache when they succeed.
+    Creates and replaces go out as plain JSON (dra_fake.core.kube.send_json): the typed client's
+    argument validation and body walk cost more than the HTTP at a thousand nodes."""
 
     def __init__(self, custom: client.CustomObjectsApi, cache: SliceCache) -> None:
         self._custom = custom
         self._cache = cache
 
-    def create_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
-        stored = as_dict(self._custom.create_cluster_custom_object(*args, **kwargs))
+    def create_cluster_custom_object(self, group: str, version: str, plural: str, body: Any) -> Any:
+        stored = send_json(self._custom.api_client, "POST", f"/apis/{group}/{version}/{plural}", body)
         self._cache.wrote(stored)
         return stored
 
-    def replace_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
-        stored = as_dict(self._custom.replace_cluster_custom_object(*args, **kwargs))
+    def replace_cluster_custom_object(
+        self, group: str, version: str, plural: str, name: str, body: Any
+    ) -> Any:
+        path = f"/apis/{group}/{version}/{plural}/{{name}}"
+        stored = send_json(self._custom.api_client, "PUT", path, body, name=name)
         self._cache.wrote(stored)
         return stored
 
@@ -201,6 +206,7 @@ class Fleet:
         self.cache = SliceCache()
         self.queue = WorkQueue()
         self.stop_event = threading.Event()
+        self.leases = NodeLeases(api, options.workers)
         self.info: ServerInfo | None = None
         self.node_api: _NodeApi | None = None
         self._lock = threading.Lock()
@@ -257,10 +263,6 @@ class Fleet:
         self.info = discover(self.api)
         version = ResourceApi(self.api, self.info).version
         self.node_api = _NodeApi(version, _CachedCustom(self.custom, self.cache))
-        if self.options.nodes:
-            t0 = time.monotonic()
-            self.create_nodes()
-            self.phases["createNodesSeconds"] = round(time.monotonic() - t0, 3)
         loops: list[tuple[Callable[[], None], str]] = [
             (self._slice_informer, "fleet-slices"),
             (self._node_informer, "fleet-nodes"),
@@ -277,6 +279,19 @@ class Fleet:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
+        if self.options.nodes:  # the workers publish each node's slices as soon as it exists
+            t0 = time.monotonic()
+            self.create_nodes()
+            self.phases["createNodesSeconds"] = round(time.monotonic() - t0, 3)
+
+    def start_heartbeats(self) -> None:
+        """Renew every managed node's Lease at the kubelet's cadence (dra_fake.fleet.leases), so a
+        node lifecycle controller keeps the nodes Ready."""
+        t = threading.Thread(
+            target=self.leases.run, args=(self.stop_event,), name="fleet-leases", daemon=True
+        )
+        t.start()
+        self._threads.append(t)
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -313,15 +328,17 @@ class Fleet:
 
     def _create_node(self, name: str, template: NodeTemplate) -> None:
         try:
-            manifest: Any = node_manifest(name, template)
-            node = json_body(self.core.create_node(manifest, _preload_content=False))
+            node = send_json(self.api, "POST", "/api/v1/nodes", node_manifest(name, template))
         except ApiException as err:
             if err.status != 409:
                 raise
-            node = json_body(self.core.read_node(name, _preload_content=False))
+            node = read_node(self.api, name)
+        self._adopt(name, node["metadata"]["uid"])  # its slices go out now, not after every node
         patch = untaint_patch(node)
         if patch is not None:
-            release(self.core.patch_node(name, patch, _preload_content=False))
+            send_json(
+                self.api, "PATCH", "/api/v1/nodes/{name}", patch, "application/json-patch+json", name=name
+            )
 
     def _node_informer(self) -> None:
         def on_list(items: list[dict[str, Any]]) -> None:
@@ -357,6 +374,7 @@ class Fleet:
                 return
             self._publishers[name] = _NodePublisher(self, name, uid)
             self._synced.discard(name)
+        self.leases.track(name, uid)
         self.queue.add(name)
         if self.options.health_check:
             self._reconcile_faults(name)  # faults listed before their node was
@@ -364,6 +382,7 @@ class Fleet:
     def _forget(self, name: str) -> None:
         """Lock held. The slices go with the Node (owner reference, garbage collector)."""
         self._publishers.pop(name, None)
+        self.leases.forget(name)
         self._desired.pop(name, None)
         self._synced.discard(name)
         self._taints.pop(name, None)
@@ -575,14 +594,17 @@ class Fleet:
         )
 
     # ---- report --------------------------------------------------------------------------------
-    def summary(self) -> dict[str, Any]:
+    def summary(self, started: float) -> dict[str, Any]:
+        """What the run did (printed as JSON), `started` its monotonic start time."""
         return {
+            "wallSeconds": round(time.monotonic() - started, 3),
             "nodes": len(self.managed()),
             "nodesSynced": self.synced_count(),
             "slices": sum(len(self.cache.existing(n)) for n in self.managed()),
             "apiRequests": dict(self.api.requests),
             "apiRequestsTotal": sum(self.api.requests.values()),
             "podsMarkedRunning": self.pods_marked,
+            "leases": dict(self.leases.counts),
             "phases": self.phases,
             "rssBytes": current_rss(),
             "maxRssBytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -658,10 +680,12 @@ def run_fleet(args: argparse.Namespace) -> int:
     fleet.start()
     if args.exit_when_synced:
         fleet.wait_synced()
-        summary = {"wallSeconds": round(time.monotonic() - started, 3), **fleet.summary()}
+        summary = fleet.summary(started)
         fleet.stop()
         print(json.dumps(summary), flush=True)
         return 0
+    if args.node_leases if args.node_leases is not None else bool(args.nodes):
+        fleet.start_heartbeats()  # created nodes have no kubelet; adopted (KWOK) nodes have theirs
     log.info(
         "fleet running",
         extra={"selector": fleet.selector, "startupSeconds": round(time.monotonic() - started, 3)},
@@ -669,7 +693,10 @@ def run_fleet(args: argparse.Namespace) -> int:
     from dra_fake.kubelet.server import install_signal_handlers
 
     install_signal_handlers(fleet.stop_event)
+    deadline = None if args.exit_after is None else time.monotonic() + args.exit_after
     while not fleet.stop_event.wait(1.0):  # wake up so the signal handler can run
-        pass
+        if deadline is not None and time.monotonic() >= deadline:
+            print(json.dumps(fleet.summary(started)), flush=True)
+            break
     fleet.stop()
     return 0

@@ -98,6 +98,7 @@ class LocalCluster:
         node_labels: dict[str, dict[str, str]] | None = None,
         with_plugins: bool = True,
         exec_kubeconfig: Path | None = None,
+        node_lifecycle: bool = False,
     ) -> None:
         self.root = root.resolve()
         # The credentials of exec'd containers (the IMEX daemon pods): admin unless given, e.g. a
@@ -105,6 +106,9 @@ class LocalCluster:
         self.exec_kubeconfig = exec_kubeconfig
         self.node_count = nodes
         self.with_plugins = with_plugins
+        # The node lifecycle controller marks nodes without heartbeats Unknown: off by default (the
+        # harness nodes have no kubelet to renew Leases); on where fleet heartbeats are measured.
+        self.controllers = CONTROLLERS + (",node-lifecycle-controller" if node_lifecycle else "")
         # A running cluster is described by its saved state (reused by the e2e suite and the demo);
         # `up` starts exactly what was asked for here, never an earlier cluster's inventories.
         self.state = State.load(self.root) or State(root=str(self.root))
@@ -351,7 +355,7 @@ class LocalCluster:
                     f"--authorization-kubeconfig={kc}",
                     f"--secure-port={kcm_port}",
                     "--bind-address=127.0.0.1",
-                    f"--controllers={CONTROLLERS}",
+                    f"--controllers={self.controllers}",
                     f"--service-account-private-key-file={self.pki / 'service-account.key'}",
                     f"--root-ca-file={self.ca_file}",
                     "--use-service-account-credentials=false",
