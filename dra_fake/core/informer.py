@@ -13,7 +13,7 @@ from typing import Any
 
 from kubernetes import client
 
-from dra_fake.core.kube import REQUEST_TIMEOUT, request
+from dra_fake.core.kube import REQUEST_TIMEOUT, release, request
 from dra_fake.core.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -31,20 +31,6 @@ def json_body(resp: Any) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise TypeError("expected a JSON object")
     return obj
-
-
-def release(resp: Any) -> None:
-    """Give a `_preload_content=False` response's connection back to the pool, its answer read
-    to the end first: a connection returned with unread bytes hands them to the next request on
-    it, which then fails to parse its status line (BadStatusLine; fleet mode's untaint patches,
-    whose answers are whole Node objects, hit it)."""
-    raw = getattr(resp, "response", resp)
-    drain = getattr(raw, "drain_conn", None)
-    if drain is not None:
-        drain()
-    release_conn = getattr(raw, "release_conn", None)
-    if release_conn is not None:
-        release_conn()
 
 
 def stream_events(call: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str, Any]]:

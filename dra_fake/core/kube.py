@@ -66,7 +66,7 @@ def get_json(api: client.ApiClient, path: str, **path_params: str) -> dict[str, 
     try:
         return cast(dict[str, Any], json.loads(resp.read()))
     finally:
-        resp.release_conn()
+        release(resp)
 
 
 def merge_patch(api: client.ApiClient, path: str, patch: Mapping[str, Any], **path_params: str) -> None:
@@ -87,7 +87,7 @@ def send_json(
     try:
         return cast(dict[str, Any], json.loads(resp.read()))
     finally:
-        resp.release_conn()
+        release(resp)
 
 
 def request(
@@ -122,7 +122,7 @@ def request(
     resp = api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout).response
     if not 200 <= resp.status < 300:
         data = resp.read() or b""
-        resp.release_conn()
+        release(resp)
         raise ApiException(status=resp.status, reason=resp.reason or "", body=data.decode(errors="replace"))
     return resp
 
@@ -134,3 +134,17 @@ def _camel(key: str) -> str:
 
 def _query_value(value: Any) -> Any:
     return ("true" if value else "false") if isinstance(value, bool) else value
+
+
+def release(resp: Any) -> None:
+    """Give a `_preload_content=False` response's connection back to the pool, its answer read
+    to the end first: a connection returned with unread bytes hands them to the next request on
+    it, which then fails to parse its status line (BadStatusLine; fleet mode's untaint patches,
+    whose answers are whole Node objects, hit it)."""
+    raw = getattr(resp, "response", resp)
+    drain = getattr(raw, "drain_conn", None)
+    if drain is not None:
+        drain()
+    release_conn = getattr(raw, "release_conn", None)
+    if release_conn is not None:
+        release_conn()

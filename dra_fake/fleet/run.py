@@ -36,8 +36,15 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dra_fake.core import logs
-from dra_fake.core.informer import release, run_informer
-from dra_fake.core.kube import StartupError, TimeoutApiClient, kube_configuration, read_node, send_json
+from dra_fake.core.informer import run_informer
+from dra_fake.core.kube import (
+    StartupError,
+    TimeoutApiClient,
+    kube_configuration,
+    read_node,
+    release,
+    send_json,
+)
 from dra_fake.core.publisher import Publisher
 from dra_fake.core.resourceapi import (
     RESOURCE_GROUP,
@@ -334,11 +341,22 @@ class Fleet:
                 raise
             node = read_node(self.api, name)
         self._adopt(name, node["metadata"]["uid"])  # its slices go out now, not after every node
-        patch = untaint_patch(node)
-        if patch is not None:
-            send_json(
-                self.api, "PATCH", "/api/v1/nodes/{name}", patch, "application/json-patch+json", name=name
-            )
+        for _ in range(5):
+            patch = untaint_patch(node)
+            if patch is None:
+                return
+            try:
+                send_json(
+                    self.api, "PATCH", "/api/v1/nodes/{name}", patch, "application/json-patch+json", name=name
+                )
+                return
+            except ApiException as err:
+                # 422: the patch's `test` failed, the taints changed meanwhile (a node lifecycle
+                # controller manages them too): look again
+                if err.status != 422:
+                    raise
+            node = read_node(self.api, name)
+        raise RuntimeError(f"node {name}: taints kept changing while removing the admission taints")
 
     def _node_informer(self) -> None:
         def on_list(items: list[dict[str, Any]]) -> None:
