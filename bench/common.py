@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.fleet.core import NodeTemplate, node_manifest, untaint_patch
+from dra_fake.fleet.core import NodeTemplate
 
 REPO = Path(__file__).resolve().parents[1]
 REFDRIVER = REPO / "bench" / "refdriver"
@@ -182,18 +182,9 @@ def rss_bytes(pid: int) -> int:
 
 def ensure_node(core: client.CoreV1Api, name: str, fleet: str = "bench") -> str:
     """A Ready, untainted Node object without a kubelet (the benchmark drives the plugins)."""
-    manifest: Any = node_manifest(name, NodeTemplate(fleet=fleet))
-    try:
-        resp: Any = core.create_node(manifest, _preload_content=False)
-        node = json.loads(resp.data)
-    except ApiException as err:
-        if err.status != 409:
-            raise
-        resp = core.read_node(name, _preload_content=False)
-        node = json.loads(resp.data)
-    patch = untaint_patch(node)
-    if patch is not None:
-        core.patch_node(name, patch)
+    from dra_fake.fleet.run import create_untainted_node
+
+    node = create_untainted_node(core.api_client, name, NodeTemplate(fleet=fleet))
     return str(node["metadata"]["uid"])
 
 

@@ -11,8 +11,9 @@ from typing import Any
 import grpc
 from kubernetes import client
 
-from bench.common import CONFIGS, BenchError, rss_bytes, spread
+from bench.common import CONFIGS, BenchError, poll, rss_bytes, spread
 from bench.prepare import Driver, cluster_api
+from dra_fake.core.kube import release, request
 from dra_fake.gpu.inventory import load_inventory
 from dra_fake.gpu.slices import desired_slices
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
@@ -58,6 +59,14 @@ def measure(
         want, devices = len(desired), sum(len(s.devices) for s in desired)
     else:
         want, devices = 1, 8
+    # Every start publishes from nothing: the slices of the previous repetition go first.
+    nodes_slices = f"spec.nodeName={node}"
+    release(
+        request(
+            api, "DELETE", "/apis/resource.k8s.io/v1/resourceslices", query={"field_selector": nodes_slices}
+        )
+    )
+    poll(f"slices of {node} deleted", lambda: not _slices(custom, node, d.driver), 60, 0.1)
     # The harness (kubelet plugin manager) watches <node dir>/plugins_registry.
     cluster.start_harness(node)
     harness_dir = cluster.node_dir(node)

@@ -334,29 +334,7 @@ class Fleet:
         log.info("nodes created", extra={"nodes": len(names)})
 
     def _create_node(self, name: str, template: NodeTemplate) -> None:
-        try:
-            node = send_json(self.api, "POST", "/api/v1/nodes", node_manifest(name, template))
-        except ApiException as err:
-            if err.status != 409:
-                raise
-            node = read_node(self.api, name)
-        self._adopt(name, node["metadata"]["uid"])  # its slices go out now, not after every node
-        for _ in range(5):
-            patch = untaint_patch(node)
-            if patch is None:
-                return
-            try:
-                send_json(
-                    self.api, "PATCH", "/api/v1/nodes/{name}", patch, "application/json-patch+json", name=name
-                )
-                return
-            except ApiException as err:
-                # 422: the patch's `test` failed, the taints changed meanwhile (a node lifecycle
-                # controller manages them too): look again
-                if err.status != 422:
-                    raise
-            node = read_node(self.api, name)
-        raise RuntimeError(f"node {name}: taints kept changing while removing the admission taints")
+        create_untainted_node(self.api, name, template, on_created=self._adopt)
 
     def _node_informer(self) -> None:
         def on_list(items: list[dict[str, Any]]) -> None:
@@ -627,6 +605,38 @@ class Fleet:
             "rssBytes": current_rss(),
             "maxRssBytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }
+
+
+def create_untainted_node(
+    api: client.ApiClient,
+    name: str,
+    template: NodeTemplate,
+    on_created: Callable[[str, str], None] = lambda name, uid: None,
+) -> dict[str, Any]:
+    """Create the Node (or read it, if it exists), call `on_created(name, uid)` (fleet mode queues
+    its slices then), and remove the taints admission adds. Returns the Node as created."""
+    try:
+        node = send_json(api, "POST", "/api/v1/nodes", node_manifest(name, template))
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        node = read_node(api, name)
+    on_created(name, node["metadata"]["uid"])
+    current = node
+    for _ in range(5):
+        patch = untaint_patch(current)
+        if patch is None:
+            return node
+        try:
+            send_json(api, "PATCH", "/api/v1/nodes/{name}", patch, "application/json-patch+json", name=name)
+            return node
+        except ApiException as err:
+            # 422: the patch's `test` failed, the taints changed meanwhile (a node lifecycle
+            # controller manages them too): look again
+            if err.status != 422:
+                raise
+        current = read_node(api, name)
+    raise RuntimeError(f"node {name}: taints kept changing while removing the admission taints")
 
 
 def current_rss() -> int:
