@@ -18,7 +18,17 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from bench.common import CONFIGS, DRABENCH, REPO, BenchError, ensure_namespace, ensure_node, poll, run_json
+from bench.common import (
+    CONFIGS,
+    DRABENCH,
+    REPO,
+    BenchError,
+    ensure_namespace,
+    ensure_node,
+    poll,
+    run_json,
+    tree_facts,
+)
 from bench.prepare import DEVICES, Driver, cluster_api, make_claims
 from e2e.localcluster import LocalCluster
 
@@ -111,9 +121,11 @@ def main() -> int:
     name = f"profile-d{args.devices_per_claim}-c{args.callers}"
     report = summarize(raw)
     n = len(out["prepare_seconds"])
+    tree = tree_facts(REPO, "git")
     head = (
         f"{name}: {n} prepares in {out['prepare_wall_seconds']:.2f}s, "
-        f"{n} unprepares in {out['unprepare_wall_seconds']:.2f}s\n"
+        f"{n} unprepares in {out['unprepare_wall_seconds']:.2f}s; commit {tree['git_commit']}"
+        f"{' (uncommitted changes)' if tree['git_dirty'] else ''}, py-spy --gil\n"
     )
     dest = args.out / f"{name}.txt"
     dest.parent.mkdir(parents=True, exist_ok=True)
