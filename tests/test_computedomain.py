@@ -542,6 +542,7 @@ def test_status_follows_watch_events_from_the_caches_and_patches_only_changes(
     sync._changed(lambda: sync._domains.replace([cd]))  # the informer's first list
     assert sync._queue == {"cd-1"}
     assert sync.sync("cd-1") and patches[-1] == ("cd", {"status": {"status": "NotReady", "nodes": []}})
+    assert not sync.sync("cd-1") and len(patches) == 1  # the watch has not brought it back yet: no repeat
 
     pod = {
         "metadata": {"uid": "p-1", "labels": {CD_LABEL: "cd-1", CLIQUE_LABEL: ""}},

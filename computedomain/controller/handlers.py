@@ -45,6 +45,9 @@ def configure(settings: kopf.OperatorSettings) -> None:
     # ComputeDomain CRD is resolved once at start-up, so it must exist before the controller starts
     # (helm installs crds/ first; so does the local cluster). Least privilege: no CRD rights.
     settings.scanning.disabled = True
+    # Handlers are synchronous (API calls): kopf runs them in a thread pool, by default of
+    # min(32, CPUs + 4) threads; ComputeDomains created in a burst wait on each other's requests.
+    settings.execution.max_workers = 32
     settings.watching.server_timeout = 120
     settings.watching.client_timeout = 150
 
@@ -73,12 +76,12 @@ def build_registry(
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-    def ensure(body: kopf.Body, **_: Any) -> None:
+    def ensure(body: kopf.Body, reason: str = "", **_: Any) -> None:
         cd = _as_dict(body)
         if cd["metadata"].get("deletionTimestamp"):
             return
         try:
-            created = reconciler.ensure(cd)
+            created = reconciler.ensure(cd, new=reason == "create")
         except ForeignObject as err:
             # Once, not every retry: only a person can resolve it; the sync timer then creates ours.
             kopf.warn(body, reason="ReconcileFailed", message=str(err))

@@ -24,11 +24,24 @@ from dra_fake.core.retry import run_forever, with_backoff
 log = logging.getLogger("computedomain")
 
 
+CLEANUP_SETTLE_SECONDS = 2.0
+
+
 def cleanup_loop(
     reconciler: Reconciler, interval: float, trigger: threading.Event, stop: threading.Event
 ) -> None:
-    """Every `interval` seconds, and when triggered (a CD was created): remove orphans."""
-    run_forever("orphan cleanup", reconciler.cleanup_orphans, stop, interval, wake=trigger)
+    """Every `interval` seconds, and when triggered (a CD was created): remove orphans. A burst
+    of creations triggers one cleanup once it has settled, not one per ComputeDomain (each lists
+    every template, DaemonSet, clique and labelled node of the cluster)."""
+
+    def settled_cleanup() -> None:
+        stop.wait(CLEANUP_SETTLE_SECONDS)
+        while trigger.is_set() and not stop.is_set():
+            trigger.clear()
+            stop.wait(CLEANUP_SETTLE_SECONDS)
+        reconciler.cleanup_orphans()
+
+    run_forever("orphan cleanup", settled_cleanup, stop, interval, wake=trigger)
 
 
 def operator_identity(configured: str) -> str:

@@ -66,12 +66,13 @@ class Reconciler:
 
     # --- create / resume ----------------------------------------------------------------------
 
-    def ensure(self, cd: dict[str, Any]) -> list[str]:
+    def ensure(self, cd: dict[str, Any], new: bool = False) -> list[str]:
         """Daemon template + DaemonSet (if no DaemonSet for the UID), then the workload template.
-        Returns the names of the objects created."""
+        Returns the names of the objects created. For a `new` ComputeDomain (just created) the
+        DaemonSet is not looked for first: a create that finds it answers 409."""
         uid = cd["metadata"]["uid"]
         created = []
-        if not self._daemon_sets(uid):
+        if new or not self._daemon_sets(uid):
             if self._create_rct(objects.daemon_template(uid, self.namespace, self.settings.resource_version)):
                 created.append(f"ResourceClaimTemplate {self.namespace}/{daemon_object_name(uid)}")
             try:

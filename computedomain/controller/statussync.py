@@ -68,6 +68,7 @@ class StatusSync:
         self._cliques = _Cache(_labelled)
         self._pods = _Cache(_labelled)
         self._queue: set[str] = set()
+        self._sent: dict[str, tuple[str | None, Object]] = {}  # uid -> (resourceVersion patched, status)
 
     # --- informers -------------------------------------------------------------------------------
 
@@ -144,11 +145,14 @@ class StatusSync:
         with self._lock:
             cd = self._domains.objects.get(uid)
         if wanted is None or cd is None:
+            self._sent.pop(uid, None)
             return False
         current = cd.get("status") or {}
         if current.get("status") == wanted["status"] and (current.get("nodes") or []) == wanted["nodes"]:
             return False
         meta = cd["metadata"]
+        if self._sent.get(uid) == (meta.get("resourceVersion"), wanted):
+            return False  # patched already; the watch has not brought the result back yet
         merge_patch(
             self.api,
             f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}/{{name}}/status",
@@ -156,6 +160,7 @@ class StatusSync:
             namespace=meta["namespace"],
             name=meta["name"],
         )
+        self._sent[uid] = (meta.get("resourceVersion"), wanted)
         log.info(
             "status updated",
             extra={
