@@ -556,8 +556,10 @@ def test_status_follows_watch_events_from_the_caches_and_patches_only_changes(
     sync._queue.clear()
     sync._changed(lambda: {sync._pods.apply("ADDED", pod)})  # a daemon pod became Ready
     assert sync._queue == {"cd-1"}
-    wanted = sync.wanted("cd-1")
-    assert wanted is not None and wanted["status"] == "Ready"
+    found = sync.wanted("cd-1")
+    assert found is not None
+    wanted = found[1]
+    assert wanted["status"] == "Ready"
     assert [n["name"] for n in wanted["nodes"]] == ["n1"]
     assert sync.sync("cd-1") and patches[-1][1]["status"]["status"] == "Ready"
 

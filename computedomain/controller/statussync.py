@@ -128,8 +128,9 @@ class StatusSync:
                 except Exception as err:  # the next event or resync tries again
                     log.warning("status sync failed", extra={"computeDomain": uid, "error": str(err)[:300]})
 
-    def wanted(self, uid: str) -> Object | None:
-        """The status the ComputeDomain should have, from the caches; None if it is gone or going."""
+    def wanted(self, uid: str) -> tuple[Object, Object] | None:
+        """The ComputeDomain as cached and the status it should have, from one look at the
+        caches; None if it is gone or going."""
         with self._lock:
             cd = self._domains.objects.get(uid)
             cliques, pods = self._cliques.of(uid), self._pods.of(uid)
@@ -137,16 +138,15 @@ class StatusSync:
             return None
         node_list = status.nodes(cliques, pods)
         num_nodes = int((cd.get("spec") or {}).get("numNodes") or 0)
-        return {"status": status.global_status(num_nodes, node_list), "nodes": node_list}
+        return cd, {"status": status.global_status(num_nodes, node_list), "nodes": node_list}
 
     def sync(self, uid: str) -> bool:
         """Patch the status when it differs from the wanted one; returns whether it patched."""
-        wanted = self.wanted(uid)
-        with self._lock:
-            cd = self._domains.objects.get(uid)
-        if wanted is None or cd is None:
+        found = self.wanted(uid)
+        if found is None:
             self._sent.pop(uid, None)
             return False
+        cd, wanted = found
         current = cd.get("status") or {}
         if current.get("status") == wanted["status"] and (current.get("nodes") or []) == wanted["nodes"]:
             return False

@@ -146,15 +146,14 @@ def validate_spec(spec: Mapping[str, Any]) -> None:
 CHECK_ENV = "DRA_FAKE_CHECK_CDI_SPECS"
 
 
-def checked(spec: Mapping[str, Any]) -> Mapping[str, Any]:
-    """`spec`, schema-checked (validate_spec) when $DRA_FAKE_CHECK_CDI_SPECS is `1`.
+def checked(spec: Mapping[str, Any]) -> None:
+    """Schema-check `spec` (validate_spec) when $DRA_FAKE_CHECK_CDI_SPECS is `1`.
 
     Off in the plugins: the specs are built by our code from checked inputs, and the schema
     check (pure-Python jsonschema) cost more than the rest of a prepare. The test suites turn it
     on (conftest.py, the local cluster's plugins), so every spec any test builds is checked."""
     if os.environ.get(CHECK_ENV) == "1":
         validate_spec(spec)
-    return spec
 
 
 _SPEC_KEY_ORDER = ("cdiVersion", "kind", "annotations", "devices", "containerEdits")
