@@ -411,10 +411,10 @@ class KillSoak:
                 problems.append(f"{driver} claims prepared without a CDI spec: {without_spec}")
             if specs - set(entries):
                 problems.append(f"{driver} CDI specs of no claim: {sorted(specs - set(entries))}")
-            leftovers = [p.name for p in self.plugin_dir(driver).rglob("*") if p.name.endswith(TEMP_SUFFIX)]
+            leftovers = lasting_temp_files(self.plugin_dir(driver))
             if leftovers:
                 problems.append(f"temporary files left in {driver}'s directory: {leftovers}")
-        leftovers = [p.name for p in self.cdi_dir.rglob("*") if p.name.endswith(TEMP_SUFFIX)]
+        leftovers = lasting_temp_files(self.cdi_dir)
         if leftovers:
             problems.append(f"temporary files left in the CDI directory: {leftovers}")
         for c in self.claims:
@@ -524,6 +524,18 @@ class Leadership:
     replica: str
     start: float
     end: float  # when it logged the loss, or the end of the run
+
+
+def lasting_temp_files(directory: Path, within: float = 3.0) -> list[str]:
+    """Temp files under `directory` still there `within` seconds after they were seen. The GPU
+    plugin rewrites its nvidia-smi live files every sample while the check runs, so a listing can
+    catch a write in flight; its temp file is renamed away within milliseconds, a leftover stays."""
+    seen = [p for p in directory.rglob("*") if p.name.endswith(TEMP_SUFFIX)]
+    deadline = time.monotonic() + within
+    while seen and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the named files until the deadline, not a synchronisation
+        seen = [p for p in seen if p.exists()]
+    return sorted(p.name for p in seen)
 
 
 def leaderships(log_text: str, replica: str, now: float) -> list[Leadership]:
