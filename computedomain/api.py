@@ -29,6 +29,8 @@ STATUS_READY = "Ready"
 STATUS_NOT_READY = "NotReady"
 ALLOCATION_SINGLE = "Single"
 ALLOCATION_ALL = "All"
+# The daemon image's non-root user; the compute-domain plugin hands each domain's IMEX directory to it.
+DEFAULT_DAEMON_UID = 65532
 
 IMEX_CHANNEL_COUNT = 2048  # getImexChannelCount() hard-codes 2048
 DEFAULT_MAX_NODES_PER_IMEX_DOMAIN = 18  # GB200/GB300 NVL72

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from computedomain.api import DEFAULT_DRIVER_NAMESPACE, DRIVER_NAME
+from computedomain.api import DEFAULT_DAEMON_UID, DEFAULT_DRIVER_NAMESPACE, DRIVER_NAME
 
 COMMANDS = ("compute-domain-kubelet-plugin", "compute-domain-controller", "imex-daemon")
 
@@ -28,8 +28,6 @@ def _common(p: argparse.ArgumentParser, env_default: Any) -> None:
 def add_daemon_identity(p: argparse.ArgumentParser, env_default: Any) -> None:
     """The uid/gid IMEX daemon pods run as: the controller sets it on their DaemonSets, the plugin
     gives each domain's IMEX directory to it (the daemon writes its config there)."""
-    from computedomain.controller.objects import DEFAULT_DAEMON_UID
-
     p.add_argument(
         "--daemon-run-as-user",
         action=env_default,

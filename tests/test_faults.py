@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_fake.core.kube import StartupError
+from dra_fake.core.kubeconfig import StartupError
 from dra_fake.core.resourceapi import ServerInfo
 from dra_fake.gpu.devnodes import DeviceNodePolicy
 from dra_fake.gpu.faults import (

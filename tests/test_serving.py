@@ -3,14 +3,16 @@ its own result, whatever happens to another, and the error says what failed."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import pytest
 import urllib3
-from kubernetes.client.exceptions import ApiException
 
-from dra_fake.core.claims import ClaimError
-from dra_fake.core.resourceapi import ClaimNotFound
+from dra_fake.core.claims import ClaimError, ClaimNotFound, ClaimUnreadable
 from dra_fake.core.serving import ClaimPreparer
 from dra_fake.kubelet.api import ClaimRef, PreparedDevice
 
@@ -62,7 +64,7 @@ def test_every_claim_gets_its_own_result_whatever_fails() -> None:
         {
             "ok": {},
             "gone": ClaimNotFound("ResourceClaim ns/gone not found"),
-            "api-error": ApiException(status=500, reason="Internal Server Error"),
+            "api-error": ClaimUnreadable("get ResourceClaim ns/api-error: 500 Internal Server Error"),
             "unreachable": unreachable,
             "bug": {},
             "refused": {},
@@ -70,7 +72,7 @@ def test_every_claim_gets_its_own_result_whatever_fails() -> None:
         }
     )
     state = FakeState({"uid-bug": ValueError("1e5000 is not a number"), "uid-refused": ClaimError("no room")})
-    results = ClaimPreparer(resources, state).prepare(  # type: ignore[arg-type]
+    results = ClaimPreparer(lambda: resources, state).prepare(  # type: ignore[arg-type]
         [ref(n) for n in ("ok", "gone", "api-error", "unreachable", "bug", "refused", "recreated")]
     )
     errors = {uid.removeprefix("uid-"): r.error for uid, r in results.items()}
@@ -85,9 +87,57 @@ def test_every_claim_gets_its_own_result_whatever_fails() -> None:
 
 def test_unprepare_isolates_claims_too() -> None:
     state = FakeState({"uid-a": OSError("disk full"), "uid-b": ClaimError("lock timeout")})
-    results = ClaimPreparer(FakeResources({}), state).unprepare([ref("a"), ref("b"), ref("c")])  # type: ignore[arg-type]
+    results = ClaimPreparer(lambda: FakeResources({}), state).unprepare([ref("a"), ref("b"), ref("c")])  # type: ignore[arg-type]
     assert results == {
         "uid-a": "unprepare ResourceClaim ns/a: OSError: disk full",
         "uid-b": "lock timeout",
         "uid-c": "",
     }
+
+
+def test_the_claim_get_names_what_the_api_server_answered(monkeypatch: Any) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    from dra_fake.core import resourceapi
+    from dra_fake.core.resourceapi import ResourceApi, ServerInfo
+
+    answers = {
+        "broken": ApiException(status=500, reason="Internal Server Error"),
+        "gone": ApiException(status=404, reason="Not Found"),
+    }
+    answers["gone"].body = '{"reason": "NotFound", "details": {"name": "gone"}}'
+
+    def get_json(api: object, path: str, namespace: str, name: str) -> dict[str, Any]:
+        raise answers[name]
+
+    monkeypatch.setattr(resourceapi, "get_json", get_json)
+    api = ResourceApi(object(), ServerInfo((1, 37), ("v1",)))  # type: ignore[arg-type]
+    with pytest.raises(ClaimUnreadable, match=r"^get ResourceClaim ns/broken: 500 Internal Server Error$"):
+        api.get_claim("ns", "broken")
+    with pytest.raises(ClaimNotFound, match=r"^ResourceClaim ns/gone not found$"):
+        api.get_claim("ns", "gone")
+
+
+def test_the_kubelet_serving_path_does_not_import_the_kubernetes_client() -> None:
+    """The sockets serve before the client is imported (~0.3 s of start-up): the CLI, the GPU
+    plugin and the kubelet servers load without it (docs/benchmarks.md#start-up)."""
+    code = (
+        "import sys, dra_fake.cli, dra_fake.gpu.plugin, dra_fake.kubelet.server, dra_fake.kubelet.health; "
+        "dra_fake.cli.build_parser(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_config_source_is_checked_before_the_sockets(tmp_path: Path) -> None:
+    from dra_fake.core.kubeconfig import StartupError, check_config_source
+
+    kubeconfig = tmp_path / "kubeconfig"
+    with pytest.raises(StartupError, match=f"^kubeconfig {kubeconfig}: not a readable file$"):
+        check_config_source(str(kubeconfig), environ={})
+    with pytest.raises(StartupError, match=r"KUBERNETES_SERVICE_HOST is not set"):
+        check_config_source("", environ={})
+    kubeconfig.write_text("apiVersion: v1\n")
+    check_config_source("", environ={"KUBECONFIG": str(kubeconfig)})
+    check_config_source("", environ={"KUBERNETES_SERVICE_HOST": "10.96.0.1"})

@@ -54,7 +54,8 @@ def operator_identity(configured: str) -> str:
 def run_controller(args: argparse.Namespace) -> int:
     logs.setup(args.log_level, args.log_format)
     logging.getLogger("kopf").setLevel(logging.WARNING)  # kopf's per-handler success lines are noise
-    from dra_fake.core.kube import StartupError, load_kube_client
+    from dra_fake.core.kube import load_kube_client
+    from dra_fake.core.kubeconfig import StartupError
 
     try:
         if args.kubeconfig:

@@ -17,6 +17,7 @@ from computedomain.api import (
     CHANNEL_KIND,
     DAEMON_CLASS,
     DAEMON_KIND,
+    DEFAULT_DAEMON_UID,
     DRIVER_NAME,
     FINALIZER,
     TARGET_DAEMON,
@@ -28,8 +29,6 @@ from dra_fake.core.resourceapi import ResourceApiVersion, claim_spec_as
 
 DAEMON_CLAIM_NAME = "compute-domain-daemon"
 DAEMON_CONTAINER = "compute-domain-daemon"
-# The image's non-root user; the compute-domain plugin hands each domain's IMEX directory to it.
-DEFAULT_DAEMON_UID = 65532
 
 
 @dataclass(frozen=True)

@@ -280,7 +280,8 @@ def main(args: Any) -> int:
     if args.action == "check":
         return check()
     logs.setup(args.log_level, args.log_format)
-    from dra_fake.core.kube import StartupError, load_kube_client
+    from dra_fake.core.kube import load_kube_client
+    from dra_fake.core.kubeconfig import StartupError
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

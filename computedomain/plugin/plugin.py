@@ -22,8 +22,8 @@ from computedomain.plugin.edits import (
     write_channel_placeholders,
 )
 from computedomain.plugin.state import ComputeDomainState
-from dra_fake.core import logs
-from dra_fake.core.kube import StartupError, load_kube_client
+from dra_fake.core import logs, yamlio
+from dra_fake.core.kubeconfig import StartupError, check_config_source
 from dra_fake.core.resourceapi import ServerInfo
 from dra_fake.core.serving import ClaimState, PluginContext, run_plugin
 from dra_fake.core.slices import DesiredSlice
@@ -40,7 +40,7 @@ def resolve_clique_id(args: argparse.Namespace) -> str:
         clique = str(args.imex_clique_id)
     elif args.config:
         try:
-            doc = yaml.safe_load(Path(args.config).read_text()) or {}
+            doc = yamlio.safe_load(Path(args.config).read_text()) or {}
         except (OSError, yaml.YAMLError) as err:
             raise StartupError(f"--config {args.config}: {err}") from err
         clique = str((doc if isinstance(doc, dict) else {}).get("imexCliqueID") or "")
@@ -110,8 +110,8 @@ def run_cd_plugin(args: argparse.Namespace) -> int:
         if not args.node_name:
             raise StartupError("--node-name (NODE_NAME) is required")
         clique_id = resolve_clique_id(args)
-        api = load_kube_client(args.kubeconfig)
+        check_config_source(args.kubeconfig)
     except (StartupError, ValueError, OSError) as err:
         print(f"dra-fake compute-domain-kubelet-plugin: error: {err}", file=sys.stderr)
         return 2
-    return run_plugin(args, api, ComputeDomainDriver(args, clique_id))
+    return run_plugin(args, ComputeDomainDriver(args, clique_id))

@@ -26,6 +26,14 @@ class ClaimError(Exception):
         super().__init__(one_line(message))
 
 
+class ClaimNotFound(ClaimError):
+    """The API server has no such ResourceClaim."""
+
+
+class ClaimUnreadable(ClaimError):
+    """The API server answered the claim's GET with an error (other than not found)."""
+
+
 class PermanentClaimError(ClaimError):
     """The claim itself is unusable (not allocated, bad config, unknown device): retrying the same
     claim cannot succeed."""

@@ -4,19 +4,16 @@ service account; every request gets a timeout, so a half-open connection cannot 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import Any, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from dra_fake.core.kubeconfig import StartupError, kubeconfig_path
+
 # (connect, read) seconds for every API call; watches pass their own.
 REQUEST_TIMEOUT = (5.0, 30.0)
-
-
-class StartupError(Exception):
-    """A bad flag, config or environment: reported as one line before any socket exists."""
 
 
 class TimeoutApiClient(client.ApiClient):
@@ -31,14 +28,14 @@ class TimeoutApiClient(client.ApiClient):
 
 def kube_configuration(kubeconfig: str = "") -> client.Configuration:
     """--kubeconfig, else $KUBECONFIG, else the in-cluster service account."""
-    path = kubeconfig or os.environ.get("KUBECONFIG", "")
+    path = kubeconfig_path(kubeconfig)
     configuration = client.Configuration()
     try:
         if path:
             config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except (config.ConfigException, OSError) as err:
+    except Exception as err:  # ConfigException, OSError, YAMLError, a malformed field...
         where = f"kubeconfig {path}" if path else "in-cluster configuration (set --kubeconfig or KUBECONFIG)"
         raise StartupError(f"{where}: {err}") from err
     return configuration

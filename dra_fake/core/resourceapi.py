@@ -11,6 +11,7 @@ from typing import Any, Literal
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_fake.core.claims import ClaimNotFound, ClaimUnreadable
 from dra_fake.core.kube import get_json
 
 log = logging.getLogger(__name__)
@@ -82,10 +83,6 @@ def as_dict(obj: object) -> dict[str, Any]:
     return obj
 
 
-class ClaimNotFound(Exception):
-    pass
-
-
 class ApiNotReached(Exception):
     """The API server has not answered discovery yet (a plugin starting during an API outage)."""
 
@@ -119,7 +116,8 @@ class ResourceApi:
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """GET a ResourceClaim, falling back v1 -> v1beta2 -> v1beta1 among the served versions.
-        A 404 for the whole group version (not served any more) triggers one rediscovery."""
+        A 404 for the whole group version (not served any more) triggers one rediscovery.
+        ClaimNotFound, ClaimUnreadable (another error status), or the client's connection error."""
         for attempt in range(2):
             try:
                 return get_json(
@@ -130,7 +128,9 @@ class ResourceApi:
                 )
             except ApiException as err:
                 if err.status != 404:
-                    raise
+                    raise ClaimUnreadable(
+                        f"get ResourceClaim {namespace}/{name}: {err.status} {err.reason}"
+                    ) from err
                 if _is_object_not_found(err) or attempt == 1:
                     raise ClaimNotFound(f"ResourceClaim {namespace}/{name} not found") from err
                 self.rediscover()

@@ -13,27 +13,25 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from dra_fake.core import metrics
 from dra_fake.core.claims import ClaimError
-from dra_fake.core.events import post_node_event
-from dra_fake.core.kube import read_node
-from dra_fake.core.publisher import Publisher
-from dra_fake.core.resourceapi import ClaimNotFound, ResourceApi, ServerInfo, discover_dra
-from dra_fake.core.retry import with_backoff
-from dra_fake.core.slices import DesiredSlice
+from dra_fake.core.kubeconfig import StartupError
 from dra_fake.kubelet.api import ClaimRef, PreparedDevice, PrepareResult
 
 if TYPE_CHECKING:
+    from kubernetes import client
+
+    from dra_fake.core.publisher import Publisher
+    from dra_fake.core.resourceapi import ResourceApi, ServerInfo
+    from dra_fake.core.slices import DesiredSlice
     from dra_fake.kubelet.device_health import DeviceHealthBoard
 
 log = logging.getLogger(__name__)
@@ -54,7 +52,7 @@ class PluginContext:
     """What a driver gets to build its state from. The state is built and serves the kubelet
     from local files before the API server is reached; `node_uid` is filled in once it is."""
 
-    api: client.ApiClient
+    kubeconfig: str  # --kubeconfig ("": $KUBECONFIG, else in-cluster)
     node: str
     data_dir: Path  # <kubelet plugins dir>/<driver>, created (0750)
     cdi_root: Path
@@ -65,14 +63,47 @@ class PluginContext:
     # Set once the slices are published: ask the publisher to sync again now (the desired slices
     # changed, e.g. a fault tainted a device).
     republish: Callable[[], None] = lambda: None
+    _api: client.ApiClient | None = field(default=None, init=False, repr=False)
+    _resources: ResourceApi | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @property
+    def api(self) -> client.ApiClient:
+        """The API client, built on first use: importing the kubernetes client takes ~0.3 s,
+        which run_plugin spends after the sockets serve (docs/benchmarks.md#start-up).
+        StartupError if the kubeconfig is unusable."""
+        with self._lock:
+            if self._api is None:
+                from dra_fake.core.kube import load_kube_client
+
+                self._api = load_kube_client(self.kubeconfig)
+            return self._api
+
+    @property
+    def resources(self) -> ResourceApi:
+        """resource.k8s.io access through `api` (one for the process; discovery fills it in)."""
+        api = self.api
+        with self._lock:
+            if self._resources is None:
+                from dra_fake.core.resourceapi import ResourceApi
+
+                self._resources = ResourceApi(api)
+            return self._resources
 
     def checkpoint_error_hook(self, driver: str) -> Any:
-        """A corrupt checkpoint: counted, logged by the store, and shown as an Event on the Node."""
+        """A corrupt checkpoint: counted, logged by the store, and shown as an Event on the Node
+        (posted in the background: start-up does not wait for the API server)."""
 
-        def report(reason: str) -> None:
-            metrics.record_checkpoint_error(reason)
+        def post(reason: str) -> None:
+            from dra_fake.core.events import post_node_event
+
+            try:
+                api = self.api
+            except StartupError as err:
+                log.warning("could not record a Node event", extra={"error": str(err)})
+                return
             post_node_event(
-                self.api,
+                api,
                 self.node,
                 self.node_uid,
                 reason="CheckpointCorrupt",
@@ -80,6 +111,10 @@ class PluginContext:
                 "the prepared claims were recovered from the CDI specs (see the plugin log)",
                 component=f"{driver}-kubelet-plugin",
             )
+
+        def report(reason: str) -> None:
+            metrics.record_checkpoint_error(reason)
+            threading.Thread(target=post, args=(reason,), name="checkpoint-event", daemon=True).start()
 
         return report
 
@@ -108,8 +143,8 @@ class ClaimPreparer:
     """The kubelet's DriverHandler: fetch each claim from the API server, check it, prepare it in
     the state. Every claim gets its own result."""
 
-    def __init__(self, resources: ResourceApi, state: ClaimState) -> None:
-        self.resources = resources
+    def __init__(self, resources: Callable[[], ResourceApi], state: ClaimState) -> None:
+        self.resources = resources  # PluginContext.resources: built on the first call
         self.state = state
 
     def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
@@ -122,11 +157,9 @@ class ClaimPreparer:
         fields = {"claim": f"{ref.namespace}/{ref.name}", "claimUID": ref.uid}
         get = f"get ResourceClaim {ref.namespace}/{ref.name}"
         try:
-            claim = self.resources.get_claim(ref.namespace, ref.name)
-        except ClaimNotFound as err:
+            claim = self.resources().get_claim(ref.namespace, ref.name)
+        except ClaimError as err:  # not found, an error status
             return self._failed(fields, str(err))
-        except ApiException as err:
-            return self._failed(fields, f"{get}: {err.status} {err.reason}")
         except Exception as err:  # a connection error, a timeout: the API server is unreachable
             return self._failed(fields, f"{get}: {_describe(err)}")
         try:
@@ -178,13 +211,14 @@ def _describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
 
 
-def run_plugin(args: argparse.Namespace, api: client.ApiClient, driver: KubeletDriver) -> int:
+def run_plugin(args: argparse.Namespace, driver: KubeletDriver) -> int:
     """Serve `driver` on this node until SIGTERM/SIGINT (flags: dra_fake.cli's plugin flags).
 
     The kubelet is served from local state first: the checkpoint is reconciled and the sockets
-    are up before the API server is reached, so unprepare works through an API outage (prepare
-    needs the claim from the server and fails per claim until it is reached). Discovery, the
-    Node's UID and the ResourceSlices follow in the background, retried until they succeed."""
+    are up before the API server is reached (before the kubernetes client is even imported), so
+    unprepare works through an API outage (prepare needs the claim from the server and fails per
+    claim until it is reached). Discovery, the Node's UID and the ResourceSlices follow in the
+    background (dra_fake.core.publishing), retried until they succeed."""
     from dra_fake.kubelet.device_health import DeviceHealthBoard
     from dra_fake.kubelet.health import HealthServer
     from dra_fake.kubelet.server import KubeletPlugin, serve_forever
@@ -194,13 +228,16 @@ def run_plugin(args: argparse.Namespace, api: client.ApiClient, driver: KubeletD
     data_dir = Path(args.kubelet_plugins_directory_path) / args.driver_name
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
     board = DeviceHealthBoard()
-    ctx = PluginContext(api, args.node_name, data_dir, Path(args.cdi_root), stop, board)
-    state = driver.create_state(ctx)
+    ctx = PluginContext(args.kubeconfig, args.node_name, data_dir, Path(args.cdi_root), stop, board)
+    try:
+        state = driver.create_state(ctx)
+    except StartupError as err:
+        print(f"dra-fake {driver.display_name}: error: {err}", file=sys.stderr)
+        return 2
     state.startup()
     if args.metrics_port >= 0:
         metrics.start_metrics_server(args.metrics_port)
-    resources = ResourceApi(api)
-    handler = ClaimPreparer(resources, state)
+    handler = ClaimPreparer(lambda: ctx.resources, state)
     handler.update_gauges()  # initial values from the checkpoint
     kubelet = KubeletPlugin(
         args.driver_name,
@@ -217,7 +254,7 @@ def run_plugin(args: argparse.Namespace, api: client.ApiClient, driver: KubeletD
         health = HealthServer(kubelet, args.healthcheck_port, host=args.healthcheck_address)
         health.start()
         components.append(health)
-    publishing = _Publishing(args, api, driver, resources, ctx)
+    publishing = Publishing(args.driver_name, driver, ctx)
     threading.Thread(target=publishing.run, name="api-connect", daemon=True).start()
     components.insert(0, publishing)
     log.info(
@@ -232,27 +269,43 @@ def run_plugin(args: argparse.Namespace, api: client.ApiClient, driver: KubeletD
     return 0
 
 
-class _Publishing:
-    """Reach the API server (retried while it is away), then publish the node's slices."""
+class Publishing:
+    """Reach the API server (retried while it is away), then publish the node's slices and start
+    the driver's background work. Runs in its own thread, after the sockets serve: the modules
+    that talk to the API server (and the kubernetes client they import) are loaded there."""
 
-    def __init__(
-        self,
-        args: argparse.Namespace,
-        api: client.ApiClient,
-        driver: KubeletDriver,
-        resources: ResourceApi,
-        ctx: PluginContext,
-    ) -> None:
-        self.args, self.api, self.driver, self.resources, self.ctx = args, api, driver, resources, ctx
+    def __init__(self, driver_name: str, driver: KubeletDriver, ctx: PluginContext) -> None:
+        self.driver_name, self.driver, self.ctx = driver_name, driver, ctx
         self.publisher: Publisher | None = None
         self._stopped = threading.Event()
 
     def run(self) -> None:
+        """The thread's body: whatever ends it unexpectedly stops the plugin (exit code 1) rather
+        than leaving it serving without slices."""
         try:
-            server: ServerInfo = with_backoff("API discovery", lambda: discover_dra(self.api), self._stopped)
-            self.resources.discovered(server)
+            self._run()
+        except Exception as err:
+            log.exception("reaching the API server failed")
+            self.ctx.failure = f"reaching the API server failed: {type(err).__name__}: {err}"
+            self.ctx.stop.set()
+
+    def _run(self) -> None:
+        from dra_fake.core.kube import read_node
+        from dra_fake.core.publisher import Publisher
+        from dra_fake.core.resourceapi import discover_dra
+        from dra_fake.core.retry import with_backoff
+
+        try:
+            api, resources = self.ctx.api, self.ctx.resources
+        except StartupError as err:
+            self.ctx.failure = str(err)
+            self.ctx.stop.set()
+            return
+        try:
+            server: ServerInfo = with_backoff("API discovery", lambda: discover_dra(api), self._stopped)
+            resources.discovered(server)
             node = with_backoff(
-                f"get Node {self.ctx.node}", lambda: read_node(self.api, self.ctx.node), self._stopped
+                f"get Node {self.ctx.node}", lambda: read_node(api, self.ctx.node), self._stopped
             )
         except Exception:
             if self._stopped.is_set():
@@ -266,7 +319,7 @@ class _Publishing:
             return
         log.info(
             "API server",
-            extra={"version": "{}.{}".format(*server.version), "resourceApi": self.resources.version},
+            extra={"version": "{}.{}".format(*server.version), "resourceApi": resources.version},
         )
 
         def desired() -> list[DesiredSlice]:
@@ -274,9 +327,7 @@ class _Publishing:
             self.ctx.device_health.set_devices(self.ctx.node, (d["name"] for s in slices for d in s.devices))
             return slices
 
-        publisher = Publisher(
-            self.resources, self.args.driver_name, self.ctx.node, self.ctx.node_uid, desired
-        )
+        publisher = Publisher(resources, self.driver_name, self.ctx.node, self.ctx.node_uid, desired)
         self.publisher = publisher
         self.ctx.republish = publisher.resync
         if not self._stopped.is_set():

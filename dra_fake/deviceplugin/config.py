@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from dra_fake.core import yamlio
 from dra_fake.gpu.gfd import MIG_STRATEGIES  # GFD's and the device plugin's are one setting
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,7 @@ def parse_config_file(text: str | None, source: str = "config file") -> dict[str
     if not text or not text.strip():
         return {}
     try:
-        doc = yaml.safe_load(text)
+        doc = yamlio.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{source}: not YAML or JSON: {err}") from None
     doc = _mapping(doc, source)

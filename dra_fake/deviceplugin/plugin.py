@@ -16,7 +16,8 @@ from pathlib import Path
 
 from dra_fake.core import cdi, logs
 from dra_fake.core.atomic import atomic_write
-from dra_fake.core.kube import StartupError, load_kube_client
+from dra_fake.core.kube import load_kube_client
+from dra_fake.core.kubeconfig import StartupError
 from dra_fake.core.retry import run_forever, with_backoff
 from dra_fake.deviceplugin.allocate import CDI_SPEC_FILE, cdi_spec, names_cdi
 from dra_fake.deviceplugin.config import ConfigError, Flags, PluginConfig, parse_bool, resolve

@@ -35,16 +35,16 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.core import logs
+from dra_fake.core import logs, yamlio
 from dra_fake.core.informer import run_informer
 from dra_fake.core.kube import (
-    StartupError,
     TimeoutApiClient,
     kube_configuration,
     read_node,
     release,
     send_json,
 )
+from dra_fake.core.kubeconfig import StartupError
 from dra_fake.core.publisher import Publisher
 from dra_fake.core.resourceapi import (
     RESOURCE_GROUP,
@@ -653,7 +653,7 @@ def load_fleet_inventory(path: str) -> InventoryConfig:
     if not path:
         return default_config()
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yamlio.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as err:
         raise InventoryError(f"{path}: {err}") from None
     return parse_config(data, path)

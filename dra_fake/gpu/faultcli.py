@@ -64,7 +64,8 @@ def add_fault_parser(sub: Any) -> None:
 def run_fault_command(args: argparse.Namespace) -> int:
     from kubernetes import client
 
-    from dra_fake.core.kube import StartupError, load_kube_client
+    from dra_fake.core.kube import load_kube_client
+    from dra_fake.core.kubeconfig import StartupError
 
     try:
         api = load_kube_client(args.kubeconfig)

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, ValidationError
 
+from dra_fake.core import yamlio
 from dra_fake.gpu.devices import AllocatableDevice, MigPlacement, gpu_uuid, mig_uuid
 from dra_fake.gpu.profiles import (
     GpuProfile,
@@ -141,7 +142,7 @@ def load_inventory(config_path: Path | None, node_name: str, profile_dirs: Seque
     if config_path is None:
         return build_inventory(default_config(), node_name, profiles)
     try:
-        data = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+        data = yamlio.safe_load(config_path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:
         raise InventoryError(f"{source}: {error}") from None
     return build_inventory(parse_config(data, source), node_name, profiles, source=source)

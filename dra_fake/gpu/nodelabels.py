@@ -20,7 +20,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_fake.core import logs
-from dra_fake.core.kube import StartupError, get_json, load_kube_client, merge_patch, read_node
+from dra_fake.core.kube import get_json, load_kube_client, merge_patch, read_node
+from dra_fake.core.kubeconfig import StartupError
 from dra_fake.gpu.gfd import PREFIX
 
 log = logging.getLogger(__name__)

@@ -10,25 +10,24 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dra_fake.core import logs
-from dra_fake.core.kube import StartupError, load_kube_client
-from dra_fake.core.resourceapi import ServerInfo
+from dra_fake.core.kubeconfig import StartupError, check_config_source
 from dra_fake.core.retry import with_backoff
 from dra_fake.core.serving import ClaimState, PluginContext, run_plugin
 from dra_fake.core.slices import DesiredSlice
 from dra_fake.gpu.configs import GATE_DYNAMIC_MIG, FeatureGates
 from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
 from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, FaultTracker, servable_taints
-from dra_fake.gpu.faultwatch import FaultWatcher, NodeFaults
 from dra_fake.gpu.gfd import MIG_STRATEGIES, gfd_labels
 from dra_fake.gpu.inventory import Inventory, InventoryError, load_inventory
-from dra_fake.gpu.monitor import GpuMonitor
-from dra_fake.gpu.nodelabels import apply_labels, machine_type
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.gpu.slices import desired_slices, shuffled
 from dra_fake.gpu.state import DeviceState
+
+if TYPE_CHECKING:
+    from dra_fake.core.resourceapi import ServerInfo
 
 GATE_HEALTH_CHECK = "NVMLDeviceHealthCheck"
 KNOWN_GATES = ("TimeSlicingSettings", "MPSSupport", "DynamicMIG", GATE_HEALTH_CHECK)
@@ -153,6 +152,11 @@ class GpuDriver:
         """The telemetry (nvidia-smi's live files, dcgm-exporter's /metrics), the node's GFD labels,
         and the watch of this node's GpuFaults: taints with NVMLDeviceHealthCheck (as NVIDIA); the
         health stream, nvidia-smi and the metrics always."""
+        # These talk to the API server: imported here, after the sockets serve (run_plugin).
+        from dra_fake.gpu.faultwatch import FaultWatcher, NodeFaults
+        from dra_fake.gpu.monitor import GpuMonitor
+        from dra_fake.gpu.nodelabels import apply_labels, machine_type
+
         health_check = self.gates.enabled(GATE_HEALTH_CHECK)
         if self.nvidia_smi is None or self.state is None:
             raise RuntimeError("start_background before create_state")
@@ -209,7 +213,7 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
             )
         profile_dirs = [Path(args.profiles_dir)] if args.profiles_dir else []
         inventory = load_inventory(Path(args.config) if args.config else None, args.node_name, profile_dirs)
-        api = load_kube_client(args.kubeconfig)
+        check_config_source(args.kubeconfig)
     except (StartupError, InventoryError, ValueError, OSError) as err:
         print(f"dra-fake gpu-kubelet-plugin: error: {err}", file=sys.stderr)
         return 2
@@ -230,4 +234,4 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         observability,
         args.allow_device_plugin == "true",
     )
-    return run_plugin(args, api, driver)
+    return run_plugin(args, driver)

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from dra_fake.core import yamlio
 from dra_fake.gpu.profiles.models import GpuProfile, MigProfile, PcieLink, PciSlot, Placement
 
 __all__ = [
@@ -153,7 +154,7 @@ def _yaml_files(directory: Path) -> list[Path]:
 
 def _read_mapping(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yamlio.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:
         raise ProfileError(f"{path}: {error}") from None
     if not isinstance(data, dict):
