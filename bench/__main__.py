@@ -45,6 +45,9 @@ def main() -> int:
         default=1000,
         help="nodes kept Ready by fleet Leases under the node lifecycle controller (0 skips)",
     )
+    parser.add_argument(
+        "--cd-sizes", default="200,1000", help="comma-separated sizes of the ComputeDomain create bursts"
+    )
     parser.add_argument("--rounds-1", type=int, default=2, help="rounds over the 128 one-device claims")
     parser.add_argument("--rounds-8", type=int, default=8, help="rounds over the 16 eight-device claims")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -60,7 +63,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.smoke:
-        args.fleet_sizes, args.rounds_1, args.rounds_8, args.repeat = "5", 1, 1, 1
+        args.fleet_sizes, args.cd_sizes, args.rounds_1, args.rounds_8, args.repeat = "5", "5", 1, 1, 1
         args.fleet_memory = args.fleet_heartbeats = 0
         if args.out == RESULTS:
             args.out = Path(tempfile.mkdtemp(prefix="dra-bench-smoke-"))
@@ -116,7 +119,10 @@ def main() -> int:
             sections.append(("fleet", lambda: fleet.run(cluster, work, sizes)))
         if args.fleet_heartbeats:
             sections.append(("fleet_heartbeats", lambda: fleet.heartbeats(cluster, args.fleet_heartbeats)))
-        sections.append(("computedomain", lambda: computedomain.run(cluster, 5 if args.smoke else 200)))
+        cd_sizes = [int(x) for x in args.cd_sizes.split(",") if x.strip()]
+        sections.append(
+            ("computedomain", lambda: computedomain.bursts(cluster, cd_sizes, 2 if args.smoke else 20))
+        )
         if args.fleet_memory:  # last: its nodes stay until the cluster goes
             sections.append(("fleet_memory", lambda: fleet.memory(cluster, args.fleet_memory)))
         only = {x.strip() for x in args.only.split(",") if x.strip()}
