@@ -389,7 +389,7 @@ def test_compute_domain_rbac_is_least_privilege() -> None:
         ("", "events", ("create",)),
     ]
     assert rules(by_name(docs, "Role", ctrl)) == [  # leader election off: no Lease rules
-        ("apps", "daemonsets", ("list", "create", "delete", "patch")),
+        ("apps", "daemonsets", ("get", "list", "create", "delete", "patch")),
         ("resource.nvidia.com", "computedomaincliques", ("list", "watch", "delete")),
         ("", "pods", ("list", "watch")),
     ]

@@ -479,48 +479,54 @@ def test_the_controller_retries_transient_api_errors_forever() -> None:
     assert list(itertools.islice(iter(backoffs), 3)) == [1.0, 1.0, 2.0]  # every request starts anew
 
 
-def test_orphan_cleanup_keeps_the_clique_of_a_domain_created_during_the_pass() -> None:
+def test_orphan_cleanup_keeps_the_clique_of_a_domain_created_during_the_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Found by the kill soak: the pass listed the ComputeDomains, then the cliques; a domain and
     its clique created in between made the clique look orphaned, and it was deleted (the channel
     then waited for a Ready daemon forever)."""
-    from types import SimpleNamespace
+    import json
 
     from kubernetes import client
 
-    from computedomain.api import CD_LABEL, PLURAL
+    from computedomain.api import CD_LABEL, CLIQUE_PLURAL, PLURAL
+    from computedomain.controller import reconcile
     from computedomain.controller.reconcile import Reconciler
 
     domains: list[dict[str, Any]] = []
     deleted: list[str] = []
+    creating = [True]  # the domain "new" is created while its clique is listed
+    clique = {"metadata": {"name": "new.clique", "labels": {CD_LABEL: "new"}}}
 
-    class Custom:
-        def list_cluster_custom_object(self, group: str, version: str, plural: str, **_: Any) -> Any:
-            return {"items": list(domains) if plural == PLURAL else []}
+    class Answer:
+        def __init__(self, body: dict[str, Any]) -> None:
+            self.body = body
 
-        def list_namespaced_custom_object(self, *_: Any, **__: Any) -> Any:
-            domains.append({"metadata": {"uid": "new"}})  # created a moment ago, its daemon joined
-            return {"items": [{"metadata": {"name": "new.clique", "labels": {CD_LABEL: "new"}}}]}
+        def read(self) -> bytes:
+            return json.dumps(self.body).encode()
 
-        def delete_namespaced_custom_object(self, *args: Any) -> None:
-            deleted.append(args[-1])
+    def request(api: Any, method: str, path: str, **_: Any) -> Answer:
+        if method == "DELETE":
+            deleted.append(path.rsplit("/", 1)[1])
+            return Answer({})
+        if path.endswith(CLIQUE_PLURAL):
+            if creating[0]:
+                domains.append({"metadata": {"uid": "new"}})
+            return Answer({"items": [clique]})
+        return Answer({"items": []})
 
-    none = SimpleNamespace(items=[])
+    monkeypatch.setattr(reconcile, "request", request)
+    monkeypatch.setattr(reconcile, "release", lambda resp: None)
+    monkeypatch.setattr(
+        reconcile, "get_json", lambda api, path: {"items": list(domains) if path.endswith(PLURAL) else []}
+    )
     settings = objects.DaemonSettings(
         namespace="ns", image="i", service_account="sa", max_nodes_per_imex_domain=18
     )
     reconciler = Reconciler(client.ApiClient(), settings)
-    reconciler.custom = Custom()  # type: ignore[assignment]
-    reconciler.apps = SimpleNamespace(list_namespaced_daemon_set=lambda *a, **k: none)  # type: ignore[assignment]
-    reconciler.core = SimpleNamespace(list_node=lambda *a, **k: none)  # type: ignore[assignment]
     assert reconciler.cleanup_orphans()["cliques"] == [] and deleted == []
     domains.clear()  # the domain is deleted: now its clique is an orphan
-    reconciler.custom = SimpleNamespace(  # type: ignore[assignment]
-        list_cluster_custom_object=lambda g, v, plural, **k: {"items": []},
-        list_namespaced_custom_object=lambda *a, **k: {
-            "items": [{"metadata": {"name": "new.clique", "labels": {CD_LABEL: "new"}}}]
-        },
-        delete_namespaced_custom_object=lambda *a: deleted.append(a[-1]),
-    )
+    creating[0] = False
     assert reconciler.cleanup_orphans()["cliques"] == ["new.clique"] and deleted == ["new.clique"]
 
 

@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from computedomain.api import CD_LABEL, CLIQUE_PLURAL, FINALIZER, GROUP, PLURAL, VERSION, daemon_object_name
 from computedomain.controller import objects
-from dra_fake.core.resourceapi import as_dict
+from dra_fake.core.kube import get_json, release, request
 
 log = logging.getLogger("computedomain.reconcile")
 
@@ -29,11 +29,6 @@ class NotDoneYet(Exception):
 class ForeignObject(Exception):
     """An object we would create exists and is not ours: retrying cannot help until a person
     removes it (the periodic sync creates ours once it is gone)."""
-
-
-def _dicts(api: client.ApiClient, items: Any) -> list[dict[str, Any]]:
-    """Typed client models -> plain JSON dicts (camelCase keys, as the API server sends them)."""
-    return list(api.sanitize_for_serialization(items))  # type: ignore[no-untyped-call]
 
 
 def _drop_finalizer(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,34 +46,76 @@ def _ignore(err: ApiException, *codes: int) -> None:
 
 
 class Reconciler:
+    """Every request as plain JSON (dra_fake.core.kube.request): the typed client's models cost
+    the controller more CPU than the requests themselves (a LIST of DaemonSets deserialised into
+    V1DaemonSet objects was a quarter of its time in a burst of deletions). A domain's DaemonSet
+    and daemon template are found by name (`daemon_object_name`), not by a LIST per step."""
+
     def __init__(self, api: client.ApiClient, settings: objects.DaemonSettings) -> None:
         self.api = api
-        self.core = client.CoreV1Api(api)
-        self.apps = client.AppsV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
         self.settings = settings
         # ResourceClaimTemplates in the version the server serves (v1beta1 on 1.32, v1beta2 on 1.33).
-        self.resource = ("resource.k8s.io", settings.resource_version)
+        self.templates = f"/apis/resource.k8s.io/{settings.resource_version}"
 
     @property
     def namespace(self) -> str:
         return self.settings.namespace
 
+    # --- requests -----------------------------------------------------------------------------
+
+    def _rct_path(self, namespace: str, name: str = "") -> str:
+        return f"{self.templates}/namespaces/{namespace}/resourceclaimtemplates" + (
+            f"/{name}" if name else ""
+        )
+
+    def _ds_path(self, uid: str = "") -> str:
+        return f"/apis/apps/v1/namespaces/{self.namespace}/daemonsets" + (
+            f"/{daemon_object_name(uid)}" if uid else ""
+        )
+
+    def _get(self, path: str) -> dict[str, Any] | None:
+        try:
+            return get_json(self.api, path)
+        except ApiException as err:
+            _ignore(err, 404)
+            return None
+
+    def _list(self, path: str, label_selector: str) -> list[dict[str, Any]]:
+        resp = request(self.api, "GET", path, query={"label_selector": label_selector})
+        try:
+            return list(json.loads(resp.read())["items"])
+        finally:
+            release(resp)
+
+    def _delete(self, path: str) -> None:
+        try:
+            release(request(self.api, "DELETE", path))
+        except ApiException as err:
+            _ignore(err, 404)
+
+    def _json_patch(self, path: str, patch: list[dict[str, Any]]) -> bool:
+        """A JSON patch; False if the object is gone or its `test` failed (changed meanwhile)."""
+        try:
+            release(request(self.api, "PATCH", path, body=patch, content_type="application/json-patch+json"))
+            return True
+        except ApiException as err:
+            _ignore(err, 404, 409, 422)
+            return False
+
     # --- create / resume ----------------------------------------------------------------------
 
     def ensure(self, cd: dict[str, Any], new: bool = False) -> list[str]:
-        """Daemon template + DaemonSet (if no DaemonSet for the UID), then the workload template.
-        Returns the names of the objects created. For a `new` ComputeDomain (just created) the
-        DaemonSet is not looked for first: a create that finds it answers 409."""
+        """Daemon template + DaemonSet (if the domain has no DaemonSet), then the workload
+        template. Returns the names of the objects created. For a `new` ComputeDomain (just
+        created) the DaemonSet is not looked for first: a create that finds it answers 409."""
         uid = cd["metadata"]["uid"]
         created = []
-        if new or not self._daemon_sets(uid):
+        if new or self._get(self._ds_path(uid)) is None:
             if self._create_rct(objects.daemon_template(uid, self.namespace, self.settings.resource_version)):
                 created.append(f"ResourceClaimTemplate {self.namespace}/{daemon_object_name(uid)}")
             try:
-                self.apps.create_namespaced_daemon_set(
-                    self.namespace,
-                    objects.daemon_set(uid, self.settings),  # type: ignore[arg-type]
+                release(
+                    request(self.api, "POST", self._ds_path(), body=objects.daemon_set(uid, self.settings))
                 )
                 created.append(f"DaemonSet {self.namespace}/{daemon_object_name(uid)}")
             except ApiException as err:
@@ -90,7 +127,9 @@ class Reconciler:
             )
             existing = None
         else:
-            existing = self._get_rct(workload["metadata"]["namespace"], workload["metadata"]["name"])
+            existing = self._get(
+                self._rct_path(workload["metadata"]["namespace"], workload["metadata"]["name"])
+            )
         if existing is not None and (existing["metadata"].get("labels") or {}).get(CD_LABEL) != uid:
             raise ForeignObject(
                 f"ResourceClaimTemplate {workload['metadata']['namespace']}/{workload['metadata']['name']} "
@@ -101,43 +140,27 @@ class Reconciler:
         return created
 
     def _create_rct(self, obj: dict[str, Any]) -> bool:
-        """Create with compact, key-sorted JSON. The API server keeps opaque `parameters` as the raw
-        bytes it received and compares them byte-wise on every later update (spec is immutable);
-        a patch re-serialises them compact and sorted, so bytes sent any other way (the Python
-        client's `json.dumps` adds spaces) would make the finalizer impossible to remove. Sent as
-        application/yaml because the client's JSON path would re-serialise the string."""
-        namespace = obj["metadata"]["namespace"]
-        path = f"/apis/{self.resource[0]}/{self.resource[1]}/namespaces/{namespace}/resourceclaimtemplates"
-        method, url, headers, _, _ = self.api.param_serialize(
-            "POST",
-            path,
-            header_params={"Content-Type": "application/yaml", "Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        response = self.api.call_api(
-            method, url, header_params=headers, body=json.dumps(obj, sort_keys=True, separators=(",", ":"))
-        )
-        body = response.read()  # type: ignore[no-untyped-call]
-        if response.status == 409:
-            return False
-        if response.status >= 300:
-            raise ApiException(status=response.status, reason=response.reason or "", body=body)
-        return True
-
-    def _get_rct(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Create with compact, key-sorted JSON (False: it exists). The API server keeps opaque
+        `parameters` as the raw bytes it received and compares them byte-wise on every later
+        update (spec is immutable); a patch re-serialises them compact and sorted, so bytes sent
+        any other way (the Python client's `json.dumps` adds spaces) would make the finalizer
+        impossible to remove. Sent as application/yaml (JSON is YAML) because the client's JSON
+        path would serialise the body again."""
+        body = json.dumps(obj, sort_keys=True, separators=(",", ":"))
         try:
-            return as_dict(
-                self.custom.get_namespaced_custom_object(
-                    *self.resource, namespace, "resourceclaimtemplates", name
+            release(
+                request(
+                    self.api,
+                    "POST",
+                    self._rct_path(obj["metadata"]["namespace"]),
+                    body=body,
+                    content_type="application/yaml",
                 )
             )
         except ApiException as err:
-            _ignore(err, 404)
-            return None
-
-    def _daemon_sets(self, uid: str) -> list[dict[str, Any]]:
-        found = self.apps.list_namespaced_daemon_set(self.namespace, label_selector=f"{CD_LABEL}={uid}")
-        return _dicts(self.api, found.items)
+            _ignore(err, 409)
+            return False
+        return True
 
     # --- delete -------------------------------------------------------------------------------
 
@@ -150,85 +173,47 @@ class Reconciler:
         workload = (((cd.get("spec") or {}).get("channel") or {}).get("resourceClaimTemplate") or {}).get(
             "name"
         )
-        workload_ref = (meta["namespace"], workload) if workload else None
-        if workload_ref:
-            existing = self._get_rct(*workload_ref)
+        workload_path = self._rct_path(meta["namespace"], workload) if workload else None
+        if workload_path:
+            existing = self._get(workload_path)
             if existing is not None and (existing["metadata"].get("labels") or {}).get(CD_LABEL) == uid:
-                self._delete_rct(*workload_ref)
+                self._delete(workload_path)
             else:
-                workload_ref = None
-        self._delete_ds(uid)
-        self._delete_rct(self.namespace, daemon_object_name(uid))
+                workload_path = None
+        daemon_template = self._rct_path(self.namespace, daemon_object_name(uid))
+        self._delete(self._ds_path(uid))
+        self._delete(daemon_template)
         self.remove_node_labels(uid)
-        if workload_ref:
-            self._release_rct(*workload_ref)
-        self._release_rct(self.namespace, daemon_object_name(uid))
-        self._release_ds(uid)
         remaining = []
-        if workload_ref and self._get_rct(*workload_ref) is not None:
+        if workload_path and not self._release(workload_path):
             remaining.append("workload ResourceClaimTemplate")
-        if self._get_rct(self.namespace, daemon_object_name(uid)) is not None:
+        if not self._release(daemon_template):
             remaining.append("daemon ResourceClaimTemplate")
-        if self._daemon_sets(uid):
+        if not self._release(self._ds_path(uid)):
             remaining.append("DaemonSet")
         if remaining:
             raise NotDoneYet(f"waiting for {', '.join(remaining)} to go away")
         log.info("ComputeDomain objects deleted", extra={"computeDomain": uid})
 
-    def _delete_rct(self, namespace: str, name: str) -> None:
-        try:
-            self.custom.delete_namespaced_custom_object(
-                *self.resource, namespace, "resourceclaimtemplates", name
-            )
-        except ApiException as err:
-            _ignore(err, 404)
-
-    def _release_rct(self, namespace: str, name: str) -> None:
-        obj = self._get_rct(namespace, name)
-        patch = _drop_finalizer(obj) if obj else []
-        if not patch:
-            return
-        try:
-            self.custom.patch_namespaced_custom_object(
-                *self.resource,
-                namespace,
-                "resourceclaimtemplates",
-                name,
-                patch,
-                _content_type="application/json-patch+json",
-            )
-        except ApiException as err:
-            _ignore(err, 404, 409, 422)
-
-    def _delete_ds(self, uid: str) -> None:
-        for ds in self._daemon_sets(uid):
-            try:
-                self.apps.delete_namespaced_daemon_set(ds["metadata"]["name"], self.namespace)
-            except ApiException as err:
-                _ignore(err, 404)
-
-    def _release_ds(self, uid: str) -> None:
-        for ds in self._daemon_sets(uid):
-            patch = _drop_finalizer(ds)
-            if patch:
-                try:
-                    self.apps.patch_namespaced_daemon_set(ds["metadata"]["name"], self.namespace, patch)
-                except ApiException as err:
-                    _ignore(err, 404, 409, 422)
+    def _release(self, path: str) -> bool:
+        """Drop our finalizer from the object at `path`; True when it is gone (or going without
+        our finalizer: nothing of ours holds it)."""
+        obj = self._get(path)
+        if obj is None:
+            return True
+        patch = _drop_finalizer(obj)
+        return bool(patch) and self._json_patch(path, patch) and self._get(path) is None
 
     def remove_node_labels(self, uid: str) -> list[str]:
         removed = []
-        for node in _dicts(self.api, self.core.list_node(label_selector=f"{CD_LABEL}={uid}").items):
+        path = "/metadata/labels/" + CD_LABEL.replace("/", "~1")
+        for node in self._list("/api/v1/nodes", f"{CD_LABEL}={uid}"):
             name = str(node["metadata"]["name"])
-            path = "/metadata/labels/" + CD_LABEL.replace("/", "~1")
-            try:
-                self.core.patch_node(
-                    name,
-                    [{"op": "test", "path": path, "value": uid}, {"op": "remove", "path": path}],
-                )
+            if self._json_patch(
+                f"/api/v1/nodes/{name}",
+                [{"op": "test", "path": path, "value": uid}, {"op": "remove", "path": path}],
+            ):
                 removed.append(name)
-            except ApiException as err:
-                _ignore(err, 404, 409, 422)
         if removed:
             log.info("node labels removed", extra={"computeDomain": uid, "nodes": removed})
         return removed
@@ -240,46 +225,35 @@ class Reconciler:
         longer exist (NVIDIA's CleanupManager). The objects are listed before the ComputeDomains:
         each is made after its domain, so a domain created meanwhile is in the second list (listed
         the other way round, a domain and clique created between the two lists looked orphaned)."""
-        rcts = as_dict(
-            self.custom.list_cluster_custom_object(
-                *self.resource, "resourceclaimtemplates", label_selector=CD_LABEL
-            )
-        )["items"]
-        daemon_sets = _dicts(
-            self.api, self.apps.list_namespaced_daemon_set(self.namespace, label_selector=CD_LABEL).items
-        )
-        cliques = as_dict(
-            self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, CLIQUE_PLURAL, label_selector=CD_LABEL
-            )
-        )["items"]
-        nodes = _dicts(self.api, self.core.list_node(label_selector=CD_LABEL).items)
+        rcts = self._list(f"{self.templates}/resourceclaimtemplates", CD_LABEL)
+        daemon_sets = self._list(self._ds_path(), CD_LABEL)
+        cliques = self._list(f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{CLIQUE_PLURAL}", CD_LABEL)
+        nodes = self._list("/api/v1/nodes", CD_LABEL)
         live = {
-            cd["metadata"]["uid"]
-            for cd in as_dict(self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))["items"]
+            cd["metadata"]["uid"] for cd in get_json(self.api, f"/apis/{GROUP}/{VERSION}/{PLURAL}")["items"]
         }
         done: dict[str, list[str]] = {"templates": [], "daemonSets": [], "cliques": [], "nodes": []}
         for rct in rcts:
             m = rct["metadata"]
             if m["labels"][CD_LABEL] not in live:
-                self._delete_rct(m["namespace"], m["name"])
-                self._release_rct(m["namespace"], m["name"])
+                path = self._rct_path(m["namespace"], m["name"])
+                self._delete(path)
+                self._release(path)
                 done["templates"].append(f"{m['namespace']}/{m['name']}")
         for ds in daemon_sets:
-            uid = ds["metadata"]["labels"][CD_LABEL]
-            if uid not in live:
-                self._delete_ds(uid)
-                self._release_ds(uid)
-                done["daemonSets"].append(ds["metadata"]["name"])
+            m = ds["metadata"]
+            if m["labels"][CD_LABEL] not in live:
+                path = f"{self._ds_path()}/{m['name']}"
+                self._delete(path)
+                self._release(path)
+                done["daemonSets"].append(m["name"])
         for clique in cliques:
-            if clique["metadata"]["labels"][CD_LABEL] not in live:
-                try:
-                    self.custom.delete_namespaced_custom_object(
-                        GROUP, VERSION, self.namespace, CLIQUE_PLURAL, clique["metadata"]["name"]
-                    )
-                    done["cliques"].append(clique["metadata"]["name"])
-                except ApiException as err:
-                    _ignore(err, 404)
+            m = clique["metadata"]
+            if m["labels"][CD_LABEL] not in live:
+                self._delete(
+                    f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{CLIQUE_PLURAL}/{m['name']}"
+                )
+                done["cliques"].append(m["name"])
         for node in nodes:
             uid = node["metadata"]["labels"][CD_LABEL]
             if uid not in live and self.remove_node_labels(uid):
