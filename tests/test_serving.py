@@ -3,6 +3,7 @@ its own result, whatever happens to another, and the error says what failed."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -141,3 +142,27 @@ def test_the_config_source_is_checked_before_the_sockets(tmp_path: Path) -> None
     kubeconfig.write_text("apiVersion: v1\n")
     check_config_source("", environ={"KUBECONFIG": str(kubeconfig)})
     check_config_source("", environ={"KUBERNETES_SERVICE_HOST": "10.96.0.1"})
+
+
+def test_fixed_credentials_skip_the_per_request_refresh_hook(tmp_path: Path) -> None:
+    """The client's hook re-applies the kubeconfig before every request; it is dropped only when
+    nothing can expire (an exec plugin's token can: kept)."""
+    from dra_fake.core.kube import kube_configuration
+
+    def kubeconfig(user: dict[str, Any]) -> str:
+        path = tmp_path / f"kc-{len(list(tmp_path.iterdir()))}"
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "c",
+            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443"}}],
+            "users": [{"name": "u", "user": user}],
+        }
+        path.write_text(json.dumps(doc))
+        return str(path)
+
+    fixed = kube_configuration(kubeconfig({"token": "t0k3n"}))
+    assert fixed.refresh_api_key_hook is None and fixed.api_key["BearerToken"] == "Bearer t0k3n"
+    plugin = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "true"}}
+    assert kube_configuration(kubeconfig({"token": "t0k3n", **plugin})).refresh_api_key_hook is not None

@@ -36,12 +36,13 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dra_fake.core import logs, yamlio
-from dra_fake.core.informer import run_informer
+from dra_fake.core.informer import lister, run_informer
 from dra_fake.core.kube import (
     TimeoutApiClient,
     kube_configuration,
     read_node,
     release,
+    request,
     send_json,
 )
 from dra_fake.core.kubeconfig import StartupError
@@ -208,7 +209,6 @@ class Fleet:
         self.inventory = inventory
         self.profiles = profiles
         self.options = options
-        self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.cache = SliceCache()
         self.queue = WorkQueue()
@@ -357,7 +357,7 @@ class Fleet:
         run_informer(
             self.stop_event,
             "nodes",
-            self.core.list_node,
+            lister(self.api, "/api/v1/nodes"),
             {"label_selector": self.selector},
             on_list,
             on_event,
@@ -543,24 +543,21 @@ class Fleet:
                 return
             meta = obj["metadata"]
             try:
+                path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
                 if meta.get("deletionTimestamp"):
-                    resp = self.core.delete_namespaced_pod(
-                        meta["name"],
-                        meta["namespace"],
-                        grace_period_seconds=0,
-                        body=client.V1DeleteOptions(
-                            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
-                        ),
-                        _preload_content=False,
-                    )
-                    release(resp)
+                    options = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+                    release(request(self.api, "DELETE", path, body=options, content_type="application/json"))
                     return
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 patch = pod_running_status(obj, now)
                 if patch is not None:
                     release(
-                        self.core.patch_namespaced_pod_status(
-                            meta["name"], meta["namespace"], patch, _preload_content=False
+                        request(
+                            self.api,
+                            "PATCH",
+                            f"{path}/status",
+                            body=patch,
+                            content_type="application/strategic-merge-patch+json",
                         )
                     )
                     with self._lock:
@@ -583,7 +580,7 @@ class Fleet:
         run_informer(
             self.stop_event,
             "pods",
-            self.core.list_pod_for_all_namespaces,
+            lister(self.api, "/api/v1/pods"),
             {"field_selector": "spec.nodeName!="},
             on_list,
             on_event,
