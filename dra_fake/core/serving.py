@@ -218,7 +218,7 @@ def run_plugin(args: argparse.Namespace, driver: KubeletDriver) -> int:
     are up before the API server is reached (before the kubernetes client is even imported), so
     unprepare works through an API outage (prepare needs the claim from the server and fails per
     claim until it is reached). Discovery, the Node's UID and the ResourceSlices follow in the
-    background (dra_fake.core.publishing), retried until they succeed."""
+    background (`Publishing`, below), retried until they succeed."""
     from dra_fake.kubelet.device_health import DeviceHealthBoard
     from dra_fake.kubelet.health import HealthServer
     from dra_fake.kubelet.server import KubeletPlugin, serve_forever
