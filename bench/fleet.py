@@ -3,12 +3,16 @@ objects (Node, untaint, its ResourceSlices) as fast as the API server accepts th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from kubernetes.client.exceptions import ApiException
 
 from bench.common import CONFIGS, DRABENCH, REPO, BenchError, poll, run_json
 from bench.prepare import cluster_api
@@ -35,6 +39,21 @@ def _cleanup(cluster: LocalCluster, fleet: str) -> None:
         ("/apis/resource.k8s.io/v1/resourceslices", {"field_selector": driver}),
     ):
         release(request(api, "DELETE", path, query=query))
+    # The nodes' Leases (unlabelled, as the kubelet's) too: left to the garbage collector, a
+    # thousand of them kept it busy into the next section.
+    leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+    names = [
+        lease["metadata"]["name"]
+        for lease in get_json(api, leases)["items"]
+        if lease["metadata"]["name"].startswith(f"{fleet}-")
+    ]
+
+    def delete_lease(name: str) -> None:
+        with contextlib.suppress(ApiException):  # gone already (the collector was quicker)
+            release(request(api, "DELETE", f"{leases}/{name}"))
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(delete_lease, names))
 
     def left(path: str) -> bool:
         return bool(get_json(api, path)["items"])
