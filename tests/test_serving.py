@@ -141,6 +141,7 @@ def test_the_config_source_is_checked_before_the_sockets(tmp_path: Path) -> None
         check_config_source("", environ={})
     kubeconfig.write_text("apiVersion: v1\n")
     check_config_source("", environ={"KUBECONFIG": str(kubeconfig)})
+    check_config_source(f"{tmp_path / 'missing'}:{kubeconfig}", environ={})  # a list, as $KUBECONFIG
     check_config_source("", environ={"KUBERNETES_SERVICE_HOST": "10.96.0.1"})
 
 

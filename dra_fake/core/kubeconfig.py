@@ -26,7 +26,9 @@ def check_config_source(kubeconfig: str = "", environ: Mapping[str, str] = os.en
     built.)"""
     path = kubeconfig_path(kubeconfig, environ)
     if path:
-        if not os.access(path, os.R_OK) or not os.path.isfile(path):
+        # Like $KUBECONFIG, a list of files (the client merges those that exist).
+        files = [os.path.expanduser(f) for f in path.split(os.pathsep) if f]
+        if not any(os.path.isfile(f) and os.access(f, os.R_OK) for f in files):
             raise StartupError(f"kubeconfig {path}: not a readable file")
     elif not environ.get(SERVICE_HOST_ENV):
         raise StartupError(
