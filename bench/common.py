@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_fake.core.kube import get_json
 from dra_fake.fleet.core import NodeTemplate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,6 +187,11 @@ def ensure_node(core: client.CoreV1Api, name: str, fleet: str = "bench") -> str:
 
     node = create_untainted_node(core.api_client, name, NodeTemplate(fleet=fleet))
     return str(node["metadata"]["uid"])
+
+
+def any_left(api: Any, path: str, **query: str) -> bool:
+    """Whether the collection at `path` (filtered by `query`) still has an object."""
+    return bool(get_json(api, path, {**query, "limit": 1})["items"])
 
 
 def ensure_namespace(core: client.CoreV1Api, name: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from bench.common import BenchError, ensure_namespace, latency_summary, poll
+from bench.common import BenchError, any_left, ensure_namespace, latency_summary, poll
 from bench.prepare import cluster_api
 from computedomain.api import (
     CD_LABEL,
@@ -103,8 +103,8 @@ def run(cluster: LocalCluster, count: int = 200, timeout: float = 600) -> dict[s
     poll(
         f"{count} ComputeDomains and their DaemonSets deleted",
         lambda: (
-            not _left(api, f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}")
-            and not _left(api, f"/apis/apps/v1/namespaces/{DRIVER_NAMESPACE}/daemonsets")
+            not any_left(api, f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}")
+            and not any_left(api, f"/apis/apps/v1/namespaces/{DRIVER_NAMESPACE}/daemonsets")
         ),
         timeout,
         0.5,
@@ -117,10 +117,6 @@ def run(cluster: LocalCluster, count: int = 200, timeout: float = 600) -> dict[s
         "created_to_template_and_daemonset": latency_summary(list(done.values())),
         "poll_interval_ms": 50,
     }
-
-
-def _left(api: Any, path: str) -> bool:
-    return bool(get_json(api, f"{path}?limit=1")["items"])
 
 
 def bursts(cluster: LocalCluster, sizes: list[int], readiness_domains: int) -> dict[str, Any]:
@@ -148,7 +144,9 @@ def _until_status(api: Any, name: str, want: str, timeout: float = 30) -> float:
 
 
 def _daemon_pod(api: Any, uid: str) -> dict[str, Any] | None:
-    pods = get_json(api, f"/api/v1/namespaces/{DRIVER_NAMESPACE}/pods?labelSelector={CD_LABEL}%3D{uid}")
+    pods = get_json(
+        api, f"/api/v1/namespaces/{DRIVER_NAMESPACE}/pods", {"label_selector": f"{CD_LABEL}={uid}"}
+    )
     return pods["items"][0] if pods["items"] else None
 
 

@@ -3,7 +3,6 @@ objects (Node, untaint, its ResourceSlices) as fast as the API server accepts th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
@@ -14,7 +13,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from bench.common import CONFIGS, DRABENCH, REPO, BenchError, poll, run_json
+from bench.common import CONFIGS, DRABENCH, REPO, BenchError, any_left, poll, run_json
 from bench.prepare import cluster_api
 from dra_fake.core.kube import get_json, release, request
 from dra_fake.core.poolsync import slice_name
@@ -49,24 +48,24 @@ def _cleanup(cluster: LocalCluster, fleet: str) -> None:
     ]
 
     def delete_lease(name: str) -> None:
-        with contextlib.suppress(ApiException):  # gone already (the collector was quicker)
+        try:
             release(request(api, "DELETE", f"{leases}/{name}"))
+        except ApiException as err:
+            if err.status != 404:  # 404: the collector was quicker
+                raise
 
     with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(delete_lease, names))
 
-    def left(path: str) -> bool:
-        return bool(get_json(api, path)["items"])
-
     poll(
         f"nodes of {fleet} deleted",
-        lambda: not left(f"/api/v1/nodes?limit=1&labelSelector={selector}"),
+        lambda: not any_left(api, "/api/v1/nodes", label_selector=selector),
         300,
         0.5,
     )
     poll(
         "the driver's slices deleted",
-        lambda: not left(f"/apis/resource.k8s.io/v1/resourceslices?limit=1&fieldSelector={driver}"),
+        lambda: not any_left(api, "/apis/resource.k8s.io/v1/resourceslices", field_selector=driver),
         300,
         0.5,
     )
@@ -115,7 +114,7 @@ def heartbeats(cluster: LocalCluster, n: int) -> dict[str, Any]:
     fleet = f"hb{n}"
     out = run_fleet(cluster, n, cleanup=False, fleet=fleet, extra=(f"--exit-after={HEARTBEAT_SECONDS}",))
     api = cluster_api(cluster)
-    nodes = get_json(api, f"/api/v1/nodes?labelSelector=dra-fake.dev/fleet%3D{fleet}")["items"]
+    nodes = get_json(api, "/api/v1/nodes", {"label_selector": f"dra-fake.dev/fleet={fleet}"})["items"]
     not_ready = [
         node["metadata"]["name"]
         for node in nodes

@@ -411,10 +411,12 @@ class KillSoak:
                 problems.append(f"{driver} claims prepared without a CDI spec: {without_spec}")
             if specs - set(entries):
                 problems.append(f"{driver} CDI specs of no claim: {sorted(specs - set(entries))}")
-            leftovers = lasting_temp_files(self.plugin_dir(driver))
+            # The GPU plugin rewrites its nvidia-smi live files every sample (NvidiaSmi.live_dir).
+            live = self.plugin_dir(driver) / "nvidia-smi" / "live"
+            leftovers = leftover_temp_files(self.plugin_dir(driver), rewritten=live)
             if leftovers:
                 problems.append(f"temporary files left in {driver}'s directory: {leftovers}")
-        leftovers = lasting_temp_files(self.cdi_dir)
+        leftovers = leftover_temp_files(self.cdi_dir)
         if leftovers:
             problems.append(f"temporary files left in the CDI directory: {leftovers}")
         for c in self.claims:
@@ -526,16 +528,18 @@ class Leadership:
     end: float  # when it logged the loss, or the end of the run
 
 
-def lasting_temp_files(directory: Path, within: float = 3.0) -> list[str]:
-    """Temp files under `directory` still there `within` seconds after they were seen. The GPU
-    plugin rewrites its nvidia-smi live files every sample while the check runs, so a listing can
-    catch a write in flight; its temp file is renamed away within milliseconds, a leftover stays."""
-    seen = [p for p in directory.rglob("*") if p.name.endswith(TEMP_SUFFIX)]
+def leftover_temp_files(directory: Path, rewritten: Path | None = None, within: float = 3.0) -> list[str]:
+    """Temp files under `directory`. Under `rewritten`, a directory the running plugin keeps
+    rewriting, a listing can catch a write in flight, whose temp file is renamed away within
+    milliseconds: those count only if still there `within` seconds after they were seen."""
+    found = [p for p in directory.rglob("*") if p.name.endswith(TEMP_SUFFIX)]
+    left = [p for p in found if rewritten is None or rewritten not in p.parents]
+    in_flight = [p for p in found if p not in left]
     deadline = time.monotonic() + within
-    while seen and time.monotonic() < deadline:
+    while in_flight and time.monotonic() < deadline:
         time.sleep(0.05)  # polling the named files until the deadline, not a synchronisation
-        seen = [p for p in seen if p.exists()]
-    return sorted(p.name for p in seen)
+        in_flight = [p for p in in_flight if p.exists()]
+    return sorted(p.name for p in left + in_flight)
 
 
 def leaderships(log_text: str, replica: str, now: float) -> list[Leadership]:

@@ -485,7 +485,6 @@ def test_orphan_cleanup_keeps_the_clique_of_a_domain_created_during_the_pass(
     """Found by the kill soak: the pass listed the ComputeDomains, then the cliques; a domain and
     its clique created in between made the clique look orphaned, and it was deleted (the channel
     then waited for a Ready daemon forever)."""
-    import json
 
     from kubernetes import client
 
@@ -498,28 +497,22 @@ def test_orphan_cleanup_keeps_the_clique_of_a_domain_created_during_the_pass(
     creating = [True]  # the domain "new" is created while its clique is listed
     clique = {"metadata": {"name": "new.clique", "labels": {CD_LABEL: "new"}}}
 
-    class Answer:
-        def __init__(self, body: dict[str, Any]) -> None:
-            self.body = body
-
-        def read(self) -> bytes:
-            return json.dumps(self.body).encode()
-
-    def request(api: Any, method: str, path: str, **_: Any) -> Answer:
-        if method == "DELETE":
-            deleted.append(path.rsplit("/", 1)[1])
-            return Answer({})
+    def get_json(api: Any, path: str, query: Any = None) -> dict[str, Any]:
+        if path.endswith(f"/{PLURAL}"):
+            return {"items": list(domains)}
         if path.endswith(CLIQUE_PLURAL):
             if creating[0]:
                 domains.append({"metadata": {"uid": "new"}})
-            return Answer({"items": [clique]})
-        return Answer({"items": []})
+            return {"items": [clique]}
+        return {"items": []}
 
+    def request(api: Any, method: str, path: str, **_: Any) -> None:
+        assert method == "DELETE"
+        deleted.append(path.rsplit("/", 1)[1])
+
+    monkeypatch.setattr(reconcile, "get_json", get_json)
     monkeypatch.setattr(reconcile, "request", request)
     monkeypatch.setattr(reconcile, "release", lambda resp: None)
-    monkeypatch.setattr(
-        reconcile, "get_json", lambda api, path: {"items": list(domains) if path.endswith(PLURAL) else []}
-    )
     settings = objects.DaemonSettings(
         namespace="ns", image="i", service_account="sa", max_nodes_per_imex_domain=18
     )

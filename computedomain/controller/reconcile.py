@@ -81,11 +81,7 @@ class Reconciler:
             return None
 
     def _list(self, path: str, label_selector: str) -> list[dict[str, Any]]:
-        resp = request(self.api, "GET", path, query={"label_selector": label_selector})
-        try:
-            return list(json.loads(resp.read())["items"])
-        finally:
-            release(resp)
+        return list(get_json(self.api, path, {"label_selector": label_selector})["items"])
 
     def _delete(self, path: str) -> None:
         try:

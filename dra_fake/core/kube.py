@@ -76,9 +76,11 @@ def read_node(api: client.ApiClient, node: str) -> dict[str, Any]:
     return get_json(api, "/api/v1/nodes/{name}", name=node)
 
 
-def get_json(api: client.ApiClient, path: str, **path_params: str) -> dict[str, Any]:
-    """GET `path` (with `{name}`-style parameters) as plain JSON (see `request`)."""
-    resp = request(api, "GET", path, path_params)
+def get_json(
+    api: client.ApiClient, path: str, query: Mapping[str, Any] | None = None, **path_params: str
+) -> dict[str, Any]:
+    """GET `path` (with `{name}`-style parameters and `query`, see `request`) as plain JSON."""
+    resp = request(api, "GET", path, path_params, query)
     try:
         return cast(dict[str, Any], json.loads(resp.read()))
     finally:
