@@ -127,8 +127,10 @@ def test_round_trip_format_and_mode(env: Env) -> None:
 def test_boot_id_change_discards(env: Env, caplog: pytest.LogCaptureFixture) -> None:
     env.store.save(sample())
     env.boot.write_text(BOOT_B)
+    assert env.store.load().status == "ok"  # the boot ID is read once: a reboot ends the process
+    after_reboot = CheckpointStore(env.dir, GpuClaimData, env.boot, on_corrupt=env.reports.append)
     with caplog.at_level(logging.WARNING, logger="dra_fake.core.checkpoint"):
-        result = env.store.load()
+        result = after_reboot.load()
     assert result.status == "boot-id-changed"
     assert result.data == Data(nodeBootID=BOOT_B)
     assert "checkpoint from an earlier boot discarded" in caplog.text

@@ -55,6 +55,13 @@ def atomic_write(path: Path, data: bytes, mode: int, durable: bool = True, sync_
         fsync_dir(directory)
 
 
+def file_identity(path: Path) -> tuple[int, int, int]:
+    """(inode, size, mtime): differs for every file atomic_write puts in place (a new inode each
+    time) and after a write in place; lets a reader skip re-reading a file it already knows."""
+    st = os.stat(path)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def remove_durably(path: Path, sync_dir: bool = True) -> bool:
     """Remove `path` (missing is fine) and fsync its directory (unless the caller does, once for
     a batch). Returns whether a file was removed."""

@@ -31,7 +31,7 @@ from typing import Any, Final, Generic, Literal, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dra_fake.core import metrics
-from dra_fake.core.atomic import atomic_write, fsync_dir, remove_durably, stale_temp_files
+from dra_fake.core.atomic import atomic_write, file_identity, fsync_dir, remove_durably, stale_temp_files
 
 _log = logging.getLogger(__name__)
 
@@ -274,35 +274,39 @@ class CheckpointStore(Generic[P]):
         self.boot_id_path = Path(boot_id_path)
         self._on_corrupt = on_corrupt
         self._clock = clock
-        self._peeked: tuple[bytes, CheckpointData[P]] | None = None  # last peek: raw bytes, decoded
-        # The file as this store last read or wrote it, and the object it decodes to: load()
-        # returns that object again while the file's bytes are the same (no decode per call).
-        self._current: tuple[bytes, CheckpointData[P]] | None = None
-        # The last save: its file bytes and each claim's state and device count (for metrics).
-        self._saved_states: tuple[bytes, dict[str, tuple[ClaimState, int]]] = (b"", {})
+        self._boot_id = ""  # read once: a node's boot ID cannot change under a running process
+        # The file as this store last read or wrote it (its file_identity: every save puts a new
+        # inode in place) and the object it decodes to: load() returns that object again while the
+        # file is the same (a stat per call, not a read and a decode). The same for peek().
+        self._current: tuple[tuple[int, int, int], CheckpointData[P]] | None = None
+        self._peeked: tuple[tuple[int, int, int], CheckpointData[P]] | None = None
+        # The last save: the file's identity (inode, size, mtime) and each claim's state and device
+        # count (for metrics, asked after every call: a stat instead of reading the whole file).
+        self._saved_states: tuple[tuple[int, int, int] | None, dict[str, tuple[ClaimState, int]]] = (None, {})
 
     def boot_id(self) -> str:
-        return read_boot_id(self.boot_id_path)
+        if not self._boot_id:  # unreadable ("") is asked again
+            self._boot_id = read_boot_id(self.boot_id_path)
+        return self._boot_id
 
     def load(self) -> LoadResult[P]:
         """The current checkpoint. Never raises for a bad file: see the module docstring."""
         current_boot = self.boot_id()
         try:
-            raw = self.path.read_bytes()
+            identity = file_identity(self.path)  # before reading: a newer file shows at the next load
+            current = self._current
+            if current is not None and current[0] == identity:
+                data = current[1]
+            else:
+                self._current = None
+                data = self.codec.decode(self.path.read_bytes())
+                self._current = (identity, data)
         except FileNotFoundError:
             return LoadResult(self.codec.empty(current_boot), "missing")
         except OSError as exc:
             return self._corrupt(CorruptCheckpointError(REASON_UNREADABLE, str(exc)), current_boot)
-        current = self._current
-        if current is not None and current[0] == raw:
-            data = current[1]
-        else:
-            self._current = None
-            try:
-                data = self.codec.decode(raw)
-            except CorruptCheckpointError as exc:
-                return self._corrupt(exc, current_boot)
-            self._current = (raw, data)
+        except CorruptCheckpointError as exc:
+            return self._corrupt(exc, current_boot)
         if data.nodeBootID and current_boot and data.nodeBootID != current_boot:
             _log.warning(
                 "checkpoint from an earlier boot discarded path=%s storedBootID=%s bootID=%s claims=%d",
@@ -323,20 +327,17 @@ class CheckpointStore(Generic[P]):
 
     def peek(self) -> CheckpointData[P] | None:
         """Read without locking, repairing or reporting (for metrics); None if absent or bad.
-        The result is shared between calls while the file's bytes stay the same (metrics peek
-        after every call): treat it as read-only."""
+        The result is shared between calls while the file stays the same (metrics peek after
+        every call): treat it as read-only."""
         try:
-            raw = self.path.read_bytes()
-        except OSError:
+            identity = file_identity(self.path)
+            cached = self._peeked
+            if cached is not None and cached[0] == identity:
+                return cached[1]
+            data = self.codec.decode(self.path.read_bytes())
+        except (OSError, CorruptCheckpointError):
             return None
-        cached = self._peeked
-        if cached is not None and cached[0] == raw:
-            return cached[1]
-        try:
-            data = self.codec.decode(raw)
-        except CorruptCheckpointError:
-            return None
-        self._peeked = (raw, data)
+        self._peeked = (identity, data)
         return data
 
     def save(self, data: CheckpointData[P]) -> None:
@@ -348,18 +349,19 @@ class CheckpointStore(Generic[P]):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         raw = self.codec.encode(data)
         atomic_write(self.path, raw, CHECKPOINT_FILE_MODE)
-        self._current = (raw, data)
-        self._saved_states = (raw, _states(data))
+        identity = file_identity(self.path)
+        self._current = (identity, data)
+        self._saved_states = (identity, _states(data))
 
     def states(self) -> dict[str, tuple[ClaimState, int]]:
         """Claim UID -> (state, devices), without locking (for metrics): this store's last save
-        while the file still holds it (one read, no decode), else the file as it is."""
+        while the file is still the one it wrote (a stat), else the file as it is."""
         try:
-            raw = self.path.read_bytes()
+            identity = file_identity(self.path)
         except OSError:
             return {}
-        saved_raw, saved = self._saved_states
-        if raw == saved_raw:
+        saved_identity, saved = self._saved_states
+        if identity == saved_identity:
             return saved
         data = self.peek()
         return {} if data is None else _states(data)
