@@ -406,6 +406,22 @@ def test_startup_restores_missing_files(a100: tuple[DeviceState, Any]) -> None:
     assert "kind=gpu" in info.read_text()
 
 
+def test_a_prepare_rewrites_files_someone_changed_since(a100: tuple[DeviceState, Any]) -> None:
+    """The plugin remembers which files it wrote (a stat per prepare, not a read): a file replaced
+    or removed since is still noticed."""
+    state, _ = a100
+    state.prepare(claim(UID1, ["gpu-1"]))
+    spec = read_spec(state, UID1)
+    script = Path(spec["containerEdits"]["mounts"][0]["hostPath"])
+    info = Path(spec["devices"][0]["containerEdits"]["mounts"][0]["hostPath"])
+    script.write_text("#!/bin/sh\necho replaced\n")
+    info.unlink()
+    state.unprepare(UID1)
+    state.prepare(claim(UID2, ["gpu-1"]))
+    assert script.read_text() == script_text()
+    assert "kind=gpu" in info.read_text()
+
+
 def test_startup_removes_info_files_no_claim_mounts(tmp_path: Path) -> None:
     state, _ = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  mig: dynamic\n")
     state.prepare(claim(UID1, ["gpu-0-mig-1g10gb-19-3"]))

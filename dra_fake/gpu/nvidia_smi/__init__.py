@@ -24,6 +24,7 @@ be made whole again from its mounts alone (`ensure_files`), e.g. after a restart
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import shlex
@@ -33,7 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dra_fake.core.atomic import TEMP_SUFFIX, atomic_write, remove_durably
+from dra_fake.core.atomic import TEMP_SUFFIX, atomic_write, file_identity, remove_durably
 from dra_fake.gpu.devices import AllocatableDevice
 
 _log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's, for 
 _INFO_NAME = re.compile(r"^(?P<device>[a-z0-9-]+)_(?P<uuid>(GPU|MIG)-[0-9a-f-]+)$")
 
 
+@functools.cache
 def script_text() -> str:
     return resources.files("dra_fake.gpu.nvidia_smi").joinpath("nvidia-smi.sh").read_text(encoding="utf-8")
 
@@ -138,6 +140,9 @@ class NvidiaSmi:
         self.devices = dict(devices)
         self.gpus = dict(gpus)
         self.migs = dict(migs or {})
+        # path -> (inode, size, mtime) and the bytes that file held when this process last wrote or
+        # read it: a prepare checks its spec's files with one stat instead of reading each.
+        self._verified: dict[Path, tuple[tuple[int, int, int], bytes]] = {}
 
     @classmethod
     def from_inventory(cls, plugin_data_dir: Path, inventory: Any) -> NvidiaSmi:
@@ -228,9 +233,9 @@ class NvidiaSmi:
     def ensure_script(self) -> None:
         """The script and the (maybe empty) live directory every spec mounts."""
         text = script_text().encode()
-        if _read(self.script_path) != text:
+        if not self._holds(self.script_path, text):
             self.dir.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.script_path, text, 0o755)
+            self._write(self.script_path, text, 0o755)
         self.live_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
 
     def write_live(self, states: Mapping[str, Mapping[str, int | float | str]]) -> None:
@@ -271,12 +276,32 @@ class NvidiaSmi:
                     _log.warning("nvidia-smi info file of an unknown device skipped path=%s", host)
                     continue
                 text = self.info_text(self.devices[match["device"]], match["uuid"]).encode()
-                if _read(host) != text:
+                if not self._holds(host, text):
                     host.parent.mkdir(parents=True, exist_ok=True)
-                    atomic_write(host, text, 0o644)
+                    self._write(host, text, 0o644)
+
+    def _holds(self, path: Path, text: bytes) -> bool:
+        """Whether the file at `path` holds `text`: read only when it changed since this process
+        last wrote or read it (someone replaced or deleted it), else one stat."""
+        try:
+            key = file_identity(path)
+        except OSError:
+            return False
+        if self._verified.get(path) == (key, text):
+            return True
+        if _read(path) != text:
+            return False
+        self._verified[path] = (key, text)
+        return True
+
+    def _write(self, path: Path, text: bytes, mode: int) -> None:
+        atomic_write(path, text, mode)
+        self._verified[path] = (file_identity(path), text)
 
     def remove_info(self, device: str, uuid: str) -> None:
-        remove_durably(self.info_path(device, uuid))
+        path = self.info_path(device, uuid)
+        self._verified.pop(path, None)  # dynamic MIG UUIDs are new per claim: keep the map bounded
+        remove_durably(path)
 
     def remove_stale_live_files(self) -> int:
         """Temp files of live writes a killed process left (the live files are rewritten anyway)."""
@@ -300,6 +325,7 @@ class NvidiaSmi:
         }
         for path in sorted(devices.iterdir()):
             if path not in keep and path.is_file():
+                self._verified.pop(path, None)
                 removed += remove_durably(path)
         return removed
 
