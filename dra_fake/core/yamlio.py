@@ -1,10 +1,16 @@
 """YAML through libyaml when PyYAML has it (its wheels do): the same documents and errors
 (yaml.YAMLError), parsed and emitted ~10x faster than by the pure-Python loader and dumper.
-Parsing the GPU profiles in pure Python was 0.12 s of a plugin's start-up; emitting a CDI spec a
-tenth of a prepare."""
+Parsing the GPU profiles in pure Python was 0.12 s of a plugin's start-up.
+
+Emitting is still PyYAML's representer (Python) even with libyaml's emitter: a fifth of an
+8-device prepare went into turning a CDI spec into YAML. `dump_block` writes the common case (nested
+mappings and lists of plain words, numbers and booleans) directly, byte for byte as PyYAML would
+(tests/test_yamlio.py compares them over generated documents), and declines anything else."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -16,3 +22,84 @@ DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 def safe_load(text: str | bytes) -> Any:
     """yaml.safe_load, through libyaml when available."""
     return yaml.load(text, Loader=LOADER)
+
+
+def dump(doc: Mapping[str, Any]) -> str:
+    """`doc` in block style, keys in their order, with a `---` start: `dump_block` when it can,
+    else PyYAML (the same bytes either way)."""
+    text = dump_block(doc)
+    return dump_pyyaml(doc) if text is None else text
+
+
+def dump_pyyaml(doc: Mapping[str, Any]) -> str:
+    return str(yaml.dump(doc, Dumper=DUMPER, sort_keys=False, default_flow_style=False, explicit_start=True))
+
+
+class _Declined(Exception):
+    """Something PyYAML might write differently from the simple rules below."""
+
+
+# PyYAML writes a string unquoted when it has no indicator, no `: ` or ` #`, no leading or
+# trailing space and no line break (the emitter's analyze_scalar); a subset of that, ASCII only.
+_PLAIN = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9_./=,+@()~-]*(?:[ :][A-Za-z0-9_./=,+@()~-]+)*")
+_WIDTH = 80  # PyYAML's default width: a plain scalar with spaces may be folded past it
+_RESOLVERS: dict[str | None, list[tuple[str, re.Pattern[str]]]] = DUMPER.yaml_implicit_resolvers
+
+
+def dump_block(doc: Mapping[str, Any]) -> str | None:
+    """What `yaml.dump(doc, sort_keys=False, default_flow_style=False, explicit_start=True)`
+    writes, for mappings and lists (none empty, no list directly in a list) of plain strings (see
+    `_PLAIN`; not one that would read back as another type, such as `8080` or `true`), ints and
+    booleans; None for any other document."""
+    out = ["---\n"]
+    try:
+        _mapping(doc, 0, out, inline=False)
+    except _Declined:
+        return None
+    return "".join(out)
+
+
+def _mapping(m: Mapping[str, Any], indent: int, out: list[str], inline: bool) -> None:
+    if not m:
+        raise _Declined
+    pad = " " * indent
+    for i, (key, value) in enumerate(m.items()):
+        head = ("" if inline and i == 0 else pad) + _scalar(key, indent) + ":"
+        if isinstance(value, Mapping):
+            out.append(head + "\n")
+            _mapping(value, indent + 2, out, inline=False)
+        elif isinstance(value, list):
+            out.append(head + "\n")
+            _sequence(value, indent, out)  # PyYAML does not indent a list under its key
+        else:
+            out.append(f"{head} {_scalar(value, indent + len(head) + 1)}\n")
+
+
+def _sequence(items: list[Any], indent: int, out: list[str]) -> None:
+    if not items:
+        raise _Declined
+    pad = " " * indent
+    for item in items:
+        if isinstance(item, Mapping):
+            out.append(pad + "- ")
+            _mapping(item, indent + 2, out, inline=True)
+        elif isinstance(item, list):
+            raise _Declined
+        else:
+            out.append(f"{pad}- {_scalar(item, indent + 2)}\n")
+
+
+def _scalar(value: Any, column: int) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is int:
+        return str(value)
+    if type(value) is not str or not _PLAIN.fullmatch(value):
+        raise _Declined
+    if " " in value and column + len(value) > _WIDTH:
+        raise _Declined
+    if any(regexp.match(value) for _, regexp in _RESOLVERS.get(value[0], ())):
+        raise _Declined  # it would read back as a number, a boolean, a date...: PyYAML quotes it
+    return value
