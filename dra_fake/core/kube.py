@@ -3,8 +3,14 @@ service account; every request gets a timeout, so a half-open connection cannot 
 
 from __future__ import annotations
 
+import http.client
 import json
-from collections.abc import Mapping
+import select
+import ssl
+import threading
+import urllib.parse
+import weakref
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,7 +25,11 @@ REQUEST_TIMEOUT = (5.0, 30.0)
 
 
 class TimeoutApiClient(client.ApiClient):
-    """An ApiClient whose calls default to REQUEST_TIMEOUT (a call may still pass its own)."""
+    """An ApiClient whose calls default to REQUEST_TIMEOUT (a call may still pass its own).
+    `on_request(method)`, when set, hears of every request, whichever way it goes (fleet mode
+    counts them)."""
+
+    on_request: Callable[[str], None] | None = None
 
     def call_api(  # type: ignore[no-untyped-def]  # the client's signature is untyped
         self, method, url, header_params=None, body=None, post_params=None, _request_timeout=None
@@ -80,6 +90,9 @@ def get_json(
     api: client.ApiClient, path: str, query: Mapping[str, Any] | None = None, **path_params: str
 ) -> dict[str, Any]:
     """GET `path` (with `{name}`-style parameters and `query`, see `request`) as plain JSON."""
+    direct = _direct(api)
+    if direct is not None:
+        return direct.json(api, "GET", _url(path, path_params, query))
     resp = request(api, "GET", path, path_params, query)
     try:
         return cast(dict[str, Any], json.loads(resp.read()))
@@ -101,6 +114,9 @@ def send_json(
     **path_params: str,
 ) -> dict[str, Any]:
     """POST/PUT/PATCH `body` (JSON-serialisable as is) to `path`; the stored object as JSON."""
+    direct = _direct(api)
+    if direct is not None:
+        return direct.json(api, method, _url(path, path_params), body, content_type)
     resp = request(api, method, path, path_params, body=body, content_type=content_type)
     try:
         return cast(dict[str, Any], json.loads(resp.read()))
@@ -143,6 +159,140 @@ def request(
         release(resp)
         raise ApiException(status=resp.status, reason=resp.reason or "", body=data.decode(errors="replace"))
     return resp
+
+
+def _url(path: str, path_params: Mapping[str, str], query: Mapping[str, Any] | None = None) -> str:
+    """What param_serialize makes of a path, its parameters and query (without the host)."""
+    url = path.format(**{k: urllib.parse.quote(str(v), safe="") for k, v in path_params.items()})
+    pairs = [(_camel(k), _query_value(v)) for k, v in (query or {}).items() if v is not None]
+    return f"{url}?{urllib.parse.urlencode(pairs)}" if pairs else url
+
+
+class DirectJson:
+    """Requests whose answer is read whole (get_json, send_json) on keep-alive `http.client`
+    connections, one per thread: the ApiClient's host, TLS files and credentials (its refresh hook
+    included), without urllib3's pool and the client's call layers, which cost half the CPU of a
+    claim GET (docs/benchmarks.md). Only for configurations it reproduces exactly (`supports`);
+    anything else (a proxy, a TLS server name, inline CA data) goes through the client."""
+
+    def __init__(self, configuration: client.Configuration) -> None:
+        url = urllib.parse.urlsplit(configuration.host)
+        self._https = url.scheme == "https"
+        self._host = url.hostname or ""
+        self._port = url.port or (443 if self._https else 80)
+        self._prefix = url.path.rstrip("/")
+        self._configuration = configuration
+        self._tls: ssl.SSLContext | None = None
+        if self._https:
+            self._tls = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+            if not configuration.verify_ssl:
+                self._tls.check_hostname = False
+                self._tls.verify_mode = ssl.CERT_NONE
+            if configuration.cert_file:
+                self._tls.load_cert_chain(configuration.cert_file, configuration.key_file)
+        self._local = threading.local()
+
+    @staticmethod
+    def supports(configuration: Any) -> bool:
+        if not isinstance(configuration, client.Configuration):
+            return False
+        scheme = urllib.parse.urlsplit(configuration.host).scheme
+        return (
+            scheme in ("http", "https")
+            and not configuration.proxy
+            and not configuration.tls_server_name
+            and configuration.assert_hostname is None
+            and configuration.ca_cert_data is None
+            and configuration.socket_options is None
+        )
+
+    def json(
+        self,
+        api: client.ApiClient,
+        method: str,
+        url: str,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        headers = {**api.default_headers, "Accept": "application/json"}
+        auth: dict[str, Any]
+        for auth in self._configuration.auth_settings().values():  # type: ignore[assignment]  # runs the refresh hook
+            headers[auth["key"]] = auth["value"]
+        payload = None
+        if body is not None:
+            if content_type == "application/json-patch+json" and not isinstance(body, list):
+                content_type = "application/strategic-merge-patch+json"  # as the client does
+            headers["Content-Type"] = content_type or "application/json"
+            payload = json.dumps(body).encode()
+        on_request = getattr(api, "on_request", None)
+        if on_request is not None:
+            on_request(method)
+        status, reason, data = self._send(method, self._prefix + url, payload, headers)
+        if not 200 <= status < 300:
+            raise ApiException(status=status, reason=reason, body=data.decode(errors="replace"))
+        return cast(dict[str, Any], json.loads(data))
+
+    def _send(
+        self, method: str, url: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, str, bytes]:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is not None and _closed_by_peer(conn):
+            conn.close()  # the server ended the idle connection (urllib3 checks the same before reuse)
+        if conn is None:
+            if self._tls is not None:
+                conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=REQUEST_TIMEOUT[0], context=self._tls
+                )
+            else:
+                conn = http.client.HTTPConnection(self._host, self._port, timeout=REQUEST_TIMEOUT[0])
+            self._local.conn = conn
+        try:
+            if conn.sock is None:
+                conn.connect()  # within the connect timeout; answers within the read timeout
+                cast(Any, conn.sock).settimeout(REQUEST_TIMEOUT[1])
+            conn.request(method, url, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        except BaseException:
+            conn.close()
+            raise
+        if resp.will_close:
+            conn.close()
+        return resp.status, resp.reason, data
+
+
+def _closed_by_peer(conn: http.client.HTTPConnection) -> bool:
+    """An idle keep-alive connection that reads as ready has been closed (or broken) by the server."""
+    sock = conn.sock
+    if sock is None:
+        return False
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+_direct_lock = threading.Lock()
+_direct_by_client: weakref.WeakKeyDictionary[client.ApiClient, DirectJson | None] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _direct(api: client.ApiClient) -> DirectJson | None:
+    """The client's DirectJson, or None when its configuration needs the client's own path."""
+    try:
+        return _direct_by_client[api]
+    except KeyError:
+        pass
+    with _direct_lock:
+        if api not in _direct_by_client:
+            configuration = getattr(api, "configuration", None)
+            _direct_by_client[api] = (
+                DirectJson(cast(client.Configuration, configuration))
+                if DirectJson.supports(configuration)
+                else None
+            )
+        return _direct_by_client[api]
 
 
 def _camel(key: str) -> str:

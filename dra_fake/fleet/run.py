@@ -100,12 +100,17 @@ class CountingApiClient(TimeoutApiClient):
         super().__init__(configuration)
         self.requests: Counter[str] = Counter()
         count_lock = threading.Lock()
+
+        def count(method: str) -> None:
+            with count_lock:
+                self.requests[method] += 1
+
+        self.on_request = count  # requests on DirectJson connections (dra_fake.core.kube)
         rest = self.rest_client
         send: Callable[..., Any] = rest.request
 
         def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            with count_lock:
-                self.requests[method] += 1
+            count(method)
             return send(method, url, *args, **kwargs)
 
         setattr(rest, "request", counted)  # noqa: B010 (mypy forbids assigning to a method)

@@ -1,0 +1,131 @@
+"""dra_fake.core.kube.DirectJson: get_json/send_json on keep-alive http.client connections, with
+the ApiClient's credentials, against a small local HTTP server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+from unittest import mock
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_fake.core import kube
+
+
+class Recorder(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive
+    seen: ClassVar[list[dict[str, Any]]] = []
+    close_after: ClassVar[set[int]] = set()  # request numbers after which the server closes the connection
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        number = len(self.seen)
+        self.seen.append(
+            {
+                "method": self.command,
+                "path": self.path,
+                "headers": self.headers,  # names case-insensitive
+                "body": body,
+                "client_port": self.client_address[1],
+            }
+        )
+        status = 404 if "missing" in self.path else 200
+        answer = json.dumps(
+            {"kind": "Status", "path": self.path} if status == 404 else {"ok": number}
+        ).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+        if number in self.close_after:
+            self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[ThreadingHTTPServer]:
+    Recorder.seen, Recorder.close_after = [], set()
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def api_for(srv: ThreadingHTTPServer, prefix: str = "") -> kube.TimeoutApiClient:
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{srv.server_address[1]}{prefix}"
+    configuration.api_key = {"BearerToken": "Bearer secret-token"}
+    return kube.TimeoutApiClient(configuration)
+
+
+def test_requests_carry_the_clients_identity_and_reuse_one_connection(server: ThreadingHTTPServer) -> None:
+    api = api_for(server, prefix="/base")
+    methods: list[str] = []
+    api.on_request = methods.append
+    got = kube.get_json(
+        api,
+        "/api/v1/namespaces/{ns}/pods/{name}",
+        {"label_selector": "a=b c", "watch": False},
+        ns="x y",
+        name="p/1",
+    )
+    stored = kube.send_json(
+        api, "PATCH", "/api/v1/nodes/{name}", [{"op": "add"}], "application/json-patch+json", name="n"
+    )
+    assert got == {"ok": 0} and stored == {"ok": 1}
+    first, second = Recorder.seen
+    assert first["path"] == "/base/api/v1/namespaces/x%20y/pods/p%2F1?labelSelector=a%3Db+c&watch=false"
+    assert first["headers"]["Authorization"] == "Bearer secret-token"
+    assert first["headers"]["Accept"] == "application/json"
+    assert first["headers"]["User-Agent"] == api.default_headers["User-Agent"]
+    assert second["method"] == "PATCH" and json.loads(second["body"]) == [{"op": "add"}]
+    assert second["headers"]["Content-Type"] == "application/json-patch+json"
+    assert first["client_port"] == second["client_port"]  # one keep-alive connection
+    assert methods == ["GET", "PATCH"]
+
+
+def test_an_error_status_raises_as_the_typed_client_does(server: ThreadingHTTPServer) -> None:
+    api = api_for(server)
+    with pytest.raises(ApiException) as err:
+        kube.get_json(api, "/api/v1/nodes/{name}", name="missing")
+    assert err.value.status == 404 and '"kind": "Status"' in err.value.body
+    assert kube.get_json(api, "/api/v1/nodes/{name}", name="there") == {"ok": 1}  # connection still usable
+
+
+def test_a_connection_the_server_closed_is_replaced(server: ThreadingHTTPServer) -> None:
+    Recorder.close_after = {0}
+    api = api_for(server)
+    kube.get_json(api, "/api/v1/nodes/{name}", name="a")
+    kube.get_json(api, "/api/v1/nodes/{name}", name="b")
+    kube.send_json(api, "POST", "/api/v1/nodes", {"metadata": {"name": "c"}})
+    ports = [r["client_port"] for r in Recorder.seen]
+    assert len(ports) == 3 and ports[0] != ports[1] == ports[2]
+
+
+def test_configurations_it_cannot_reproduce_use_the_client() -> None:
+    configuration = client.Configuration()
+    configuration.host = "https://10.0.0.1:6443"
+    assert kube.DirectJson.supports(configuration)
+    for field, value in (
+        ("proxy", "http://proxy:3128"),
+        ("tls_server_name", "kubernetes"),
+        ("assert_hostname", False),
+    ):
+        other = client.Configuration()
+        other.host = configuration.host
+        setattr(other, field, value)
+        assert not kube.DirectJson.supports(other), field
+    assert not kube.DirectJson.supports(mock.MagicMock())
