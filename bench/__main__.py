@@ -116,7 +116,7 @@ def main() -> int:
         ]
         sizes = [int(s) for s in args.fleet_sizes.split(",") if s.strip()]
         if sizes:
-            sections.append(("fleet", lambda: fleet.run(cluster, work, sizes)))
+            sections.append(("fleet", lambda: fleet.run(cluster, work, sizes, args.repeat)))
         if args.fleet_heartbeats:
             sections.append(("fleet_heartbeats", lambda: fleet.heartbeats(cluster, args.fleet_heartbeats)))
         cd_sizes = [int(x) for x in args.cd_sizes.split(",") if x.strip()]

@@ -13,7 +13,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from bench.common import CONFIGS, DRABENCH, REPO, BenchError, any_left, poll, run_json
+from bench.common import CONFIGS, DRABENCH, REPO, BenchError, any_left, poll, run_json, spread
 from bench.prepare import cluster_api
 from dra_fake.core.kube import get_json, release, request
 from dra_fake.core.poolsync import slice_name
@@ -204,27 +204,58 @@ def run_bare(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
     return out
 
 
-def run(cluster: LocalCluster, work: Path, sizes: list[int]) -> dict[str, Any]:
+def run(cluster: LocalCluster, work: Path, sizes: list[int], repeat: int) -> dict[str, Any]:
+    """Each size `repeat` times, the fleet and the bare client alternating which goes first (both
+    see the same noise); medians and spreads, and the ratio of the medians."""
     work.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"gpus_per_node": 8, "workers": WORKERS, "runs": []}
+    results: dict[str, Any] = {"gpus_per_node": 8, "workers": WORKERS, "repeat": repeat, "runs": []}
     for n in sizes:
         t0 = time.monotonic()
-        fl = run_fleet(cluster, n)
-        bare = run_bare(cluster, n, work)
+        reps: list[dict[str, Any]] = []
+        for i in range(repeat):
+            if i % 2:
+                bare = run_bare(cluster, n, work)
+                fl = run_fleet(cluster, n)
+            else:
+                fl = run_fleet(cluster, n)
+                bare = run_bare(cluster, n, work)
+            reps.append(
+                {
+                    "fleet": {
+                        "wall_s": fl["wallSeconds"],
+                        "api_requests": fl["apiRequestsTotal"],
+                        "api_requests_by_verb": fl["apiRequests"],
+                        "slices": fl["slices"],
+                        "phases_s": fl.get("phases", {}),
+                        "max_rss_mib": round(fl["maxRssBytes"] / 2**20, 1),
+                    },
+                    "bare_client": {
+                        "wall_s": round(bare["wall_seconds"], 3),
+                        "api_requests": bare["requests"],
+                    },
+                }
+            )
+        figures = spread(
+            [
+                {
+                    "fleet_wall_s": r["fleet"]["wall_s"],
+                    "bare_wall_s": r["bare_client"]["wall_s"],
+                    "fleet_max_rss_mib": r["fleet"]["max_rss_mib"],
+                    "ratio_per_repetition": round(r["fleet"]["wall_s"] / r["bare_client"]["wall_s"], 2),
+                }
+                for r in reps
+            ]
+        )
         results["runs"].append(
             {
                 "nodes": n,
-                "fleet": {
-                    "wall_s": fl["wallSeconds"],
-                    "api_requests": fl["apiRequestsTotal"],
-                    "api_requests_by_verb": fl["apiRequests"],
-                    "slices": fl["slices"],
-                    "rss_mib": round(fl["rssBytes"] / 2**20, 1),
-                    "phases_s": fl.get("phases", {}),
-                    "max_rss_mib": round(fl["maxRssBytes"] / 2**20, 1),
-                },
-                "bare_client": {"wall_s": round(bare["wall_seconds"], 3), "api_requests": bare["requests"]},
-                "ratio_fleet_over_bare_wall": round(fl["wallSeconds"] / bare["wall_seconds"], 2),
+                **figures,
+                "ratio_fleet_over_bare_wall": round(
+                    figures["fleet_wall_s"]["median"] / figures["bare_wall_s"]["median"], 2
+                ),
+                "fleet_api_requests": reps[0]["fleet"]["api_requests"],
+                "bare_api_requests": reps[0]["bare_client"]["api_requests"],
+                "repetitions": reps,
                 "measured_in_s": round(time.monotonic() - t0, 1),
             }
         )

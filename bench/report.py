@@ -164,17 +164,19 @@ def render(results: dict[str, Any]) -> str:
             f"N Nodes x {fl['gpus_per_node']} H100s: create Node, remove the admission taint, publish its "
             f"ResourceSlice; {fl['workers']} workers. Fleet wall time includes process start-up until every "
             "node is published; the bare client (Go, `drabench create`, same objects pre-built, same "
-            "concurrency) is the ceiling.",
+            f"concurrency) is the ceiling. Each size ran {fl.get('repeat', 1)} times, fleet and bare client "
+            "alternating which goes first: median [min-max]; fleet / bare = the ratio of the medians, and "
+            "the ratios of the single repetitions beside it.",
             "",
             "| nodes | fleet wall s | fleet API requests | fleet RSS MiB (max) | bare client wall s | "
-            "bare API requests | fleet / bare wall |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            "bare API requests | fleet / bare wall | per repetition |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for r in fl["runs"]:
-            f, b = r["fleet"], r["bare_client"]
             out.append(
-                f"| {r['nodes']} | {f['wall_s']} | {f['api_requests']} | {f['max_rss_mib']} | {b['wall_s']} | "
-                f"{b['api_requests']} | {r['ratio_fleet_over_bare_wall']}x |"
+                f"| {r['nodes']} | {_spread(r, 'fleet_wall_s', 3)} | {r['fleet_api_requests']} | "
+                f"{_spread(r, 'fleet_max_rss_mib')} | {_spread(r, 'bare_wall_s', 3)} | {r['bare_api_requests']} | "
+                f"{r['ratio_fleet_over_bare_wall']}x | {_spread(r, 'ratio_per_repetition', 2)} |"
             )
     hb = sections.get("fleet_heartbeats", {}).get("result")
     if hb:
