@@ -18,6 +18,7 @@ Design (scales to thousands of nodes with a handful of threads):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import resource
@@ -671,6 +672,20 @@ def parse_labels(raw: list[str]) -> dict[str, str]:
     return labels
 
 
+# Young collections once per this many new container objects instead of CPython's 700: fleet mode
+# decodes and builds JSON for thousands of nodes, and the collector's scans of a heap of cached
+# objects were a fifth of its CPU (perf, 1000 nodes). Nothing here depends on prompt collection
+# of reference cycles.
+GC_THRESHOLD = (50_000, 20, 20)
+
+
+def quieter_garbage_collector() -> None:
+    """What is loaded at start-up (modules, the inventory) is never collected; scan less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
 def run_fleet(args: argparse.Namespace) -> int:
     logs.setup(args.log_level, args.log_format)
     started = time.monotonic()
@@ -706,6 +721,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     except (ValueError, OSError, config.ConfigException, StartupError) as err:
         print(f"dra-fake fleet: error: {err}", file=sys.stderr)
         return 2
+    quieter_garbage_collector()
     fleet = Fleet(api, inventory, profiles, options)
     fleet.start()
     if args.exit_when_synced:
