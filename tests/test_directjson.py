@@ -3,6 +3,7 @@ the ApiClient's credentials, against a small local HTTP server."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 from collections.abc import Iterator
@@ -129,3 +130,17 @@ def test_configurations_it_cannot_reproduce_use_the_client() -> None:
         setattr(other, field, value)
         assert not kube.DirectJson.supports(other), field
     assert not kube.DirectJson.supports(mock.MagicMock())
+
+
+def test_a_connection_closed_as_a_request_goes_out_is_retried_if_idempotent(
+    server: ThreadingHTTPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close is not seen before sending (the race the check before reuse cannot rule out)."""
+    monkeypatch.setattr(kube, "_closed_by_peer", lambda conn: False)
+    Recorder.close_after = {0, 1}
+    api = api_for(server)
+    kube.get_json(api, "/api/v1/nodes/{name}", name="a")
+    assert kube.get_json(api, "/api/v1/nodes/{name}", name="b") == {"ok": 1}  # sent again
+    with pytest.raises((OSError, http.client.HTTPException)):
+        kube.send_json(api, "POST", "/api/v1/nodes", {"metadata": {"name": "c"}})  # not sent twice
+    assert [r["method"] for r in Recorder.seen] == ["GET", "GET"]

@@ -50,7 +50,8 @@ DOCS = st.recursive(
 
 
 # Documents the direct path should mostly take: words of the characters it allows (and sometimes
-# one that reads back as a number, has `: ` or is folded past the width), numbers, booleans, non-empty containers.
+# one that reads back as a number, has `: ` or is folded past the width), numbers, booleans,
+# non-empty containers.
 NEAR_PLAIN = st.one_of(
     st.from_regex(r"[A-Za-z0-9_/][A-Za-z0-9_./=,+@()~ :-]{0,40}", fullmatch=True),
     st.integers(-(2**40), 2**40),

@@ -236,8 +236,6 @@ class DirectJson:
         self, method: str, url: str, body: bytes | None, headers: dict[str, str]
     ) -> tuple[int, str, bytes]:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
-        if conn is not None and _closed_by_peer(conn):
-            conn.close()  # the server ended the idle connection (urllib3 checks the same before reuse)
         if conn is None:
             if self._tls is not None:
                 conn = http.client.HTTPSConnection(
@@ -246,19 +244,36 @@ class DirectJson:
             else:
                 conn = http.client.HTTPConnection(self._host, self._port, timeout=REQUEST_TIMEOUT[0])
             self._local.conn = conn
-        try:
-            if conn.sock is None:
-                conn.connect()  # within the connect timeout; answers within the read timeout
-                cast(Any, conn.sock).settimeout(REQUEST_TIMEOUT[1])
-            conn.request(method, url, body=body, headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
-        except BaseException:
-            conn.close()
-            raise
-        if resp.will_close:
-            conn.close()
-        return resp.status, resp.reason, data
+        if conn.sock is not None and _closed_by_peer(conn):
+            conn.close()  # the server ended the idle connection (urllib3 checks the same before reuse)
+        while True:
+            reused = conn.sock is not None
+            try:
+                if conn.sock is None:
+                    conn.connect()  # within the connect timeout; answers within the read timeout
+                    cast(Any, conn.sock).settimeout(REQUEST_TIMEOUT[1])
+                conn.request(method, url, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            except TimeoutError:
+                conn.close()
+                raise
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                # The server closed a kept-alive connection as we sent: an idempotent request is
+                # sent once more on a new one (as urllib3 retries); anything else is the caller's.
+                if reused and method in IDEMPOTENT:
+                    continue
+                raise
+            except BaseException:
+                conn.close()
+                raise
+            if resp.will_close:
+                conn.close()
+            return resp.status, resp.reason, data
+
+
+IDEMPOTENT = frozenset({"GET", "PUT", "DELETE"})
 
 
 def _closed_by_peer(conn: http.client.HTTPConnection) -> bool:
