@@ -121,7 +121,10 @@ def main() -> int:
             sections.append(("fleet_heartbeats", lambda: fleet.heartbeats(cluster, args.fleet_heartbeats)))
         cd_sizes = [int(x) for x in args.cd_sizes.split(",") if x.strip()]
         sections.append(
-            ("computedomain", lambda: computedomain.bursts(cluster, cd_sizes, 2 if args.smoke else 20))
+            (
+                "computedomain",
+                lambda: computedomain.bursts(cluster, cd_sizes, 2 if args.smoke else 20, args.repeat),
+            )
         )
         if args.fleet_memory:  # last: its nodes stay until the cluster goes
             sections.append(("fleet_memory", lambda: fleet.memory(cluster, args.fleet_memory)))

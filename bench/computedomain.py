@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from bench.common import BenchError, any_left, ensure_namespace, latency_summary, poll
+from bench.common import BenchError, any_left, ensure_namespace, latency_summary, poll, spread
 from bench.prepare import cluster_api
 from computedomain.api import (
     CD_LABEL,
@@ -119,12 +119,35 @@ def run(cluster: LocalCluster, count: int = 200, timeout: float = 600) -> dict[s
     }
 
 
-def bursts(cluster: LocalCluster, sizes: list[int], readiness_domains: int) -> dict[str, Any]:
-    """The create bursts, one size after the other, then the readiness timings."""
-    return {
-        "bursts": [run(cluster, n) for n in sizes],
-        "readiness": readiness(cluster, readiness_domains),
-    }
+def bursts(cluster: LocalCluster, sizes: list[int], readiness_domains: int, repeat: int) -> dict[str, Any]:
+    """The create bursts, each size `repeat` times (median [min-max] of each figure), then the
+    readiness timings (each of the `readiness_domains` transitions is one measurement)."""
+    out = []
+    for n in sizes:
+        reps = [run(cluster, n) for _ in range(repeat)]
+        figures = spread(
+            [
+                {
+                    "create_wall_s": r["create_wall_s"],
+                    "all_reconciled_s": r["all_reconciled_s"],
+                    "all_deleted_s": r["all_deleted_s"],
+                    **{
+                        k: r["created_to_template_and_daemonset"][k]
+                        for k in ("p50_ms", "p95_ms", "p99_ms", "mean_ms")
+                    },
+                }
+                for r in reps
+            ]
+        )
+        out.append(
+            {
+                "computedomains": n,
+                "poll_interval_ms": reps[0]["poll_interval_ms"],
+                **figures,
+                "repetitions": reps,
+            }
+        )
+    return {"bursts": out, "repeat": repeat, "readiness": readiness(cluster, readiness_domains)}
 
 
 CLIQUE_ID = "0b0f0c2d-6c67-4bba-9b6b-2a2f1e7ef7a1.1"
