@@ -96,6 +96,8 @@ def test_requests_carry_the_clients_identity_and_reuse_one_connection(server: Th
     assert second["headers"]["Content-Type"] == "application/json-patch+json"
     assert first["client_port"] == second["client_port"]  # one keep-alive connection
     assert methods == ["GET", "PATCH"]
+    kube.release(kube.request(api, "DELETE", "/api/v1/nodes/{name}", {"name": "n"}))  # the client's path
+    assert methods == ["GET", "PATCH", "DELETE"]  # on_request hears of both
 
 
 def test_an_error_status_raises_as_the_typed_client_does(server: ThreadingHTTPServer) -> None:

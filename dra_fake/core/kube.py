@@ -35,6 +35,8 @@ class TimeoutApiClient(client.ApiClient):
         self, method, url, header_params=None, body=None, post_params=None, _request_timeout=None
     ):
         timeout = REQUEST_TIMEOUT if _request_timeout is None else _request_timeout
+        if self.on_request is not None:
+            self.on_request(method)
         return super().call_api(method, url, header_params, body, post_params, timeout)
 
 
@@ -90,14 +92,7 @@ def get_json(
     api: client.ApiClient, path: str, query: Mapping[str, Any] | None = None, **path_params: str
 ) -> dict[str, Any]:
     """GET `path` (with `{name}`-style parameters and `query`, see `request`) as plain JSON."""
-    direct = _direct(api)
-    if direct is not None:
-        return direct.json(api, "GET", _url(path, path_params, query))
-    resp = request(api, "GET", path, path_params, query)
-    try:
-        return cast(dict[str, Any], json.loads(resp.read()))
-    finally:
-        release(resp)
+    return _json_call(api, "GET", path, path_params, query)
 
 
 def merge_patch(api: client.ApiClient, path: str, patch: Mapping[str, Any], **path_params: str) -> None:
@@ -114,10 +109,24 @@ def send_json(
     **path_params: str,
 ) -> dict[str, Any]:
     """POST/PUT/PATCH `body` (JSON-serialisable as is) to `path`; the stored object as JSON."""
+    return _json_call(api, method, path, path_params, body=body, content_type=content_type)
+
+
+def _json_call(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    path_params: Mapping[str, str],
+    query: Mapping[str, Any] | None = None,
+    body: Any = None,
+    content_type: str | None = None,
+) -> dict[str, Any]:
+    """A request whose answer is read whole: on DirectJson's connections when the client's
+    configuration allows, else through the client (`request`)."""
     direct = _direct(api)
     if direct is not None:
-        return direct.json(api, method, _url(path, path_params), body, content_type)
-    resp = request(api, method, path, path_params, body=body, content_type=content_type)
+        return direct.json(api, method, _url(path, path_params, query), body, content_type)
+    resp = request(api, method, path, path_params, query, body=body, content_type=content_type)
     try:
         return cast(dict[str, Any], json.loads(resp.read()))
     finally:
@@ -157,8 +166,13 @@ def request(
     if not 200 <= resp.status < 300:
         data = resp.read() or b""
         release(resp)
-        raise ApiException(status=resp.status, reason=resp.reason or "", body=data.decode(errors="replace"))
+        _raise_status(resp.status, resp.reason or "", data)
     return resp
+
+
+def _raise_status(status: int, reason: str, data: bytes) -> None:
+    """A non-2xx answer, raised as the typed client does ("(403)\nReason: ...")."""
+    raise ApiException(status=status, reason=reason, body=data.decode(errors="replace"))
 
 
 def _url(path: str, path_params: Mapping[str, str], query: Mapping[str, Any] | None = None) -> str:
@@ -177,13 +191,13 @@ class DirectJson:
 
     def __init__(self, configuration: client.Configuration) -> None:
         url = urllib.parse.urlsplit(configuration.host)
-        self._https = url.scheme == "https"
+        https = url.scheme == "https"
         self._host = url.hostname or ""
-        self._port = url.port or (443 if self._https else 80)
+        self._port = url.port or (443 if https else 80)
         self._prefix = url.path.rstrip("/")
         self._configuration = configuration
         self._tls: ssl.SSLContext | None = None
-        if self._https:
+        if https:
             self._tls = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
             if not configuration.verify_ssl:
                 self._tls.check_hostname = False
@@ -224,12 +238,12 @@ class DirectJson:
                 content_type = "application/strategic-merge-patch+json"  # as the client does
             headers["Content-Type"] = content_type or "application/json"
             payload = json.dumps(body).encode()
-        on_request = getattr(api, "on_request", None)
+        on_request = getattr(api, "on_request", None)  # TimeoutApiClient's, when set
         if on_request is not None:
             on_request(method)
         status, reason, data = self._send(method, self._prefix + url, payload, headers)
         if not 200 <= status < 300:
-            raise ApiException(status=status, reason=reason, body=data.decode(errors="replace"))
+            _raise_status(status, reason, data)
         return cast(dict[str, Any], json.loads(data))
 
     def _send(
