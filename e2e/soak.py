@@ -59,6 +59,7 @@ from computedomain.api import (
 from computedomain.api import DRIVER_NAME as CD_DRIVER
 from computedomain.imex import domain_dir
 from dra_fake.core.atomic import TEMP_SUFFIX
+from dra_fake.core.checkpoint import read_claims
 from dra_fake.core.resourceapi import as_dict
 from dra_fake.kubelet.pb.dra.v1 import api_pb2, api_pb2_grpc
 from e2e.kube import Kube, poll
@@ -393,8 +394,7 @@ class KillSoak:
         partial: dict[str, Any] = {}  # uid -> PrepareStarted entry
         unknown = {c.uid for c in self.claims if c.state == UNKNOWN}
         for driver in DRIVERS:
-            path = self.plugin_dir(driver) / "checkpoint.json"
-            entries: dict[str, Any] = json.loads(path.read_text())["data"]["claims"] if path.exists() else {}
+            entries = read_claims(self.plugin_dir(driver))  # the checkpoint with its journal
             for uid, entry in entries.items():
                 if entry["state"] == "PrepareCompleted":
                     completed[uid] = entry

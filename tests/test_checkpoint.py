@@ -96,9 +96,13 @@ def test_missing_is_empty(env: Env) -> None:
 def test_round_trip_format_and_mode(env: Env) -> None:
     env.store.save(sample())
     assert stat.S_IMODE(env.path.stat().st_mode) == 0o600
-    assert [p.name for p in env.dir.iterdir()] == ["checkpoint.json"]  # no temp files
+    assert stat.S_IMODE((env.dir / "checkpoint.journal").stat().st_mode) == 0o600
+    assert sorted(p.name for p in env.dir.iterdir()) == [
+        "checkpoint.journal",
+        "checkpoint.json",
+    ]  # no temp files
     document = json.loads(env.path.read_text())
-    assert document["version"] == 2
+    assert document["version"] == 3
     assert (
         document["checksum"]
         == "sha256:"
@@ -180,7 +184,7 @@ CORRUPT: dict[str, tuple[Any, str]] = {
     "empty file": ("", "json"),
     "not an object": ("[1, 2]", "format"),
     "missing data": (json.dumps({"version": 1, "checksum": "x"}), "format"),
-    "unknown version": (json.dumps({**valid_document(), "version": 3}), "version"),
+    "unknown version": (json.dumps({**valid_document(), "version": 4}), "version"),
     "checksum mismatch": (json.dumps(tampered()), "checksum"),
     "invalid state": (json.dumps(bad_schema()), "schema"),
 }
@@ -283,16 +287,16 @@ def test_encode_is_compact_canonical_and_older_indented_files_still_decode() -> 
     document = json.loads(raw)
     payload = checkpoint.canonical_json(document["data"])
     assert (
-        raw == b'{"checksum":"' + document["checksum"].encode() + b'","data":' + payload + b',"version":2}\n'
+        raw == b'{"checksum":"' + document["checksum"].encode() + b'","data":' + payload + b',"version":3}\n'
     )
     assert CODEC.decode(raw) == data
     # The layout the encoder used before (indented, keys sorted) decodes through the full path.
     older = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
-    assert CODEC._decode_fast(older) is None
+    assert checkpoint._decode_fast(older) is None
     assert CODEC.decode(older) == data
     # A flipped byte inside the data fails the fast path and is then reported as corrupt.
     tampered = raw.replace(b'"x"', b'"y"')
-    assert CODEC._decode_fast(tampered) is None
+    assert checkpoint._decode_fast(tampered) is None
     with pytest.raises(checkpoint.CorruptCheckpointError) as err:
         CODEC.decode(tampered)
     assert err.value.reason == checkpoint.REASON_CHECKSUM
@@ -361,7 +365,7 @@ def test_states_follow_the_file_whoever_wrote_it(env: Env) -> None:
 # --- format 1: the files written before the versioned payload -------------------------------------
 
 
-def test_a_gpu_checkpoint_of_format_1_is_read_and_written_back_as_format_2(tmp_path: Path) -> None:
+def test_a_gpu_checkpoint_of_format_1_is_read_and_written_back_as_format_3(tmp_path: Path) -> None:
     """tests/data/checkpoint-v1-gpu.json was written by the previous code (full GPU, time-slicing,
     dynamic MIG with MPS, admin access, a PrepareStarted entry)."""
     (tmp_path / "checkpoint.json").write_bytes((DATA / "checkpoint-v1-gpu.json").read_bytes())
@@ -384,7 +388,7 @@ def test_a_gpu_checkpoint_of_format_1_is_read_and_written_back_as_format_2(tmp_p
     assert claims["5e555555-5555-5555-5555-555555555555"].state == "PrepareStarted"
     store.save(result.data)
     rewritten = json.loads((tmp_path / "checkpoint.json").read_text())
-    assert rewritten["version"] == 2
+    assert rewritten["version"] == 3
     assert "undo" not in json.dumps(rewritten) and store.load().data == result.data
 
 

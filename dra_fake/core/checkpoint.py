@@ -1,23 +1,29 @@
 """A kubelet plugin's checkpoint: which claims are prepared, what to return to the kubelet, and
-what to undo. One file per driver, `<plugin data dir>/checkpoint.json`, a versioned format:
+what to undo. Per driver, `<plugin data dir>/checkpoint.json`, a versioned format:
 
-    {"checksum": "sha256:<hex>", "data": {"nodeBootID": ..., "claims": {<uid>: ClaimEntry}}, "version": 2}
+    {"checksum": "sha256:<hex>", "data": {"nodeBootID": ..., "claims": {<uid>: ClaimEntry}}, "version": 3}
 
-Format 2 (written): each ClaimEntry carries the driver's typed payload in `driverData` (a
-DriverData subclass: dra_fake.gpu.state.GpuClaimData, computedomain.plugin.state.DomainClaimData).
+and beside it `checkpoint.journal`, the entries changed since that file was written
+(dra_fake.core.journal): a save appends what changed; now and then a compaction rewrites the file
+and starts an empty journal (docs/prepare.md#the-journal).
+
+Format 3 (written): format 2 and its journal. Format 2 (read; written from 0.2 until the journal):
+each ClaimEntry carries the driver's typed payload in `driverData` (a DriverData subclass:
+dra_fake.gpu.state.GpuClaimData, computedomain.plugin.state.DomainClaimData); it has no journal.
 Format 1 (read, written before 0.2): the same entry with the payload as `undo` holding both drivers'
-fields (migDevices, timeSlicing, mpsDaemons, computeDomain); it is converted on load and written
-back as format 2. A binary that only knows format 1 treats a format-2 file as corrupt and
-recovers from the CDI specs.
+fields (migDevices, timeSlicing, mpsDaemons, computeDomain); it is converted on load. Either is
+written back as format 3. A binary that knows only older formats treats a newer file as corrupt
+and recovers from the CDI specs (it must not read a format-3 file without its journal).
 
 The checksum is the sha256 of the canonical JSON (sorted keys, no spaces) of `data` exactly as
 stored, so a newer binary's extra fields neither break the checksum nor the decoding (unknown
-fields are ignored). Loading never raises: a corrupt file is reported, moved aside and replaced
-by an empty checkpoint (dra_fake.core.state rebuilds what it can from the CDI specs).
+fields are ignored). Loading never raises: a corrupt file or journal is reported, moved aside and
+replaced by an empty checkpoint (dra_fake.core.state rebuilds what it can from the CDI specs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -30,14 +36,19 @@ from typing import Any, Final, Generic, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dra_fake.core import metrics
+from dra_fake.core import journal, metrics
 from dra_fake.core.atomic import atomic_write, file_identity, fsync_dir, remove_durably, stale_temp_files
 
 _log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
-V1 = 1  # read and converted: see the module docstring
+FORMAT_VERSION = 3
+V2 = 2  # read, its journal (there is none) ignored: see the module docstring
+V1 = 1  # read and converted
+READABLE_VERSIONS = (FORMAT_VERSION, V2, V1)
 CHECKPOINT_FILE_NAME = "checkpoint.json"
+# Compaction: a save rewrites the whole checkpoint (and starts an empty journal) once the journal
+# is larger than the checkpoint and than this (a start-up replays at most about that much).
+COMPACT_MIN_BYTES = 256 * 1024
 CHECKPOINT_FILE_MODE = 0o600
 KEEP_CORRUPT = 5  # quarantined corrupt checkpoints kept beside the live one
 DEFAULT_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
@@ -54,6 +65,7 @@ REASON_FORMAT = "format"
 REASON_VERSION = "version"
 REASON_CHECKSUM = "checksum"
 REASON_SCHEMA = "schema"
+REASON_JOURNAL = "journal"
 
 
 class _Model(BaseModel):
@@ -132,105 +144,130 @@ _FAST_DATA = b'","data":'
 _FAST_TAIL = b',"version":%d}\n' % FORMAT_VERSION
 
 
+_Key = tuple[str, bool, bool]  # an entry's changeable fields: state, unpreparing, recovered
+
+
+def _key(entry: ClaimEntry[Any]) -> _Key:
+    return (entry.state, entry.unpreparing, entry.recovered)
+
+
+def _decode_fast(raw: bytes) -> tuple[str, dict[str, Any]] | None:
+    """A file exactly as `encode` writes it: the checksum is over the data bytes as stored
+    (they are the canonical serialisation), so it is checked without re-serialising the data.
+    Anything else (an older format, an indented file, a checksum mismatch, odd bytes) returns
+    None: the full path decides."""
+    start = _FAST_DIGEST_END + len(_FAST_DATA)
+    if not (
+        raw.startswith(_FAST_HEAD) and raw[_FAST_DIGEST_END:start] == _FAST_DATA and raw.endswith(_FAST_TAIL)
+    ):
+        return None
+    payload = raw[start : -len(_FAST_TAIL)]
+    digest = raw[len(_FAST_HEAD) : _FAST_DIGEST_END]
+    if hashlib.sha256(payload).hexdigest().encode() != digest:
+        return None
+    try:
+        data = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return ("sha256:" + digest.decode(), data) if isinstance(data, dict) else None
+
+
+def decode_document(raw: bytes) -> tuple[int, str, dict[str, Any]]:
+    """(format version, checksum, data) of a checkpoint file whose checksum holds;
+    CorruptCheckpointError(reason) otherwise."""
+    fast = _decode_fast(raw)
+    if fast is not None:
+        return FORMAT_VERSION, fast[0], fast[1]
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptCheckpointError(REASON_JSON, str(exc)) from None
+    if not isinstance(document, dict) or not {"version", "checksum", "data"} <= document.keys():
+        raise CorruptCheckpointError(REASON_FORMAT, "expected an object with version, checksum and data")
+    if document["version"] not in READABLE_VERSIONS:
+        raise CorruptCheckpointError(
+            REASON_VERSION,
+            f"unknown format version {document['version']!r}, expected one of {READABLE_VERSIONS}",
+        )
+    expected = checksum(document["data"])
+    if document["checksum"] != expected:
+        raise CorruptCheckpointError(
+            REASON_CHECKSUM, f"checksum mismatch: stored {document['checksum']!r}, computed {expected!r}"
+        )
+    if not isinstance(document["data"], dict):
+        raise CorruptCheckpointError(REASON_SCHEMA, "data is not an object")
+    return document["version"], expected, document["data"]
+
+
 class Codec(Generic[P]):
     """Encodes and decodes the checkpoint of a driver whose per-claim payload is `payload`."""
 
     def __init__(self, payload: type[P]) -> None:
         self.payload = payload
         self.model: type[CheckpointData[P]] = CheckpointData[payload]  # type: ignore[valid-type]
-        # uid -> (entry, its changeable fields, `"<uid>":<entry>` canonical bytes) of the last encode
-        self._entries: dict[str, tuple[ClaimEntry[P], tuple[str, bool, bool], bytes]] = {}
+        # uid -> (entry, its changeable fields, canonical uid, canonical entry) as last serialised
+        self._entries: dict[str, tuple[ClaimEntry[P], _Key, bytes, bytes]] = {}
 
     def empty(self, boot_id: str = "") -> CheckpointData[P]:
         return self.model(nodeBootID=boot_id)
 
     def encode(self, data: CheckpointData[P]) -> bytes:
+        return self.encode_with_checksum(data)[0]
+
+    def encode_with_checksum(self, data: CheckpointData[P]) -> tuple[bytes, str]:
         """`{"checksum":…,"data":…,"version":…}` (keys sorted), compact, the checksum over the same
-        canonical bytes that go into the file. The payload is serialised by the C encoder
-        (`indent` would switch json to its pure-Python encoder), and only the entries that changed
-        since the last call are: see `_payload`."""
+        canonical bytes that go into the file; and that checksum. The payload is serialised by the
+        C encoder (`indent` would switch json to its pure-Python encoder), and only the entries
+        that changed since they were last serialised are: see `entry_json`."""
         payload = self._payload(data)
         digest = "sha256:" + hashlib.sha256(payload).hexdigest()
-        return (
+        raw = (
             b'{"checksum":"' + digest.encode() + b'","data":' + payload + b',"version":%d}\n' % FORMAT_VERSION
         )
+        return raw, digest
+
+    def entry_json(self, uid: str, entry: ClaimEntry[P]) -> tuple[bytes, bytes]:
+        """The canonical JSON of `uid` and of `entry`, reused while the entry is the same object
+        with the same `state`, `unpreparing` and `recovered`: the only fields changed on a saved
+        entry (see ClaimEntry). A checkpoint holds every prepared claim's CDI spec; serialising
+        all of them at each write made a prepare's cost grow with the claims held."""
+        key = _key(entry)
+        hit = self._entries.get(uid)
+        if hit is None or hit[0] is not entry or hit[1] != key:
+            hit = (
+                entry,
+                key,
+                canonical_json(uid),
+                canonical_json(entry.model_dump(mode="json", exclude_none=True)),
+            )
+            self._entries[uid] = hit
+        return hit[2], hit[3]
+
+    def forget_entry(self, uid: str) -> None:
+        self._entries.pop(uid, None)
 
     def _payload(self, data: CheckpointData[P]) -> bytes:
-        """canonical_json(data), assembled from per-entry serialisations kept between calls.
-
-        A prepare changes one entry of a checkpoint holding every prepared claim's CDI spec;
-        serialising all of them each time made the cost of a prepare grow with the claims held.
-        An entry is reused while it is the same object with the same `state`, `unpreparing` and
-        `recovered`: the only fields changed on a saved entry (see ClaimEntry)."""
+        """canonical_json(data), assembled from per-entry serialisations kept between calls."""
         fields = set(type(data).model_fields)
         if fields != {"claims", "nodeBootID"}:  # a subclass with more fields: the plain way
             return canonical_json(data.model_dump(mode="json", exclude_none=True))
-        cache: dict[str, tuple[ClaimEntry[P], tuple[str, bool, bool], bytes]] = {}
         parts = []
         for uid in sorted(data.claims):
-            entry = data.claims[uid]
-            key = (entry.state, entry.unpreparing, entry.recovered)
-            hit = self._entries.get(uid)
-            if hit is None or hit[0] is not entry or hit[1] != key:
-                member = (
-                    canonical_json(uid)
-                    + b":"
-                    + canonical_json(entry.model_dump(mode="json", exclude_none=True))
-                )
-                hit = (entry, key, member)
-            cache[uid] = hit
-            parts.append(hit[2])
-        self._entries = cache
+            uid_json, entry_json = self.entry_json(uid, data.claims[uid])
+            parts.append(uid_json + b":" + entry_json)
+        for gone in self._entries.keys() - data.claims.keys():
+            del self._entries[gone]
         return b'{"claims":{' + b",".join(parts) + b'},"nodeBootID":' + canonical_json(data.nodeBootID) + b"}"
 
-    def _decode_fast(self, raw: bytes) -> CheckpointData[P] | None:
-        """A file exactly as `encode` writes it: the checksum is over the data bytes as stored
-        (they are the canonical serialisation), so it is checked without re-serialising the data.
-        Anything else (format 1, an indented file, a checksum mismatch, odd bytes) returns None:
-        the full path decides."""
-        start = _FAST_DIGEST_END + len(_FAST_DATA)
-        if not (
-            raw.startswith(_FAST_HEAD)
-            and raw[_FAST_DIGEST_END:start] == _FAST_DATA
-            and raw.endswith(_FAST_TAIL)
-        ):
-            return None
-        payload = raw[start : -len(_FAST_TAIL)]
-        if hashlib.sha256(payload).hexdigest().encode() != raw[len(_FAST_HEAD) : _FAST_DIGEST_END]:
-            return None
-        try:
-            data = json.loads(payload)
-            if not isinstance(data, dict):
-                return None
-            return self.model.model_validate(data)
-        except (UnicodeDecodeError, json.JSONDecodeError, ValidationError):
-            return None
-
     def decode(self, raw: bytes) -> CheckpointData[P]:
-        """Parse a checkpoint file (format 2, or 1); CorruptCheckpointError(reason) if it cannot be
-        trusted."""
-        fast = self._decode_fast(raw)
-        if fast is not None:
-            return fast
+        """Parse a checkpoint file (format 3, 2 or 1) without its journal;
+        CorruptCheckpointError(reason) if it cannot be trusted."""
+        version, _, data = decode_document(raw)
+        return self.validate(data, version)
+
+    def validate(self, data: dict[str, Any], version: int = FORMAT_VERSION) -> CheckpointData[P]:
         try:
-            document = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CorruptCheckpointError(REASON_JSON, str(exc)) from None
-        if not isinstance(document, dict) or not {"version", "checksum", "data"} <= document.keys():
-            raise CorruptCheckpointError(REASON_FORMAT, "expected an object with version, checksum and data")
-        if document["version"] not in (FORMAT_VERSION, V1):
-            raise CorruptCheckpointError(
-                REASON_VERSION,
-                f"unknown format version {document['version']!r}, expected {FORMAT_VERSION} or {V1}",
-            )
-        expected = checksum(document["data"])
-        if document["checksum"] != expected:
-            raise CorruptCheckpointError(
-                REASON_CHECKSUM, f"checksum mismatch: stored {document['checksum']!r}, computed {expected!r}"
-            )
-        data = document["data"]
-        try:
-            if document["version"] == V1:
+            if version == V1:
                 data = self._from_v1(data)
             return self.model.model_validate(data)
         except (ValidationError, TypeError, AttributeError) as exc:
@@ -258,8 +295,63 @@ def _states(data: CheckpointData[P]) -> dict[str, tuple[ClaimState, int]]:
     return {uid: (e.state, len(e.preparedDevices)) for uid, e in data.claims.items()}
 
 
+@dataclass
+class Document:
+    """A checkpoint file with its journal applied, before validation."""
+
+    version: int
+    checksum: str
+    data: dict[str, Any]
+    appendable: bool  # format 3 with a journal that follows it, whole: a save may append to it
+    journal_bytes: int
+
+
+def read_document(path: Path, journal_path: Path | None) -> Document:
+    """The checkpoint at `path` with the journal at `journal_path` (if any) applied: see
+    dra_fake.core.journal for which journal counts. Raises OSError, CorruptCheckpointError."""
+    version, base, data = decode_document(path.read_bytes())
+    doc = Document(version, base, data, False, 0)
+    if version != FORMAT_VERSION or journal_path is None:
+        return doc  # an older format has no journal: one beside it is older than the file
+    try:
+        raw = journal_path.read_bytes()
+    except FileNotFoundError:
+        return doc
+    try:
+        replay = journal.parse(raw)
+    except journal.JournalError as exc:
+        raise CorruptCheckpointError(REASON_JOURNAL, str(exc)) from None
+    if replay.base != base:
+        return doc  # a compaction's new checkpoint, which holds this stale journal's records
+    claims = data.setdefault("claims", {})
+    if not isinstance(claims, dict):
+        raise CorruptCheckpointError(REASON_SCHEMA, "claims is not an object")
+    for uid, entry in replay.changes:
+        if entry is None:
+            claims.pop(uid, None)
+        else:
+            claims[uid] = entry
+    doc.appendable, doc.journal_bytes = not replay.torn, len(raw)
+    return doc
+
+
+def read_claims(data_dir: Path) -> dict[str, Any]:
+    """Claim UID -> checkpoint entry as plain JSON, for observers outside a plugin (the soak
+    test's checks); {} without a checkpoint. Raises OSError, CorruptCheckpointError."""
+    try:
+        doc = read_document(data_dir / CHECKPOINT_FILE_NAME, data_dir / journal.JOURNAL_FILE_NAME)
+    except FileNotFoundError:
+        return {}
+    claims = doc.data.get("claims") or {}
+    return claims if isinstance(claims, dict) else {}
+
+
+Identity = tuple[tuple[int, int, int], tuple[int, int, int] | None]  # checkpoint's and journal's
+
+
 class CheckpointStore(Generic[P]):
-    """Reads and writes the checkpoint file. Callers hold the prepare/unprepare lock."""
+    """Reads and writes the checkpoint file and its journal. Callers hold the prepare/unprepare
+    lock (peek and states excepted)."""
 
     def __init__(
         self,
@@ -270,38 +362,65 @@ class CheckpointStore(Generic[P]):
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = Path(data_dir) / CHECKPOINT_FILE_NAME
+        self.journal_path = Path(data_dir) / journal.JOURNAL_FILE_NAME
         self.codec = Codec(payload)
         self.boot_id_path = Path(boot_id_path)
         self._on_corrupt = on_corrupt
         self._clock = clock
         self._boot_id = ""  # read once: a node's boot ID cannot change under a running process
-        # The file as this store last read or wrote it (its file_identity: every save puts a new
-        # inode in place) and the object it decodes to: load() returns that object again while the
-        # file is the same (a stat per call, not a read and a decode). The same for peek().
-        self._current: tuple[tuple[int, int, int], CheckpointData[P]] | None = None
-        self._peeked: tuple[tuple[int, int, int], CheckpointData[P]] | None = None
-        # The last save: the file's identity (inode, size, mtime) and each claim's state and device
-        # count (for metrics, asked after every call: a stat instead of reading the whole file).
-        self._saved_states: tuple[tuple[int, int, int] | None, dict[str, tuple[ClaimState, int]]] = (None, {})
+        # The files as this store last read or wrote them (their identity: a compaction puts new
+        # inodes in place, an append grows the journal) and the object they decode to: load()
+        # returns that object again while the files are the same (two stats, not a read and a
+        # decode). The same for peek().
+        self._current: tuple[Identity, CheckpointData[P]] | None = None
+        self._peeked: tuple[Identity, CheckpointData[P]] | None = None
+        # What the files hold, for the next save to append only what changed: each claim's entry
+        # object and its changeable fields as last written, the boot ID, whether the journal may
+        # be appended to, and the sizes that decide a compaction. None: rewrite everything.
+        self._on_disk: dict[str, tuple[ClaimEntry[P], _Key]] | None = None
+        self._on_disk_boot = ""
+        self._base_bytes = 0
+        self._journal_bytes = 0
+        # The last save: the files' identity and each claim's state and device count (for
+        # metrics, asked after every call: two stats instead of reading the files).
+        self._saved_states: tuple[Identity | None, dict[str, tuple[ClaimState, int]]] = (None, {})
 
     def boot_id(self) -> str:
         if not self._boot_id:  # unreadable ("") is asked again
             self._boot_id = read_boot_id(self.boot_id_path)
         return self._boot_id
 
+    def _identity(self) -> Identity:
+        """FileNotFoundError if there is no checkpoint."""
+        base = file_identity(self.path)
+        try:
+            return base, file_identity(self.journal_path)
+        except FileNotFoundError:
+            return base, None
+
+    def _read(self, identity: Identity) -> tuple[Document, CheckpointData[P]]:
+        """The checkpoint with its journal applied. Raises OSError, CorruptCheckpointError."""
+        doc = read_document(self.path, self.journal_path if identity[1] is not None else None)
+        return doc, self.codec.validate(doc.data, doc.version)
+
     def load(self) -> LoadResult[P]:
         """The current checkpoint. Never raises for a bad file: see the module docstring."""
         current_boot = self.boot_id()
         try:
-            identity = file_identity(self.path)  # before reading: a newer file shows at the next load
+            identity = self._identity()  # before reading: a newer file shows at the next load
             current = self._current
             if current is not None and current[0] == identity:
                 data = current[1]
             else:
-                self._current = None
-                data = self.codec.decode(self.path.read_bytes())
+                self.forget()
+                doc, data = self._read(identity)
                 self._current = (identity, data)
+                if doc.appendable:
+                    self._on_disk = {uid: (e, _key(e)) for uid, e in data.claims.items()}
+                    self._on_disk_boot = data.nodeBootID
+                    self._base_bytes, self._journal_bytes = identity[0][1], doc.journal_bytes
         except FileNotFoundError:
+            self.forget()
             return LoadResult(self.codec.empty(current_boot), "missing")
         except OSError as exc:
             return self._corrupt(CorruptCheckpointError(REASON_UNREADABLE, str(exc)), current_boot)
@@ -321,43 +440,90 @@ class CheckpointStore(Generic[P]):
         return LoadResult(data, "ok")
 
     def forget(self) -> None:
-        """A caller changed a loaded object without saving it (an error path): the next load
-        decodes the file again."""
+        """A caller changed a loaded object without saving it (an error path), or a save failed:
+        the next load decodes the files again, the next save rewrites them."""
         self._current = None
+        self._on_disk = None
 
     def peek(self) -> CheckpointData[P] | None:
         """Read without locking, repairing or reporting (for metrics); None if absent or bad.
-        The result is shared between calls while the file stays the same (metrics peek after
+        The result is shared between calls while the files stay the same (metrics peek after
         every call): treat it as read-only."""
         try:
-            identity = file_identity(self.path)
+            identity = self._identity()
             cached = self._peeked
             if cached is not None and cached[0] == identity:
                 return cached[1]
-            data = self.codec.decode(self.path.read_bytes())
+            data = self._read(identity)[1]
         except (OSError, CorruptCheckpointError):
             return None
         self._peeked = (identity, data)
         return data
 
-    def save(self, data: CheckpointData[P]) -> None:
+    def save(self, data: CheckpointData[P], compact: bool = False) -> None:
+        """Make `data` the checkpoint: append the entries that changed since the files were last
+        read or written to the journal (one write, one fdatasync), or, when there is no journal
+        to append to, it has grown past the checkpoint, the boot ID changed or `compact` is
+        asked, rewrite the checkpoint and start an empty journal."""
         self._peeked = None  # a caller may have changed a peeked object to save it
-        self._current = None  # until the new file is in place
+        self._current = None  # until the new files are in place
         current_boot = self.boot_id()
         if current_boot:
             data.nodeBootID = current_boot
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        raw = self.codec.encode(data)
-        atomic_write(self.path, raw, CHECKPOINT_FILE_MODE)
-        identity = file_identity(self.path)
+        on_disk, self._on_disk = self._on_disk, None  # until the save succeeds
+        try:
+            if (
+                compact
+                or on_disk is None
+                or data.nodeBootID != self._on_disk_boot
+                or self._journal_bytes > max(COMPACT_MIN_BYTES, self._base_bytes)
+            ):
+                on_disk = self._rewrite(data)
+            else:
+                self._append(data, on_disk)
+            identity = self._identity()
+        except FileNotFoundError:  # the journal was removed under us: rewrite
+            on_disk = self._rewrite(data)
+            identity = self._identity()
+        self._on_disk = on_disk
         self._current = (identity, data)
         self._saved_states = (identity, _states(data))
 
+    def _rewrite(self, data: CheckpointData[P]) -> dict[str, tuple[ClaimEntry[P], _Key]]:
+        """The whole checkpoint, then a journal that follows it. In this order: a crash between
+        the two leaves the new checkpoint with the old journal, which names the old one (stale,
+        ignored); the checkpoint's rename is made durable before the journal is replaced."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        raw, digest = self.codec.encode_with_checksum(data)
+        atomic_write(self.path, raw, CHECKPOINT_FILE_MODE)
+        head = journal.header(digest)
+        atomic_write(self.journal_path, head, CHECKPOINT_FILE_MODE)
+        self._on_disk_boot = data.nodeBootID
+        self._base_bytes, self._journal_bytes = len(raw), len(head)
+        return {uid: (e, _key(e)) for uid, e in data.claims.items()}
+
+    def _append(self, data: CheckpointData[P], on_disk: dict[str, tuple[ClaimEntry[P], _Key]]) -> None:
+        """The journal records of what changed in `data` since `on_disk` (updated in place)."""
+        records = []
+        for uid, entry in data.claims.items():
+            was = on_disk.get(uid)
+            if was is None or was[0] is not entry or was[1] != _key(entry):
+                records.append(journal.put(*self.codec.entry_json(uid, entry)))
+                on_disk[uid] = (entry, _key(entry))
+        for uid in on_disk.keys() - data.claims.keys():
+            records.append(journal.drop(canonical_json(uid)))
+            del on_disk[uid]
+            self.codec.forget_entry(uid)
+        if records:
+            batch = b"".join(records)
+            journal.append_durably(self.journal_path, batch)
+            self._journal_bytes += len(batch)
+
     def states(self) -> dict[str, tuple[ClaimState, int]]:
         """Claim UID -> (state, devices), without locking (for metrics): this store's last save
-        while the file is still the one it wrote (a stat), else the file as it is."""
+        while the files are still the ones it wrote (stats), else the files as they are."""
         try:
-            identity = file_identity(self.path)
+            identity = self._identity()
         except OSError:
             return {}
         saved_identity, saved = self._saved_states
@@ -367,7 +533,11 @@ class CheckpointStore(Generic[P]):
         return {} if data is None else _states(data)
 
     def remove_temp_files(self) -> list[Path]:
-        leftovers = stale_temp_files(self.path) if self.path.parent.is_dir() else []
+        leftovers = (
+            stale_temp_files(self.path) + stale_temp_files(self.journal_path)
+            if self.path.parent.is_dir()
+            else []
+        )
         for p in leftovers:
             p.unlink(missing_ok=True)
             _log.info("stale checkpoint temp file removed path=%s", p)
@@ -389,6 +559,7 @@ class CheckpointStore(Generic[P]):
         return LoadResult(self.codec.empty(current_boot), "corrupt", exc.reason, quarantined)
 
     def _quarantine(self) -> Path | None:
+        """Move the checkpoint aside, and its journal beside it (`<moved name>.journal`)."""
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._clock()))
         target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}Z")
         n = 1
@@ -397,6 +568,8 @@ class CheckpointStore(Generic[P]):
             n += 1
         try:
             os.replace(self.path, target)
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(self.journal_path, _journal_of(target))
             fsync_dir(self.path.parent)
         except OSError as exc:
             _log.error("corrupt checkpoint could not be moved aside path=%s error=%s", self.path, exc)
@@ -405,14 +578,27 @@ class CheckpointStore(Generic[P]):
         return target
 
     def _drop_old_quarantined(self) -> None:
-        """Keep the newest KEEP_CORRUPT quarantined files: enough to debug, bounded on a node whose
-        disk keeps corrupting them."""
+        """Keep the newest KEEP_CORRUPT quarantined checkpoints (and their journals): enough to
+        debug, bounded on a node whose disk keeps corrupting them."""
         try:
             quarantined = sorted(
-                self.path.parent.glob(f"{self.path.name}.corrupt-*"),
+                (
+                    p
+                    for p in self.path.parent.glob(f"{self.path.name}.corrupt-*")
+                    if not p.name.endswith(_QUARANTINED_JOURNAL)
+                ),
                 key=lambda p: (p.stat().st_mtime, p.name),
             )
             for old in quarantined[:-KEEP_CORRUPT]:
-                remove_durably(old)
+                remove_durably(old, sync_dir=False)
+                _journal_of(old).unlink(missing_ok=True)
+            fsync_dir(self.path.parent)
         except OSError as exc:
             _log.warning("old corrupt checkpoints not removed dir=%s error=%s", self.path.parent, exc)
+
+
+_QUARANTINED_JOURNAL = ".journal"
+
+
+def _journal_of(quarantined: Path) -> Path:
+    return quarantined.with_name(quarantined.name + _QUARANTINED_JOURNAL)

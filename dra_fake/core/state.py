@@ -252,7 +252,7 @@ class PreparedClaims(ABC, Generic[P]):
             for uid in orphans:
                 self.cdi.remove(uid)
             swept = self.sweep(data)
-            self.store.save(data)
+            self.store.save(data, compact=True)  # each start begins with an empty journal
         report = StartupReport(
             checkpoint_status=status,
             rolled_back=tuple(rolled_back),

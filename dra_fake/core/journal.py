@@ -1,0 +1,103 @@
+"""The checkpoint's journal: the changes since the last full checkpoint file, appended one fsync
+at a time, so a save costs what changed instead of every claim held (docs/prepare.md#the-journal).
+
+`checkpoint.journal` beside `checkpoint.json`, lines of `<sha256 hex of body> <body>\\n`, each body
+one compact JSON object:
+
+    {"base":"sha256:<hex>"}                first line: the checksum of the checkpoint it follows
+    {"entry":{...},"uid":"<uid>"}          a claim's entry is now this
+    {"uid":"<uid>"}                        the claim is gone
+
+A journal whose first line names another checkpoint is stale (a compaction wrote a new
+checkpoint, then crashed before replacing the journal) and is ignored: that checkpoint already
+holds its records. The last line may be torn by a crash during its append (its call never
+returned, so nothing relied on it): it is ignored. A bad line before a good one is corruption.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+JOURNAL_FILE_NAME = "checkpoint.journal"
+
+
+class JournalError(ValueError):
+    """A journal that cannot be trusted (not a torn last line)."""
+
+
+def _line(body: bytes) -> bytes:
+    return hashlib.sha256(body).hexdigest().encode() + b" " + body + b"\n"
+
+
+def header(base_checksum: str) -> bytes:
+    return _line(b'{"base":' + json.dumps(base_checksum).encode() + b"}")
+
+
+def put(uid_json: bytes, entry_json: bytes) -> bytes:
+    """The record of a claim's new entry, from their canonical JSON."""
+    return _line(b'{"entry":' + entry_json + b',"uid":' + uid_json + b"}")
+
+
+def drop(uid_json: bytes) -> bytes:
+    return _line(b'{"uid":' + uid_json + b"}")
+
+
+@dataclass
+class Replay:
+    base: str  # the checksum of the checkpoint the journal follows
+    changes: list[tuple[str, dict[str, Any] | None]] = field(
+        default_factory=list
+    )  # (uid, entry or None: gone)
+    torn: bool = False  # the last line was incomplete and is ignored
+
+
+def _body(line: bytes) -> dict[str, Any] | None:
+    digest, sep, body = line.partition(b" ")
+    if not sep or hashlib.sha256(body).hexdigest().encode() != digest:
+        return None
+    try:
+        value = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def parse(raw: bytes) -> Replay:
+    """The journal's records in order; JournalError if it cannot be trusted."""
+    lines = raw.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]  # `tail` is b"" when the file ends with a newline
+    bodies = [_body(line) for line in complete]
+    torn = bool(tail)
+    if bodies and bodies[-1] is None:  # a failing last line: the torn append zero-filled it
+        bodies.pop()
+        torn = True
+    if not bodies:
+        raise JournalError("no header line")
+    first = bodies[0]
+    if first is None or not isinstance(first.get("base"), str):
+        raise JournalError("the first line is not a valid header")
+    replay = Replay(base=first["base"], torn=torn)
+    for n, body in enumerate(bodies[1:], start=2):
+        uid = body.get("uid") if body is not None else None
+        entry = body.get("entry") if body is not None else None
+        if not isinstance(uid, str) or not (entry is None or isinstance(entry, dict)):
+            raise JournalError(f"line {n} is not a valid record")
+        replay.changes.append((uid, entry))
+    return replay
+
+
+def append_durably(path: Path, records: bytes) -> None:
+    """Append to an existing journal and fdatasync it; FileNotFoundError if it is gone."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        view = memoryview(records)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
