@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import urllib3
 
+from dra_fake.core import metrics
 from dra_fake.core.claims import ClaimError, ClaimNotFound, ClaimUnreadable
 from dra_fake.core.serving import ClaimPreparer
 from dra_fake.kubelet.api import ClaimRef, PreparedDevice
@@ -167,3 +168,17 @@ def test_fixed_credentials_skip_the_per_request_refresh_hook(tmp_path: Path) -> 
     assert fixed.refresh_api_key_hook is None and fixed.api_key["BearerToken"] == "Bearer t0k3n"
     plugin = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "true"}}
     assert kube_configuration(kubeconfig({"token": "t0k3n", **plugin})).refresh_api_key_hook is not None
+
+
+def test_the_prepared_gauges_are_read_from_the_state_when_scraped() -> None:
+    state = FakeState({})
+    held = {"uid-a": "PrepareCompleted", "uid-b": "PrepareStarted"}
+    state.prepared_claims = lambda: held  # type: ignore[method-assign]
+    state.prepared_device_count = lambda: 3 * len(held)  # type: ignore[method-assign]
+    ClaimPreparer(lambda: FakeResources({}), state).export_gauges()  # type: ignore[arg-type]
+    registry = metrics.METRICS.registry
+    assert registry.get_sample_value("dra_fake_prepared_claims") == 2
+    assert registry.get_sample_value("dra_fake_prepared_devices") == 6
+    del held["uid-b"]  # no call in between: the next scrape sees it
+    assert registry.get_sample_value("dra_fake_prepared_claims") == 1
+    assert registry.get_sample_value("dra_fake_prepared_devices") == 3

@@ -200,7 +200,7 @@ class CdiSpecStore:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.path(claim_uid)
         atomic_write(path, render_spec(spec), SPEC_FILE_MODE, sync_dir=sync_dir)
-        _log.info("CDI spec written claim=%s path=%s devices=%d", claim_uid, path, len(spec["devices"]))
+        _log.debug("CDI spec written claim=%s path=%s devices=%d", claim_uid, path, len(spec["devices"]))
         return path
 
     def remove(self, claim_uid: str, sync_dir: bool = True) -> bool:
@@ -208,7 +208,7 @@ class CdiSpecStore:
         With `sync_dir=False` the caller calls `sync()` after a batch of removals."""
         path = self.path(claim_uid)
         removed = remove_durably(path, sync_dir=sync_dir)
-        _log.info("CDI spec removed claim=%s path=%s existed=%s", claim_uid, path, removed)
+        _log.debug("CDI spec removed claim=%s path=%s existed=%s", claim_uid, path, removed)
         return removed
 
     def sync(self) -> None:

@@ -148,9 +148,7 @@ class ClaimPreparer:
         self.state = state
 
     def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
-        results = {ref.uid: self._prepare_one(ref) for ref in claims}
-        self.update_gauges()
-        return results
+        return {ref.uid: self._prepare_one(ref) for ref in claims}
 
     def _prepare_one(self, ref: ClaimRef) -> PrepareResult:
         """One claim; whatever fails is this claim's error, never the whole call's."""
@@ -198,12 +196,14 @@ class ClaimPreparer:
             except Exception as err:
                 log.exception("unprepare failed unexpectedly", extra=fields)
                 results[ref.uid] = f"unprepare ResourceClaim {ref.namespace}/{ref.name}: {_describe(err)}"
-        self.update_gauges()
         return results
 
-    def update_gauges(self) -> None:
-        metrics.PREPARED_CLAIMS.set(len(self.state.prepared_claims()))
-        metrics.PREPARED_DEVICES.set(self.state.prepared_device_count())
+    def export_gauges(self) -> None:
+        """The prepared claims and devices gauges, read from the state when scraped: computing
+        them after every call cost a read of the whole checkpoint whenever a concurrent call had
+        just written it."""
+        metrics.PREPARED_CLAIMS.set_function(lambda: len(self.state.prepared_claims()))
+        metrics.PREPARED_DEVICES.set_function(self.state.prepared_device_count)
 
 
 def _describe(err: BaseException) -> str:
@@ -238,7 +238,7 @@ def run_plugin(args: argparse.Namespace, driver: KubeletDriver) -> int:
     if args.metrics_port >= 0:
         metrics.start_metrics_server(args.metrics_port)
     handler = ClaimPreparer(lambda: ctx.resources, state)
-    handler.update_gauges()  # initial values from the checkpoint
+    handler.export_gauges()
     kubelet = KubeletPlugin(
         args.driver_name,
         handler,

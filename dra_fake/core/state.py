@@ -187,7 +187,7 @@ class PreparedClaims(ABC, Generic[P]):
         except Exception as exc:
             raise ClaimError(f"error unpreparing devices for claim {claim_uid}: {exc}") from exc
         crash_point("unprepare:after-dropped")
-        _log.info("claim unprepared claim=%s", claim_uid)
+        _log.debug("claim unprepared claim=%s", claim_uid)  # the caller logs it at info level
 
     def _mark_unpreparing(self, items: list[_Unprepare]) -> None:
         crash_point("unprepare:after-lock")

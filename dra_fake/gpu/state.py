@@ -233,7 +233,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         crash_point("prepare:after-completed")
         for item in items:
             if item.error is None and item.devices is not None:
-                _log.info(
+                _log.debug(  # the caller (serving.ClaimPreparer) logs it at info level
                     "claim prepared claim=%s namespace=%s name=%s devices=%s",
                     item.claim.uid,
                     item.claim.namespace,
