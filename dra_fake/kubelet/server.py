@@ -211,7 +211,9 @@ class _DRAServicer:
                 self._in_flight.end(token)
             errors.inc(failed)
             obs.result = RESULT_CLAIM_ERROR if failed else RESULT_SUCCESS
-            log.info(name, extra={**fields, "failed": failed})
+            # Each claim's outcome is logged at info level by the handler (as NVIDIA's plugin logs
+            # per claim); the call itself only when some claim failed.
+            log.log(logging.INFO if failed else logging.DEBUG, name, extra={**fields, "failed": failed})
             return response
 
     def _warn_unrequested(self, method: str, claims: Sequence[ClaimRef], results: Iterable[str]) -> None:
