@@ -303,7 +303,7 @@ def test_encode_is_compact_canonical_and_older_indented_files_still_decode() -> 
 
 
 def test_the_reused_entry_serialisations_give_the_canonical_bytes_after_every_kind_of_change() -> None:
-    """Codec._payload reuses an entry's bytes while the entry is the same object with the same
+    """Codec.entry_json reuses an entry's bytes while the entry is the same object with the same
     state/unpreparing/recovered; every change the plugins make must still give canonical JSON."""
     codec = Codec(GpuClaimData)
     data = sample()

@@ -98,7 +98,8 @@ P = TypeVar("P", bound=DriverData)
 class ClaimEntry(_Model, Generic[P]):
     """One claim. Once saved, an entry is changed only in `state`, `unpreparing` and `recovered`
     (with other fields at the same time at most), or replaced by a new object: the codec reuses
-    an entry's serialisation while those three are unchanged (Codec._payload)."""
+    an entry's serialisation while those three are unchanged (Codec.entry_json), and the journal
+    records an entry again only when one of them changed or the object was replaced."""
 
     state: ClaimState
     name: str = ""
@@ -375,14 +376,14 @@ class CheckpointStore(Generic[P]):
         self._current: tuple[Identity, CheckpointData[P]] | None = None
         self._peeked: tuple[Identity, CheckpointData[P]] | None = None
         # What the files hold, for the next save to append only what changed: each claim's entry
-        # object and its changeable fields as last written, the boot ID, whether the journal may
-        # be appended to, and the sizes that decide a compaction. None: rewrite everything.
+        # object and its changeable fields as last written (None: no journal to append to, the
+        # next save rewrites both files), the boot ID, and the sizes that decide a compaction.
         self._on_disk: dict[str, tuple[ClaimEntry[P], _Key]] | None = None
         self._on_disk_boot = ""
         self._base_bytes = 0
         self._journal_bytes = 0
-        # The last save: the files' identity and each claim's state and device count (for
-        # metrics, asked after every call: two stats instead of reading the files).
+        # The last save: the files' identity and each claim's state and device count (for the
+        # gauges, read at each scrape: two stats instead of reading the files).
         self._saved_states: tuple[Identity | None, dict[str, tuple[ClaimState, int]]] = (None, {})
 
     def boot_id(self) -> str:
