@@ -50,6 +50,15 @@ def reread(directory: Path) -> Data:
     return result.data
 
 
+def add(store: CheckpointStore[GpuClaimData], *uids: str) -> Data:
+    """Load, add a PrepareStarted entry per uid, save: one save's worth of changes."""
+    data = store.load().data
+    for uid in uids:
+        data.claims[uid] = entry(uid)
+    store.save(data)
+    return data
+
+
 def lines(store: CheckpointStore[GpuClaimData]) -> list[dict[str, object]]:
     return [json.loads(line.split(b" ", 1)[1]) for line in store.journal_path.read_bytes().splitlines()]
 
@@ -81,9 +90,7 @@ def test_a_save_appends_only_what_changed_and_a_fresh_store_reads_it_back(tmp_pa
 
 def test_a_torn_last_append_is_ignored_and_the_next_save_starts_a_new_journal(tmp_path: Path) -> None:
     store = new_store(tmp_path)
-    data = store.load().data
-    data.claims["a"] = entry("a")
-    store.save(data)
+    add(store, "a")
     saved = reread(tmp_path)
     torn = journal.put(b'"b"', entry("b").model_dump_json().encode())
     for tail in (torn[: len(torn) // 2], torn[:-1], b"\0" * len(torn) + b"\n"):
@@ -105,9 +112,7 @@ def test_a_torn_last_append_is_ignored_and_the_next_save_starts_a_new_journal(tm
 def test_a_journal_that_names_another_checkpoint_is_ignored(tmp_path: Path) -> None:
     """A compaction wrote the new checkpoint and crashed before replacing the journal."""
     store = new_store(tmp_path)
-    data = store.load().data
-    data.claims["a"] = entry("a")
-    store.save(data)
+    add(store, "a")
     data = store.load().data
     data.claims["b"] = entry("b")
     del data.claims["a"]
@@ -121,9 +126,7 @@ def test_a_journal_that_names_another_checkpoint_is_ignored(tmp_path: Path) -> N
 
 def test_a_bad_line_before_a_good_one_is_corruption_and_both_files_go_aside(tmp_path: Path) -> None:
     store = new_store(tmp_path)
-    data = store.load().data
-    data.claims["a"] = entry("a")
-    store.save(data)
+    add(store, "a")
     for uid in ("b", "c"):
         data = store.load().data
         data.claims[uid] = entry(uid)
@@ -143,9 +146,7 @@ def test_the_journal_is_compacted_once_larger_than_the_checkpoint(
 ) -> None:
     monkeypatch.setattr(checkpoint, "COMPACT_MIN_BYTES", 4096)
     store = new_store(tmp_path)
-    data = store.load().data
-    data.claims["a"] = entry("a")
-    store.save(data)
+    add(store, "a")
     inodes = {store.path.stat().st_ino}
     for n in range(60):
         data = store.load().data
@@ -161,12 +162,8 @@ def test_a_format_2_checkpoint_ignores_a_journal_beside_it(tmp_path: Path) -> No
     """A format-2 file was written by an older binary (after a downgrade): the journal beside it
     is older than that file."""
     store = new_store(tmp_path)
-    data = store.load().data
-    data.claims["a"] = entry("a")
-    store.save(data)
-    data = store.load().data
-    data.claims["b"] = entry("b")
-    store.save(data)
+    add(store, "a")
+    add(store, "b")
     payload = json.loads(store.path.read_bytes())["data"]  # holds only a
     store.path.write_text(
         json.dumps({"version": 2, "checksum": checkpoint.checksum(payload), "data": payload})
@@ -176,13 +173,9 @@ def test_a_format_2_checkpoint_ignores_a_journal_beside_it(tmp_path: Path) -> No
 
 def test_a_removed_journal_makes_the_next_save_rewrite_both(tmp_path: Path) -> None:
     store = new_store(tmp_path)
-    data = store.load().data
-    data.claims["a"] = entry("a")
-    store.save(data)
+    add(store, "a")
     os.unlink(store.journal_path)
-    data = store.load().data
-    data.claims["b"] = entry("b")
-    store.save(data)
+    add(store, "b")
     assert set(reread(tmp_path).claims) == {"a", "b"}
 
 
