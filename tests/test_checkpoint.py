@@ -182,6 +182,7 @@ CORRUPT: dict[str, tuple[Any, str]] = {
     "bad JSON": ('{"version": 1, "checksum": "sha256:', "json"),
     "binary garbage": (b"\xff\xfe\x00garbage", "json"),
     "empty file": ("", "json"),
+    "nested too deeply": ("[" * 100_000, "json"),  # the JSON decoder's RecursionError
     "not an object": ("[1, 2]", "format"),
     "missing data": (json.dumps({"version": 1, "checksum": "x"}), "format"),
     "unknown version": (json.dumps({**valid_document(), "version": 4}), "version"),

@@ -10,6 +10,7 @@ a deadline; `make fuzz` runs 100,000 random ones where a case over 100 ms fails
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 from computedomain import api as cd_api
 from computedomain.plugin import configs as cd_configs
 from computedomain.plugin.state import DomainClaimData
+from dra_fake.core import journal
 from dra_fake.core.checkpoint import FORMAT_VERSION, CheckpointStore, CorruptCheckpointError, checksum
 from dra_fake.core.claims import ClaimError, parse_claim
 from dra_fake.gpu import configs as gpu_configs
@@ -314,3 +316,28 @@ checkpoint_files = st.one_of(
 def test_checkpoint_files(raw: bytes, payload: Any) -> None:
     store = CheckpointStore(Path(tempfile.gettempdir()), payload, Path("/nonexistent"))
     accepted_or_one_line_error(lambda: store.codec.decode(raw), (CorruptCheckpointError,))
+
+
+def journal_line(body: Any) -> bytes:
+    raw = json.dumps(body).encode()
+    return hashlib.sha256(raw).hexdigest().encode() + b" " + raw + b"\n"
+
+
+journal_files = st.one_of(
+    st.binary(max_size=200),
+    st.lists(
+        st.one_of(
+            st.builds(journal_line, json_values),
+            st.builds(journal_line, objects({"base": st.text(max_size=8)})),
+            st.builds(journal_line, objects({"uid": st.text(max_size=8), "entry": json_values})),
+            st.binary(max_size=40),
+        ),
+        max_size=5,
+    ).map(b"".join),
+)
+
+
+@FUZZ
+@given(journal_files)
+def test_checkpoint_journals(raw: bytes) -> None:
+    accepted_or_one_line_error(lambda: journal.parse(raw), (journal.JournalError,))

@@ -4,6 +4,7 @@ changes, a torn last append, a stale journal left by an interrupted compaction."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -139,6 +140,20 @@ def test_a_bad_line_before_a_good_one_is_corruption_and_both_files_go_aside(tmp_
     assert result.quarantined is not None and result.quarantined.exists()
     assert Path(f"{result.quarantined}.journal").read_bytes() == b"\n".join(raw)
     assert not store.journal_path.exists()
+
+
+def test_a_line_nested_too_deeply_is_a_bad_line(tmp_path: Path) -> None:
+    """The JSON decoder's depth limit (a RecursionError) is a bad line like any other."""
+    store = new_store(tmp_path)
+    add(store, "a")
+    deep = b"[" * 100_000
+    with store.journal_path.open("ab") as f:
+        f.write(hashlib.sha256(deep).hexdigest().encode() + b" " + deep + b"\n")
+    assert set(reread(tmp_path).claims) == {"a"}  # the last line: taken for torn
+    with store.journal_path.open("ab") as f:
+        f.write(journal.put(b'"b"', entry("b").model_dump_json().encode()))
+    result = new_store(tmp_path).load()  # now before a good line: corruption, not an exception
+    assert (result.status, result.reason) == ("corrupt", checkpoint.REASON_JOURNAL)
 
 
 def test_the_journal_is_compacted_once_larger_than_the_checkpoint(

@@ -168,7 +168,7 @@ def _decode_fast(raw: bytes) -> tuple[str, dict[str, Any]] | None:
         return None
     try:
         data = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
     return ("sha256:" + digest.decode(), data) if isinstance(data, dict) else None
 
@@ -183,6 +183,8 @@ def decode_document(raw: bytes) -> tuple[int, str, dict[str, Any]]:
         document = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptCheckpointError(REASON_JSON, str(exc)) from None
+    except RecursionError:  # the C decoder's depth limit: no checkpoint of ours nests that deep
+        raise CorruptCheckpointError(REASON_JSON, "nested too deeply") from None
     if not isinstance(document, dict) or not {"version", "checksum", "data"} <= document.keys():
         raise CorruptCheckpointError(REASON_FORMAT, "expected an object with version, checksum and data")
     if document["version"] not in READABLE_VERSIONS:
@@ -190,7 +192,10 @@ def decode_document(raw: bytes) -> tuple[int, str, dict[str, Any]]:
             REASON_VERSION,
             f"unknown format version {document['version']!r}, expected one of {READABLE_VERSIONS}",
         )
-    expected = checksum(document["data"])
+    try:
+        expected = checksum(document["data"])
+    except RecursionError:
+        raise CorruptCheckpointError(REASON_JSON, "nested too deeply") from None
     if document["checksum"] != expected:
         raise CorruptCheckpointError(
             REASON_CHECKSUM, f"checksum mismatch: stored {document['checksum']!r}, computed {expected!r}"

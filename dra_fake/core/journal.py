@@ -62,7 +62,7 @@ def _body(line: bytes) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
