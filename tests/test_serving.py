@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -182,3 +183,24 @@ def test_the_prepared_gauges_are_read_from_the_state_when_scraped() -> None:
     del held["uid-b"]  # no call in between: the next scrape sees it
     assert registry.get_sample_value("dra_fake_prepared_claims") == 1
     assert registry.get_sample_value("dra_fake_prepared_devices") == 3
+
+
+def test_a_claim_get_before_discovery_waits_for_it_and_fails_after_the_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sockets serve before the API server is reached: a prepare sent right after
+    registration waits for discovery instead of failing into the kubelet's retry backoff."""
+    from dra_fake.core import resourceapi
+    from dra_fake.core.resourceapi import ApiNotReached, ResourceApi, ServerInfo
+
+    def get_json(api: object, path: str, namespace: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "path": path}
+
+    monkeypatch.setattr(resourceapi, "get_json", get_json)
+    api = ResourceApi(object(), discovery_wait=60)  # type: ignore[arg-type]
+    threading.Timer(0.05, api.discovered, [ServerInfo((1, 37), ("v1",))]).start()
+    claim = api.get_claim("ns", "early")  # returns once discovered
+    assert claim["metadata"]["name"] == "early" and "/resource.k8s.io/v1/" in claim["path"]
+    unreached = ResourceApi(object(), discovery_wait=0.01)  # type: ignore[arg-type]
+    with pytest.raises(ApiNotReached, match="has not been reached yet"):
+        unreached.get_claim("ns", "early")

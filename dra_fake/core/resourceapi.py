@@ -87,24 +87,45 @@ class ApiNotReached(Exception):
     """The API server has not answered discovery yet (a plugin starting during an API outage)."""
 
 
+# How long a call made before discovery waits for it: the plugin serves the kubelet before it has
+# reached the API server (docs/benchmarks.md#start-up), so a prepare sent right after registration
+# would otherwise fail and wait out the kubelet's retry backoff; discovery normally follows the
+# sockets within a second. In an API outage calls fail after this wait.
+DISCOVERY_WAIT_SECONDS = 3.0
+
+
 class ResourceApi:
     """Generic CRUD on resource.k8s.io objects in the server's preferred version. Created before
-    the server is reached (`info=None`): calls then fail with ApiNotReached until `discovered`."""
+    the server is reached (`info=None`): calls then wait up to `discovery_wait` seconds for
+    `discovered`, and fail with ApiNotReached after that."""
 
-    def __init__(self, api: client.ApiClient, info: ServerInfo | None = None) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        info: ServerInfo | None = None,
+        discovery_wait: float = DISCOVERY_WAIT_SECONDS,
+    ) -> None:
         self.api = api
         self.custom = client.CustomObjectsApi(api)
         self._info = info
+        self._reached = threading.Event()
+        if info is not None:
+            self._reached.set()
+        self._discovery_wait = discovery_wait
         self._lock = threading.Lock()
 
     @property
     def info(self) -> ServerInfo:
-        if self._info is None:
+        info = self._info
+        if info is None and self._reached.wait(self._discovery_wait):
+            info = self._info
+        if info is None:
             raise ApiNotReached("the API server has not been reached yet (the plugin keeps trying)")
-        return self._info
+        return info
 
     def discovered(self, info: ServerInfo) -> None:
         self._info = info
+        self._reached.set()
 
     @property
     def version(self) -> ResourceApiVersion:
@@ -112,7 +133,7 @@ class ResourceApi:
 
     def rediscover(self) -> None:
         with self._lock:
-            self._info = discover(self.api)
+            self.discovered(discover(self.api))
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """GET a ResourceClaim, falling back v1 -> v1beta2 -> v1beta1 among the served versions.
