@@ -211,7 +211,8 @@ class Codec(Generic[P]):
     def __init__(self, payload: type[P]) -> None:
         self.payload = payload
         self.model: type[CheckpointData[P]] = CheckpointData[payload]  # type: ignore[valid-type]
-        # uid -> (entry, its changeable fields, canonical uid, canonical entry) as last serialised
+        # uid -> (entry, its changeable fields, canonical uid, canonical entry) as last serialised:
+        # after a successful write, what the files hold (CheckpointStore appends what differs)
         self._entries: dict[str, tuple[ClaimEntry[P], _Key, bytes, bytes]] = {}
 
     def empty(self, boot_id: str = "") -> CheckpointData[P]:
@@ -249,8 +250,19 @@ class Codec(Generic[P]):
             self._entries[uid] = hit
         return hit[2], hit[3]
 
-    def forget_entry(self, uid: str) -> None:
-        self._entries.pop(uid, None)
+    def changes(self, data: CheckpointData[P]) -> tuple[list[tuple[bytes, bytes]], list[str]]:
+        """What differs in `data` from the entries last serialised: (canonical uid, canonical
+        entry) of each new or changed entry (serialised now), and the uids no longer held
+        (forgotten)."""
+        changed = []
+        for uid, entry in data.claims.items():
+            hit = self._entries.get(uid)
+            if hit is None or hit[0] is not entry or hit[1] != _key(entry):
+                changed.append(self.entry_json(uid, entry))
+        gone = [uid for uid in self._entries if uid not in data.claims]
+        for uid in gone:
+            del self._entries[uid]
+        return changed, gone
 
     def _payload(self, data: CheckpointData[P]) -> bytes:
         """canonical_json(data), assembled from per-entry serialisations kept between calls."""
@@ -301,34 +313,23 @@ def _states(data: CheckpointData[P]) -> dict[str, tuple[ClaimState, int]]:
     return {uid: (e.state, len(e.preparedDevices)) for uid, e in data.claims.items()}
 
 
-@dataclass
-class Document:
-    """A checkpoint file with its journal applied, before validation."""
-
-    version: int
-    checksum: str
-    data: dict[str, Any]
-    appendable: bool  # format 3 with a journal that follows it, whole: a save may append to it
-    journal_bytes: int
-
-
-def read_document(path: Path, journal_path: Path | None) -> Document:
-    """The checkpoint at `path` with the journal at `journal_path` (if any) applied: see
-    dra_fake.core.journal for which journal counts. Raises OSError, CorruptCheckpointError."""
+def read_document(path: Path, journal_path: Path | None) -> tuple[int, dict[str, Any]]:
+    """(format version, data) of the checkpoint at `path` with the journal at `journal_path` (if
+    any) applied: see dra_fake.core.journal for which journal counts. Raises OSError,
+    CorruptCheckpointError."""
     version, base, data = decode_document(path.read_bytes())
-    doc = Document(version, base, data, False, 0)
     if version != FORMAT_VERSION or journal_path is None:
-        return doc  # an older format has no journal: one beside it is older than the file
+        return version, data  # an older format has no journal: one beside it is older than the file
     try:
         raw = journal_path.read_bytes()
     except FileNotFoundError:
-        return doc
+        return version, data
     try:
         replay = journal.parse(raw)
     except journal.JournalError as exc:
         raise CorruptCheckpointError(REASON_JOURNAL, str(exc)) from None
     if replay.base != base:
-        return doc  # a compaction's new checkpoint, which holds this stale journal's records
+        return version, data  # a compaction's new checkpoint, which holds this stale journal's records
     claims = data.setdefault("claims", {})
     if not isinstance(claims, dict):
         raise CorruptCheckpointError(REASON_SCHEMA, "claims is not an object")
@@ -337,18 +338,17 @@ def read_document(path: Path, journal_path: Path | None) -> Document:
             claims.pop(uid, None)
         else:
             claims[uid] = entry
-    doc.appendable, doc.journal_bytes = not replay.torn, len(raw)
-    return doc
+    return version, data
 
 
 def read_claims(data_dir: Path) -> dict[str, Any]:
     """Claim UID -> checkpoint entry as plain JSON, for observers outside a plugin (the soak
     test's checks); {} without a checkpoint. Raises OSError, CorruptCheckpointError."""
     try:
-        doc = read_document(data_dir / CHECKPOINT_FILE_NAME, data_dir / journal.JOURNAL_FILE_NAME)
+        _, data = read_document(data_dir / CHECKPOINT_FILE_NAME, data_dir / journal.JOURNAL_FILE_NAME)
     except FileNotFoundError:
         return {}
-    claims = doc.data.get("claims") or {}
+    claims = data.get("claims") or {}
     return claims if isinstance(claims, dict) else {}
 
 
@@ -377,16 +377,11 @@ class CheckpointStore(Generic[P]):
         # The files as this store last read or wrote them (their identity: a compaction puts new
         # inodes in place, an append grows the journal) and the object they decode to: load()
         # returns that object again while the files are the same (two stats, not a read and a
-        # decode). The same for peek().
-        self._current: tuple[Identity, CheckpointData[P]] | None = None
+        # decode). The same for peek(). `written`: this store wrote them, so the codec's entries
+        # are what they hold and the next save of that object may append what changed; files it
+        # read (another process's, a torn journal, an older format) are rewritten at the next save.
+        self._current: tuple[Identity, CheckpointData[P], bool] | None = None
         self._peeked: tuple[Identity, CheckpointData[P]] | None = None
-        # What the files hold, for the next save to append only what changed: each claim's entry
-        # object and its changeable fields as last written (None: no journal to append to, the
-        # next save rewrites both files), the boot ID, and the sizes that decide a compaction.
-        self._on_disk: dict[str, tuple[ClaimEntry[P], _Key]] | None = None
-        self._on_disk_boot = ""
-        self._base_bytes = 0
-        self._journal_bytes = 0
         # The last save: the files' identity and each claim's state and device count (for the
         # gauges, read at each scrape: two stats instead of reading the files).
         self._saved_states: tuple[Identity | None, dict[str, tuple[ClaimState, int]]] = (None, {})
@@ -404,10 +399,10 @@ class CheckpointStore(Generic[P]):
         except FileNotFoundError:
             return base, None
 
-    def _read(self, identity: Identity) -> tuple[Document, CheckpointData[P]]:
+    def _read(self, identity: Identity) -> CheckpointData[P]:
         """The checkpoint with its journal applied. Raises OSError, CorruptCheckpointError."""
-        doc = read_document(self.path, self.journal_path if identity[1] is not None else None)
-        return doc, self.codec.validate(doc.data, doc.version)
+        version, data = read_document(self.path, self.journal_path if identity[1] is not None else None)
+        return self.codec.validate(data, version)
 
     def load(self) -> LoadResult[P]:
         """The current checkpoint. Never raises for a bad file: see the module docstring."""
@@ -419,12 +414,8 @@ class CheckpointStore(Generic[P]):
                 data = current[1]
             else:
                 self.forget()
-                doc, data = self._read(identity)
-                self._current = (identity, data)
-                if doc.appendable:
-                    self._on_disk = {uid: (e, _key(e)) for uid, e in data.claims.items()}
-                    self._on_disk_boot = data.nodeBootID
-                    self._base_bytes, self._journal_bytes = identity[0][1], doc.journal_bytes
+                data = self._read(identity)
+                self._current = (identity, data, False)
         except FileNotFoundError:
             self.forget()
             return LoadResult(self.codec.empty(current_boot), "missing")
@@ -449,81 +440,66 @@ class CheckpointStore(Generic[P]):
         """A caller changed a loaded object without saving it (an error path), or a save failed:
         the next load decodes the files again, the next save rewrites them."""
         self._current = None
-        self._on_disk = None
 
     def peek(self) -> CheckpointData[P] | None:
         """Read without locking, repairing or reporting (for metrics); None if absent or bad.
-        The result is shared between calls while the files stay the same (metrics peek after
-        every call): treat it as read-only."""
+        The result is shared between calls while the files stay the same (each scrape of the
+        gauges may peek): treat it as read-only."""
         try:
             identity = self._identity()
             cached = self._peeked
             if cached is not None and cached[0] == identity:
                 return cached[1]
-            data = self._read(identity)[1]
+            data = self._read(identity)
         except (OSError, CorruptCheckpointError):
             return None
         self._peeked = (identity, data)
         return data
 
     def save(self, data: CheckpointData[P], compact: bool = False) -> None:
-        """Make `data` the checkpoint: append the entries that changed since the files were last
-        read or written to the journal (one write, one fdatasync), or, when there is no journal
-        to append to, it has grown past the checkpoint, the boot ID changed or `compact` is
-        asked, rewrite the checkpoint and start an empty journal."""
+        """Make `data` the checkpoint: append the entries that changed since this store wrote the
+        files to the journal (one write, one fdatasync); or, when it did not write them (they
+        were read: another process's, an older format, a torn journal), the journal has grown
+        past the checkpoint, or `compact` is asked, rewrite the checkpoint and start an empty
+        journal."""
         self._peeked = None  # a caller may have changed a peeked object to save it
-        self._current = None  # until the new files are in place
+        current, self._current = self._current, None  # until the new files are in place
         current_boot = self.boot_id()
         if current_boot:
             data.nodeBootID = current_boot
-        on_disk, self._on_disk = self._on_disk, None  # until the save succeeds
+        appendable = False
+        if current is not None and current[1] is data and current[2] and not compact:
+            base, journal_file = current[0]
+            appendable = journal_file is not None and journal_file[1] <= max(COMPACT_MIN_BYTES, base[1])
         try:
-            if (
-                compact
-                or on_disk is None
-                or data.nodeBootID != self._on_disk_boot
-                or self._journal_bytes > max(COMPACT_MIN_BYTES, self._base_bytes)
-            ):
-                on_disk = self._rewrite(data)
+            if not appendable:
+                self._rewrite(data)
             else:
-                self._append(data, on_disk)
-            identity = self._identity()
-        except FileNotFoundError:  # the journal was removed under us: rewrite
-            on_disk = self._rewrite(data)
-            identity = self._identity()
-        self._on_disk = on_disk
-        self._current = (identity, data)
+                self._append(data)
+        except FileNotFoundError:  # the journal was removed under us
+            if not appendable:
+                raise
+            self._rewrite(data)
+        identity = self._identity()
+        self._current = (identity, data, True)
         self._saved_states = (identity, _states(data))
 
-    def _rewrite(self, data: CheckpointData[P]) -> dict[str, tuple[ClaimEntry[P], _Key]]:
+    def _rewrite(self, data: CheckpointData[P]) -> None:
         """The whole checkpoint, then a journal that follows it. In this order: a crash between
         the two leaves the new checkpoint with the old journal, which names the old one (stale,
         ignored); the checkpoint's rename is made durable before the journal is replaced."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         raw, digest = self.codec.encode_with_checksum(data)
         atomic_write(self.path, raw, CHECKPOINT_FILE_MODE)
-        head = journal.header(digest)
-        atomic_write(self.journal_path, head, CHECKPOINT_FILE_MODE)
-        self._on_disk_boot = data.nodeBootID
-        self._base_bytes, self._journal_bytes = len(raw), len(head)
-        return {uid: (e, _key(e)) for uid, e in data.claims.items()}
+        atomic_write(self.journal_path, journal.header(digest), CHECKPOINT_FILE_MODE)
 
-    def _append(self, data: CheckpointData[P], on_disk: dict[str, tuple[ClaimEntry[P], _Key]]) -> None:
-        """The journal records of what changed in `data` since `on_disk` (updated in place)."""
-        records = []
-        for uid, entry in data.claims.items():
-            was = on_disk.get(uid)
-            if was is None or was[0] is not entry or was[1] != _key(entry):
-                records.append(journal.put(*self.codec.entry_json(uid, entry)))
-                on_disk[uid] = (entry, _key(entry))
-        for uid in on_disk.keys() - data.claims.keys():
-            records.append(journal.drop(canonical_json(uid)))
-            del on_disk[uid]
-            self.codec.forget_entry(uid)
+    def _append(self, data: CheckpointData[P]) -> None:
+        """The journal records of what changed in `data` since the files were written."""
+        changed, gone = self.codec.changes(data)
+        records = [journal.put(uid, entry) for uid, entry in changed]
+        records += [journal.drop(canonical_json(uid)) for uid in gone]
         if records:
-            batch = b"".join(records)
-            journal.append_durably(self.journal_path, batch)
-            self._journal_bytes += len(batch)
+            journal.append_durably(self.journal_path, b"".join(records))
 
     def states(self) -> dict[str, tuple[ClaimState, int]]:
         """Claim UID -> (state, devices), without locking (for metrics): this store's last save

@@ -50,10 +50,8 @@ def drop(uid_json: bytes) -> bytes:
 @dataclass
 class Replay:
     base: str  # the checksum of the checkpoint the journal follows
-    changes: list[tuple[str, dict[str, Any] | None]] = field(
-        default_factory=list
-    )  # (uid, entry or None: gone)
-    torn: bool = False  # the last line was incomplete and is ignored
+    # (uid, entry or None: gone)
+    changes: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
 
 
 def _body(line: bytes) -> dict[str, Any] | None:
@@ -69,19 +67,17 @@ def _body(line: bytes) -> dict[str, Any] | None:
 
 def parse(raw: bytes) -> Replay:
     """The journal's records in order; JournalError if it cannot be trusted."""
-    lines = raw.split(b"\n")
-    complete, tail = lines[:-1], lines[-1]  # `tail` is b"" when the file ends with a newline
-    bodies = [_body(line) for line in complete]
-    torn = bool(tail)
+    # The part after the last newline (b"" when the file ends with one) is a line torn by a crash
+    # during its append: ignored.
+    bodies = [_body(line) for line in raw.split(b"\n")[:-1]]
     if bodies and bodies[-1] is None:  # a failing last line: the torn append zero-filled it
         bodies.pop()
-        torn = True
     if not bodies:
         raise JournalError("no header line")
     first = bodies[0]
     if first is None or not isinstance(first.get("base"), str):
         raise JournalError("the first line is not a valid header")
-    replay = Replay(base=first["base"], torn=torn)
+    replay = Replay(base=first["base"])
     for n, body in enumerate(bodies[1:], start=2):
         uid = body.get("uid") if body is not None else None
         entry = body.get("entry") if body is not None else None

@@ -12,7 +12,7 @@ import urllib.parse
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -170,7 +170,7 @@ def request(
     return resp
 
 
-def _raise_status(status: int, reason: str, data: bytes) -> None:
+def _raise_status(status: int, reason: str, data: bytes) -> NoReturn:
     """A non-2xx answer, raised as the typed client does ("(403)\nReason: ...")."""
     raise ApiException(status=status, reason=reason, body=data.decode(errors="replace"))
 
