@@ -215,11 +215,12 @@ def test_quantity_rejects(text: str) -> None:
 @pytest.mark.parametrize("text", ["1e10000000", "1e-10000000", "1e5000", "1e19", "10Ei", "1" * 70])
 def test_hostile_quantities_are_refused_at_once(text: str) -> None:
     """Unbounded exponents cost seconds of CPU under the node lock; huge values broke later
-    formatting. Refused quickly instead, as out of range."""
-    start = time.perf_counter()
+    formatting. Refused before any such work, as out of range (this thread's CPU time, bounded far
+    above a refusal's microseconds and far below the seconds of the work: not a timing goal)."""
+    start = time.thread_time()
     with pytest.raises(ValueError, match=r"out of range|longer than"):
         Quantity.parse(text)
-    assert time.perf_counter() - start < 0.01
+    assert time.thread_time() - start < 0.5
 
 
 def test_a_hostile_pinned_memory_limit_fails_the_claim_naming_the_field() -> None:
