@@ -15,16 +15,18 @@ def proc_devices_path() -> Path:
     return Path(os.environ.get(PROC_DEVICES_ENV) or "/proc/devices")
 
 
-def char_majors(path: Path | None = None) -> dict[int, str]:
-    """Registered character drivers, major -> name (the "Character devices:" section). An
-    unreadable file gives {}: the callers then know of no driver, so they must treat {} as
-    "cannot tell" where that matters."""
+def read_proc_devices(path: Path | None = None) -> str:
+    """The text of /proc/devices (or `path`); "" when unreadable."""
+    try:
+        return (path or proc_devices_path()).read_text()
+    except OSError:
+        return ""
+
+
+def parse_char_majors(text: str) -> dict[int, str]:
+    """Major -> name of the "Character devices:" section of a /proc/devices text."""
     majors: dict[int, str] = {}
     in_char_section = False
-    try:
-        text = (path or proc_devices_path()).read_text()
-    except OSError:
-        return majors
     for line in text.splitlines():
         if line.strip().endswith("devices:"):
             in_char_section = line.strip() == "Character devices:"
@@ -33,3 +35,10 @@ def char_majors(path: Path | None = None) -> dict[int, str]:
         if in_char_section and len(parts) == 2 and parts[0].isdigit():
             majors[int(parts[0])] = parts[1]
     return majors
+
+
+def char_majors(path: Path | None = None) -> dict[int, str]:
+    """Registered character drivers, major -> name (the "Character devices:" section). An
+    unreadable file gives {}: the callers then know of no driver, so they must treat {} as
+    "cannot tell" where that matters."""
+    return parse_char_majors(read_proc_devices(path))

@@ -250,18 +250,21 @@ class Codec(Generic[P]):
             self._entries[uid] = hit
         return hit[2], hit[3]
 
-    def changes(self, data: CheckpointData[P]) -> tuple[list[tuple[bytes, bytes]], list[str]]:
-        """What differs in `data` from the entries last serialised: (canonical uid, canonical
-        entry) of each new or changed entry (serialised now), and the uids no longer held
-        (forgotten)."""
-        changed = []
-        for uid, entry in data.claims.items():
-            hit = self._entries.get(uid)
-            if hit is None or hit[0] is not entry or hit[1] != _key(entry):
-                changed.append(self.entry_json(uid, entry))
-        gone = [uid for uid in self._entries if uid not in data.claims]
+    def changes(self, data: CheckpointData[P]) -> tuple[list[str], list[str]]:
+        """What differs in `data` from the entries last serialised: the uids of new or changed
+        entries (serialised by `entry_json` when written) and the uids no longer held (forgotten).
+        Called at every save: one pass over the claims held, without a call per entry."""
+        entries = self._entries
+        changed = [
+            uid
+            for uid, entry in data.claims.items()
+            if (hit := entries.get(uid)) is None
+            or hit[0] is not entry
+            or hit[1] != (entry.state, entry.unpreparing, entry.recovered)  # _key, inlined
+        ]
+        gone = list(entries.keys() - data.claims.keys())
         for uid in gone:
-            del self._entries[uid]
+            del entries[uid]
         return changed, gone
 
     def _payload(self, data: CheckpointData[P]) -> bytes:
@@ -309,8 +312,8 @@ def read_boot_id(path: Path) -> str:
         return ""
 
 
-def _states(data: CheckpointData[P]) -> dict[str, tuple[ClaimState, int]]:
-    return {uid: (e.state, len(e.preparedDevices)) for uid, e in data.claims.items()}
+def _state_of(entry: ClaimEntry[Any]) -> tuple[ClaimState, int]:
+    return entry.state, len(entry.preparedDevices)
 
 
 def read_document(path: Path, journal_path: Path | None) -> tuple[int, dict[str, Any]]:
@@ -471,18 +474,31 @@ class CheckpointStore(Generic[P]):
         if current is not None and current[1] is data and current[2] and not compact:
             base, journal_file = current[0]
             appendable = journal_file is not None and journal_file[1] <= max(COMPACT_MIN_BYTES, base[1])
+        saved_identity, saved_states = self._saved_states
+        delta: tuple[list[str], list[str]] | None = None
         try:
             if not appendable:
                 self._rewrite(data)
             else:
-                self._append(data)
+                delta = self._append(data)
         except FileNotFoundError:  # the journal was removed under us
             if not appendable:
                 raise
+            delta = None
             self._rewrite(data)
         identity = self._identity()
         self._current = (identity, data, True)
-        self._saved_states = (identity, _states(data))
+        if delta is not None and current is not None and saved_identity == current[0]:
+            # the last save was of this object: update its states by what changed
+            states = dict(saved_states)
+            changed, gone = delta
+            for uid in changed:
+                states[uid] = _state_of(data.claims[uid])
+            for uid in gone:
+                states.pop(uid, None)
+        else:
+            states = {uid: _state_of(entry) for uid, entry in data.claims.items()}
+        self._saved_states = (identity, states)
 
     def _rewrite(self, data: CheckpointData[P]) -> None:
         """The whole checkpoint, then a journal that follows it. In this order: a crash between
@@ -493,13 +509,15 @@ class CheckpointStore(Generic[P]):
         atomic_write(self.path, raw, CHECKPOINT_FILE_MODE)
         atomic_write(self.journal_path, journal.header(digest), CHECKPOINT_FILE_MODE)
 
-    def _append(self, data: CheckpointData[P]) -> None:
-        """The journal records of what changed in `data` since the files were written."""
+    def _append(self, data: CheckpointData[P]) -> tuple[list[str], list[str]]:
+        """The journal records of what changed in `data` since the files were written; the uids
+        changed and gone."""
         changed, gone = self.codec.changes(data)
-        records = [journal.put(uid, entry) for uid, entry in changed]
+        records = [journal.put(*self.codec.entry_json(uid, data.claims[uid])) for uid in changed]
         records += [journal.drop(canonical_json(uid)) for uid in gone]
         if records:
             journal.append_durably(self.journal_path, b"".join(records))
+        return changed, gone
 
     def states(self) -> dict[str, tuple[ClaimState, int]]:
         """Claim UID -> (state, devices), without locking (for metrics): this store's last save
@@ -512,7 +530,7 @@ class CheckpointStore(Generic[P]):
         if identity == saved_identity:
             return saved
         data = self.peek()
-        return {} if data is None else _states(data)
+        return {} if data is None else {uid: _state_of(entry) for uid, entry in data.claims.items()}
 
     def remove_temp_files(self) -> list[Path]:
         leftovers = (

@@ -55,8 +55,11 @@ class PrepareUnprepareLock:
     def acquire(self) -> None:
         if self._fd is not None:
             raise RuntimeError(f"lock already held by this object path={self.path}")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:  # no data directory yet (checked only then: once per call)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             os.fchmod(fd, 0o600)
             deadline = self._clock() + self.timeout

@@ -65,7 +65,10 @@ def _mapping(m: Mapping[str, Any], indent: int, out: list[str], inline: bool) ->
     pad = " " * indent
     for i, (key, value) in enumerate(m.items()):
         head = ("" if inline and i == 0 else pad) + _scalar(key, indent) + ":"
-        if isinstance(value, Mapping):
+        kind = type(value)
+        if kind is str or kind is int or kind is bool:  # most values: no ABC isinstance check
+            out.append(f"{head} {_scalar(value, indent + len(head) + 1)}\n")
+        elif kind is dict or isinstance(value, Mapping):
             out.append(head + "\n")
             _mapping(value, indent + 2, out, inline=False)
         elif isinstance(value, list):
@@ -80,7 +83,8 @@ def _sequence(items: list[Any], indent: int, out: list[str]) -> None:
         raise _Declined
     pad = " " * indent
     for item in items:
-        if isinstance(item, Mapping):
+        kind = type(item)
+        if kind is dict or (kind is not str and isinstance(item, Mapping)):
             out.append(pad + "- ")
             _mapping(item, indent + 2, out, inline=True)
         elif isinstance(item, list):
@@ -96,10 +100,26 @@ def _scalar(value: Any, column: int) -> str:
         return "false"
     if type(value) is int:
         return str(value)
-    if type(value) is not str or not _PLAIN.fullmatch(value):
+    if type(value) is not str or not _plain(value):
         raise _Declined
     if " " in value and column + len(value) > _WIDTH:
         raise _Declined
-    if any(regexp.match(value) for _, regexp in _RESOLVERS.get(value[0], ())):
-        raise _Declined  # it would read back as a number, a boolean, a date...: PyYAML quotes it
     return value
+
+
+_PLAIN_SEEN: dict[str, bool] = {}  # string -> written plain; a spec repeats most of its strings
+_PLAIN_SEEN_MAX = 8192
+
+
+def _plain(value: str) -> bool:
+    """Whether PyYAML writes `value` unquoted at any column (the width aside): `_PLAIN`, and not
+    a string that would read back as a number, a boolean, a date..."""
+    plain = _PLAIN_SEEN.get(value)
+    if plain is None:
+        plain = _PLAIN.fullmatch(value) is not None and not any(
+            regexp.match(value) for _, regexp in _RESOLVERS.get(value[0], ())
+        )
+        if len(_PLAIN_SEEN) >= _PLAIN_SEEN_MAX:  # claim UIDs and paths keep coming: bounded
+            _PLAIN_SEEN.clear()
+        _PLAIN_SEEN[value] = plain
+    return plain

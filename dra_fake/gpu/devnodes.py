@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from dra_fake.core.chardev import char_majors
+from dra_fake.core.chardev import parse_char_majors, read_proc_devices
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +128,17 @@ class DeviceNodePolicy:
         self.proc_devices = proc_devices
         self.nvidia_pci = nvidia_pci_functions(pci_root) if mode != "never" else []
         self._lock = threading.Lock()
-        self._last = ""
+        self._last: tuple[str, Decision] | None = None  # /proc/devices as last read, its decision
 
     def current(self) -> DeviceNodes | None:
-        decision = decide(self.mode, char_majors(self.proc_devices), self.nvidia_pci)
+        text = read_proc_devices(self.proc_devices)  # read at each claim: a driver may load
+        last = self._last
+        if last is not None and last[0] == text:
+            return last[1].nodes
+        decision = decide(self.mode, parse_char_majors(text), self.nvidia_pci)
         with self._lock:
-            changed, self._last = decision.reason != self._last, decision.reason
-        if changed:
+            previous, self._last = self._last, (text, decision)
+        if previous is None or decision.reason != previous[1].reason:
             log.info(
                 "GPU device nodes %s: %s",
                 "injected" if decision.nodes else "not injected",
