@@ -11,9 +11,8 @@ from typing import Any
 import grpc
 from kubernetes import client
 
-from bench.common import CONFIGS, BenchError, poll, rss_bytes, spread
-from bench.prepare import Driver, cluster_api
-from dra_fake.core.kube import release, request
+from bench.common import CONFIGS, BenchError, rss_bytes, spread
+from bench.prepare import Driver, cluster_api, pool_complete
 from dra_fake.gpu.inventory import load_inventory
 from dra_fake.gpu.slices import desired_slices
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
@@ -32,41 +31,19 @@ def _get_info(registrar: Path) -> bool:
     return True
 
 
-def _slices(custom: client.CustomObjectsApi, node: str, driver: str) -> list[dict[str, Any]]:
-    objs: Any = custom.list_cluster_custom_object(
-        "resource.k8s.io", "v1", "resourceslices", field_selector=f"spec.nodeName={node},spec.driver={driver}"
-    )
-    return list(objs["items"])
-
-
-def _complete(items: list[dict[str, Any]], want: int) -> bool:
-    """The whole pool at one generation, `want` slices."""
-    if len(items) != want:
-        return False
-    generations = {s["spec"]["pool"]["generation"] for s in items}
-    return len(generations) == 1 and all(s["spec"]["pool"]["resourceSliceCount"] == want for s in items)
-
-
 def measure(
     cluster: LocalCluster, kind: str, node: str, config: Path | None, work: Path, rest: float = REST_SECONDS
 ) -> dict[str, Any]:
     api = cluster_api(cluster)
     custom = client.CustomObjectsApi(api)
     d = Driver(cluster, kind, node, work)
+    want = d.slices_wanted(config)
     if kind == "ours":
         assert config is not None
-        desired = desired_slices(load_inventory(config, node), d.driver, (1, 37))
-        want, devices = len(desired), sum(len(s.devices) for s in desired)
+        devices = sum(len(s.devices) for s in desired_slices(load_inventory(config, node), d.driver, (1, 37)))
     else:
-        want, devices = 1, 8
-    # Every start publishes from nothing: the slices of the previous repetition go first.
-    nodes_slices = f"spec.nodeName={node}"
-    release(
-        request(
-            api, "DELETE", "/apis/resource.k8s.io/v1/resourceslices", query={"field_selector": nodes_slices}
-        )
-    )
-    poll(f"slices of {node} deleted", lambda: not _slices(custom, node, d.driver), 60, 0.1)
+        devices = 8
+    d.delete_slices(api, custom)  # every start publishes from nothing
     # The harness (kubelet plugin manager) watches <node dir>/plugins_registry.
     cluster.start_harness(node)
     harness_dir = cluster.node_dir(node)
@@ -86,7 +63,7 @@ def measure(
                         timings["registration_socket_s"] = time.monotonic() - t0
                 except grpc.RpcError:
                     pass
-            if "all_slices_visible_s" not in timings and _complete(_slices(custom, node, d.driver), want):
+            if "all_slices_visible_s" not in timings and pool_complete(d.slices(custom), want):
                 timings["all_slices_visible_s"] = time.monotonic() - t0
             if kind == "ours" and "registered_with_kubelet_s" not in timings:
                 assert d.proc is not None

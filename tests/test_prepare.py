@@ -597,6 +597,45 @@ def test_crash_during_unprepare(tmp_path: Path, point: str) -> None:
     assert state.dynamic_mig_devices() == []
 
 
+PLAIN_CLAIM = make_claim(UID1, [result("gpu", "gpu-0")])  # nothing to undo: unprepared in one step
+
+
+@pytest.mark.parametrize(
+    "point", ["unprepare:after-lock", "unprepare:after-cdi-removed", "unprepare:after-dropped"]
+)
+def test_crash_during_a_one_step_unprepare(tmp_path: Path, point: str) -> None:
+    make_state(tmp_path).prepare(PLAIN_CLAIM)
+    crashed = run_helper(tmp_path, ["unprepare", UID1], point)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+
+    state = make_state(tmp_path)
+    state.startup()
+    assert_consistent(state)  # before the drop: still prepared (its spec restored); after: gone
+    state.unprepare(UID1)
+    assert_consistent(state)
+    assert state.prepared_claims() == {} and state.cdi.claim_uids() == []
+
+
+def test_a_claim_without_undo_is_unprepared_with_one_checkpoint_write(
+    state: DeviceState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As NVIDIA's plugin unprepares (spec removed, entry dropped); a claim with something to undo
+    is marked partial first (two writes), so that a crash in its undo rolls it back."""
+    saves: list[set[str]] = []
+    save = state.store.save
+    monkeypatch.setattr(
+        state.store, "save", lambda data, **kw: (saves.append(set(data.claims)), save(data, **kw))
+    )
+    state.prepare(PLAIN_CLAIM)
+    state.prepare(make_claim(UID2, [result("mig", MIG_B)], name="dynamic-mig"))  # destroyed on undo
+    saves.clear()
+    state.unprepare(UID1)
+    assert saves == [{UID2}]
+    state.unprepare(UID2)
+    assert saves == [{UID2}, {UID2}, set()]
+    assert state.prepared_claims() == {} and state.cdi.claim_uids() == []
+
+
 def test_every_crash_point_is_reachable(tmp_path: Path) -> None:
     """Each named crash point is actually checked on the code path (none is dead)."""
     import dra_fake.core.state as core_state

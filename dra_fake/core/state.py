@@ -90,7 +90,8 @@ class StartupReport:
 @dataclass(eq=False)
 class _Unprepare:
     claim_uid: str
-    entry: ClaimEntry[Any] | None = None  # the entry marked unpreparing; None: not prepared
+    entry: ClaimEntry[Any] | None = None  # the claim's entry; None: not prepared
+    dropped: bool = False  # nothing to undo: spec and entry went in the first step
 
 
 def to_prepared(d: CheckpointedDevice) -> PreparedDevice:
@@ -126,7 +127,7 @@ class PreparedClaims(ABC, Generic[P]):
         self.store: CheckpointStore[P] = CheckpointStore(
             self.data_dir, payload, boot_id_path or DEFAULT_BOOT_ID_PATH, on_corrupt=on_checkpoint_error
         )
-        self._unprepare_begin = self.group(self._mark_unpreparing)
+        self._unprepare_begin = self.group(self._begin_unprepare)
         self._unprepare_end = self.group(self._drop_unprepared)
 
     # --- what a driver provides ---------------------------------------------------------------
@@ -137,6 +138,11 @@ class PreparedClaims(ABC, Generic[P]):
 
     def undo(self, claim_uid: str, entry: ClaimEntry[P]) -> None:
         """Reverse the side effects of a (partial) preparation; idempotent."""
+
+    def has_undo(self, entry: ClaimEntry[P]) -> bool:
+        """Whether `undo` has anything to do for `entry`; a claim without goes in one step (see
+        `unprepare`). A driver whose undo is sometimes empty says so."""
+        return True
 
     @abstractmethod
     def recover_entry(self, claim_uid: str, spec: Mapping[str, Any]) -> ClaimEntry[P] | None:
@@ -169,19 +175,24 @@ class PreparedClaims(ABC, Generic[P]):
             raise type(err)(f"{outer}: {err}") from err
 
     def unprepare(self, claim_uid: str) -> None:
-        """Undo a claim's preparation; a claim not in the checkpoint is a success. The driver's
-        `undo` runs outside the node lock (it may call the API server): the entry is marked
-        PrepareStarted and `unpreparing` first, so a crash or a racing prepare sees it. Concurrent
-        unprepares share their checkpoint writes (group commit)."""
+        """Undo a claim's preparation; a claim not in the checkpoint is a success. Concurrent
+        unprepares share their checkpoint writes (group commit).
+
+        A claim whose driver has something to undo (`has_undo`) goes in two steps: its entry is
+        marked PrepareStarted and `unpreparing` first, so a crash or a racing prepare sees it;
+        the driver's `undo` runs outside the node lock (it may call the API server); then the
+        spec and the entry go. A claim with nothing to undo goes in one step under the lock, as
+        NVIDIA's plugin unprepares: spec removed, entry dropped (docs/prepare.md#unprepare)."""
         item = _Unprepare(claim_uid)
         try:
             self.submit(self._unprepare_begin, item)
             if item.entry is None:
                 _log.info("Unprepare noop: claim not found in checkpoint data claim=%s", claim_uid)
                 return
-            self.undo(claim_uid, item.entry)
-            crash_point("unprepare:after-undo")
-            self.submit(self._unprepare_end, item)
+            if not item.dropped:
+                self.undo(claim_uid, item.entry)
+                crash_point("unprepare:after-undo")
+                self.submit(self._unprepare_end, item)
         except ClaimError:
             raise
         except Exception as exc:
@@ -189,26 +200,42 @@ class PreparedClaims(ABC, Generic[P]):
         crash_point("unprepare:after-dropped")
         _log.debug("claim unprepared claim=%s", claim_uid)  # the caller logs it at info level
 
-    def _mark_unpreparing(self, items: list[_Unprepare]) -> None:
+    def _begin_unprepare(self, items: list[_Unprepare]) -> None:
         crash_point("unprepare:after-lock")
         data, _ = self.load()
+        marked = []
         for item in items:
             item.entry = data.claims.get(item.claim_uid)
-            if item.entry is not None:
+            if item.entry is None:
+                continue
+            if self.has_undo(item.entry):
                 item.entry.state = PREPARE_STARTED  # from here on the claim is partial: roll back
                 item.entry.unpreparing = True
-        if any(item.entry is not None for item in items):
+                marked.append(item)
+            else:
+                item.dropped = True
+        if any(item.dropped for item in items):
+            self._drop(data, [item for item in items if item.dropped])  # saves the marks too
+        elif marked:
             self.store.save(data)
+        if marked:
             crash_point("unprepare:after-started")
 
     def _drop_unprepared(self, items: list[_Unprepare]) -> None:
         data, _ = self.load()
+        self._drop(data, items)
+
+    def _drop(self, data: CheckpointData[P], items: list[_Unprepare]) -> None:
+        """The specs of `items`' claims, then their entries (one checkpoint write). The removals
+        are not made durable on their own: the entries' drop is, and a spec that a power cut brings
+        back without its entry is an orphan, which start-up deletes. A crash between the two
+        leaves a prepared claim whose spec start-up restores; the kubelet, which got no answer,
+        unprepares it again."""
         gone = sorted({item.claim_uid for item in items if item.claim_uid in data.claims})
         if not gone:
             return
         for uid in gone:
             self.cdi.remove(uid, sync_dir=False)
-        self.cdi.sync()
         crash_point("unprepare:after-cdi-removed")
         for uid in gone:
             del data.claims[uid]

@@ -509,6 +509,17 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             if self.nvidia_smi is not None:
                 self.nvidia_smi.remove_info(m.device, m.uuid)
 
+    def has_undo(self, entry: GpuClaimEntry) -> bool:
+        """Dynamic MIG devices, MPS daemons or a time-slice interval other than the default to
+        reverse; a claim of GPUs at the default interval (NVIDIA's default config for a GPU) or of
+        static MIG devices has nothing (undo would reset Default to Default)."""
+        undo = entry.driverData
+        return bool(
+            undo.migDevices
+            or undo.mpsDaemons
+            or any(t.interval != configs.INTERVAL_DEFAULT for t in undo.timeSlicing)
+        )
+
     def before_spec(self, spec: Mapping[str, Any]) -> None:
         """The nvidia-smi files a spec mounts."""
         if self.nvidia_smi is not None:
