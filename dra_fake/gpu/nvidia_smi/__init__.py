@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -43,12 +44,18 @@ CONTAINER_BINARY = "/usr/bin/nvidia-smi"
 CONTAINER_DEVICES_DIR = "/var/run/dra-fake/nvidia-smi/devices"
 CONTAINER_LIVE_DIR = "/var/run/dra-fake/nvidia-smi/live"
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's, for its nvidia-smi mount
+_INFO_TEXTS_MAX = 4096
 _INFO_NAME = re.compile(r"^(?P<device>[a-z0-9-]+)_(?P<uuid>(GPU|MIG)-[0-9a-f-]+)$")
 
 
 @functools.cache
 def script_text() -> str:
     return resources.files("dra_fake.gpu.nvidia_smi").joinpath("nvidia-smi.sh").read_text(encoding="utf-8")
+
+
+@functools.cache
+def script_bytes() -> bytes:
+    return script_text().encode()
 
 
 def nvidia_bus_id(pci_bus_id: str) -> str:
@@ -137,28 +144,24 @@ class NvidiaSmi:
         migs: Mapping[tuple[int, str], MigFacts] | None = None,
     ) -> None:
         self.dir = Path(plugin_data_dir) / "nvidia-smi"
+        self.script_path = self.dir / "nvidia-smi"
+        self.live_dir = self.dir / "live"
+        self._info_prefix = f"{self.dir / 'devices'}/"  # of a spec's info file mounts
         self.devices = dict(devices)
         self.gpus = dict(gpus)
         self.migs = dict(migs or {})
         # path -> (inode, size, mtime) and the bytes that file held when this process last wrote or
         # read it: a prepare checks its spec's files with one stat instead of reading each.
         self._verified: dict[Path, tuple[tuple[int, int, int], bytes]] = {}
+        self._info_texts: dict[tuple[str, str], bytes] = {}  # (device, UUID) -> its info file
 
     @classmethod
     def from_inventory(cls, plugin_data_dir: Path, inventory: Any) -> NvidiaSmi:
         gpus, migs = facts_from_inventory(inventory)
         return cls(plugin_data_dir, inventory.devices, gpus, migs)
 
-    @property
-    def script_path(self) -> Path:
-        return self.dir / "nvidia-smi"
-
     def info_path(self, device: str, uuid: str) -> Path:
-        return self.dir / "devices" / f"{device}_{uuid}"
-
-    @property
-    def live_dir(self) -> Path:
-        return self.dir / "live"
+        return Path(f"{self._info_prefix}{device}_{uuid}")
 
     # --- CDI edits ---------------------------------------------------------------------------
 
@@ -232,11 +235,12 @@ class NvidiaSmi:
 
     def ensure_script(self) -> None:
         """The script and the (maybe empty) live directory every spec mounts."""
-        text = script_text().encode()
+        text = script_bytes()
         if not self._holds(self.script_path, text):
             self.dir.mkdir(parents=True, exist_ok=True)
             self._write(self.script_path, text, 0o755)
-        self.live_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if not os.path.isdir(self.live_dir):
+            self.live_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
 
     def write_live(self, states: Mapping[str, Mapping[str, int | float | str]]) -> None:
         """GPU or MIG UUID -> its current values (shell assignments the script sources); files of
@@ -268,17 +272,28 @@ class NvidiaSmi:
         self.ensure_script()
         for edits in _edits(spec):
             for mount in edits.get("mounts") or []:
-                host = Path(str(mount.get("hostPath", "")))
-                if host.parent != self.dir / "devices":
-                    continue
-                match = _INFO_NAME.match(host.name)
+                host_path = str(mount.get("hostPath", ""))
+                name = host_path.removeprefix(self._info_prefix)
+                if name == host_path or "/" in name:
+                    continue  # not an info file
+                match = _INFO_NAME.match(name)
                 if match is None or match["device"] not in self.devices:
-                    _log.warning("nvidia-smi info file of an unknown device skipped path=%s", host)
+                    _log.warning("nvidia-smi info file of an unknown device skipped path=%s", host_path)
                     continue
-                text = self.info_text(self.devices[match["device"]], match["uuid"]).encode()
+                text = self._info_bytes(match["device"], match["uuid"])
+                host = Path(host_path)
                 if not self._holds(host, text):
                     host.parent.mkdir(parents=True, exist_ok=True)
                     self._write(host, text, 0o644)
+
+    def _info_bytes(self, device: str, uuid: str) -> bytes:
+        """info_text, kept per device and UUID (a prepare writes or checks it each time)."""
+        text = self._info_texts.get((device, uuid))
+        if text is None:
+            if len(self._info_texts) >= _INFO_TEXTS_MAX:  # dynamic MIG UUIDs are new per claim
+                self._info_texts.clear()
+            text = self._info_texts[(device, uuid)] = self.info_text(self.devices[device], uuid).encode()
+        return text
 
     def _holds(self, path: Path, text: bytes) -> bool:
         """Whether the file at `path` holds `text`: read only when it changed since this process
