@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import computedomain, fleet, prepare, publish
-from bench.common import REFDRIVER, REPO, loadavg, machine_facts, tree_facts
+from bench.common import REFDRIVER, REPO, cpu_ticks, loadavg, machine_facts, steal_percent, tree_facts
 from bench.report import history_line, render
 from e2e.localcluster import LocalCluster
 
@@ -79,7 +79,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     log = logging.getLogger("bench")
 
-    started = time.monotonic()
+    started, run_ticks = time.monotonic(), cpu_ticks()
     results: dict[str, Any] = {"machine": machine_facts(), "sections": {}}
     log.info("building the reference driver and drabench (bench/refdriver/build.sh)")
     subprocess.run([str(REFDRIVER / "build.sh")], check=True)
@@ -133,9 +133,13 @@ def main() -> int:
             if only and name not in only:
                 continue
             log.info("benchmark: %s (load average %s)", name, loadavg())
-            t0 = time.monotonic()
+            t0, ticks = time.monotonic(), cpu_ticks()
             try:
-                results["sections"][name] = {"result": fn(), "loadavg_after": loadavg()}
+                results["sections"][name] = {
+                    "result": fn(),
+                    "loadavg_after": loadavg(),
+                    "cpu_steal_percent": steal_percent(ticks, cpu_ticks()),
+                }
             except Exception as err:
                 failed = True
                 log.error("benchmark %s failed: %s", name, err)
@@ -148,6 +152,7 @@ def main() -> int:
         if not args.keep_cluster:
             cluster.down()
     results["machine"]["loadavg_end"] = loadavg()
+    results["machine"]["cpu_steal_percent"] = steal_percent(run_ticks, cpu_ticks())
     results["total_seconds"] = round(time.monotonic() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(results, indent=2) + "\n")

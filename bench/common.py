@@ -71,6 +71,26 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+CpuTicks = tuple[int, int]  # (steal, total) clock ticks of every CPU since boot
+
+
+def cpu_ticks() -> CpuTicks:
+    """From /proc/stat: the ticks the hypervisor gave other guests while this one wanted to run
+    (steal), and all ticks (guest time is already in user time, so it is not added again)."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (ticks[7] if len(ticks) == 8 else 0), sum(ticks)
+
+
+def steal_percent(start: CpuTicks, end: CpuTicks) -> float:
+    """The share of the machine's CPU time taken by the hypervisor between two readings: a
+    neighbour's load, which slows both drivers of a comparison but moves the absolute figures."""
+    total = end[1] - start[1]
+    return round(100 * (end[0] - start[0]) / total, 1) if total > 0 else 0.0
+
+
 def _cmd(argv: list[str]) -> str:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False).stdout.strip()
