@@ -582,9 +582,23 @@ def test_crash_during_prepare(tmp_path: Path, point: str) -> None:
     assert [m.uuid for m in state.dynamic_mig_devices()] == [mig_uuid(NODE, 3, P1_0, nonce=UID1)]
 
 
-@pytest.mark.parametrize("point", [p for p in CRASH_POINTS if p.startswith("unprepare:")])
-def test_crash_during_unprepare(tmp_path: Path, point: str) -> None:
-    make_state(tmp_path).prepare(CRASH_CLAIM)
+PLAIN_CLAIM = make_claim(UID1, [result("gpu", "gpu-0")])  # nothing to undo: unprepared in one step
+UNPREPARE_CRASHES = [(CRASH_CLAIM, p) for p in CRASH_POINTS if p.startswith("unprepare:")] + [
+    (PLAIN_CLAIM, p)
+    for p in ("unprepare:after-lock", "unprepare:after-cdi-removed", "unprepare:after-dropped")
+]
+
+
+@pytest.mark.parametrize(
+    ("claim", "point"),
+    UNPREPARE_CRASHES,
+    ids=[f"{'two' if c is CRASH_CLAIM else 'one'}-step-{p}" for c, p in UNPREPARE_CRASHES],
+)
+def test_crash_during_unprepare(tmp_path: Path, claim: dict[str, Any], point: str) -> None:
+    """Two steps for a claim with something to undo (a dynamic MIG device, a time-slice interval),
+    one for a claim without; after a crash at any point, start-up leaves a consistent state (a
+    one-step claim killed before its drop is still prepared, its spec restored)."""
+    make_state(tmp_path).prepare(claim)
     crashed = run_helper(tmp_path, ["unprepare", UID1], point)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
 
@@ -595,25 +609,6 @@ def test_crash_during_unprepare(tmp_path: Path, point: str) -> None:
     assert_consistent(state)
     assert state.prepared_claims() == {} and state.cdi.claim_uids() == []
     assert state.dynamic_mig_devices() == []
-
-
-PLAIN_CLAIM = make_claim(UID1, [result("gpu", "gpu-0")])  # nothing to undo: unprepared in one step
-
-
-@pytest.mark.parametrize(
-    "point", ["unprepare:after-lock", "unprepare:after-cdi-removed", "unprepare:after-dropped"]
-)
-def test_crash_during_a_one_step_unprepare(tmp_path: Path, point: str) -> None:
-    make_state(tmp_path).prepare(PLAIN_CLAIM)
-    crashed = run_helper(tmp_path, ["unprepare", UID1], point)
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
-
-    state = make_state(tmp_path)
-    state.startup()
-    assert_consistent(state)  # before the drop: still prepared (its spec restored); after: gone
-    state.unprepare(UID1)
-    assert_consistent(state)
-    assert state.prepared_claims() == {} and state.cdi.claim_uids() == []
 
 
 def test_a_claim_without_undo_is_unprepared_with_one_checkpoint_write(

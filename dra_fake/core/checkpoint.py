@@ -484,7 +484,6 @@ class CheckpointStore(Generic[P]):
         except FileNotFoundError:  # the journal was removed under us
             if not appendable:
                 raise
-            delta = None
             self._rewrite(data)
         identity = self._identity()
         self._current = (identity, data, True)
