@@ -17,6 +17,8 @@ from computedomain.controller.reconcile import ForeignObject, NotDoneYet, Reconc
 
 PREFIX = "computedomain.dra-fake.dev"
 
+log = logging.getLogger(__name__)
+
 
 class RetryForever:
     """kopf's delays between retries of a transient API error (connection refused, 5xx, 403
@@ -61,6 +63,7 @@ def _as_dict(body: Any) -> dict[str, Any]:
 
 
 ENSURE_INTERVAL = 30.0  # seconds between re-ensures of a ComputeDomain's objects (someone deleted one)
+ENSURED_EARLY_MAX = 10_000
 
 
 def build_registry(
@@ -74,12 +77,40 @@ def build_registry(
     def login(**kwargs: Any) -> Any:
         return kopf.login_with_kubeconfig(**kwargs) or kopf.login_with_service_account(**kwargs)
 
+    ensured_early: set[str] = set()  # UIDs whose objects `first_seen` created
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    def first_seen(body: kopf.Body, **kwargs: Any) -> None:
+        """A ComputeDomain the watch has just seen created gets its objects in this cycle, before
+        kopf adds the finalizer, instead of a cycle later: under a burst the finalizer's PATCH
+        and its watch event queue behind every other write. Whatever fails is left to the create
+        handler (which reports and retries); a domain deleted before its finalizer came leaves
+        objects the orphan cleanup removes."""
+        cd = _as_dict(body)
+        if kwargs.get("type") != "ADDED" or cd["metadata"].get("deletionTimestamp"):  # None: a listing
+            return
+        try:
+            reconciler.ensure(cd, new=True)
+        except Exception as err:
+            log.info(
+                "objects not created yet", extra={"computeDomain": cd["metadata"]["uid"], "error": str(err)}
+            )
+            return
+        if len(ensured_early) >= ENSURED_EARLY_MAX:  # domains deleted before their create handler ran
+            ensured_early.clear()
+        ensured_early.add(cd["metadata"]["uid"])
+        if on_created is not None:
+            on_created()
+
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
     def ensure(body: kopf.Body, reason: str = "", **_: Any) -> None:
         cd = _as_dict(body)
         if cd["metadata"].get("deletionTimestamp"):
             return
+        if reason == "create" and cd["metadata"]["uid"] in ensured_early:
+            ensured_early.discard(cd["metadata"]["uid"])
+            return  # first_seen created the objects; the ensure timer keeps them
         try:
             created = reconciler.ensure(cd, new=reason == "create")
         except ForeignObject as err:
