@@ -150,10 +150,16 @@ def run(cluster: LocalCluster, count: int = 200, timeout: float = 600) -> dict[s
     }
 
 
+WARMUP_DOMAINS = 20
+
+
 def bursts(cluster: LocalCluster, sizes: list[int], readiness_domains: int, repeat: int) -> dict[str, Any]:
     """The create bursts, each size `repeat` times (median [min-max] of each figure), then the
     readiness timings (each of the `readiness_domains` transitions is one measurement)."""
     out = []
+    run(
+        cluster, min([WARMUP_DOMAINS, *sizes])
+    )  # not recorded: the first burst after the cluster's start is ~2x slower
     for n in sizes:
         reps = [run(cluster, n) for _ in range(repeat)]
         figures = spread(

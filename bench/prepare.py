@@ -399,10 +399,18 @@ def drive(d: Driver, claims_file: Path, callers: int, rounds: int) -> dict[str, 
     }
 
 
-def cluster_api(cluster: LocalCluster) -> client.ApiClient:
-    from e2e.localcluster.objects import api_client
+BENCH_CONNECTIONS = 32  # the bench's threads making requests at once (16 creators, watches, pollers)
 
-    return api_client(cluster.kubeconfig)
+
+def cluster_api(cluster: LocalCluster) -> client.ApiClient:
+    """The bench's client, with a connection pool for all its threads: past the pool's size each
+    request opened a TLS connection and dropped it, load the API server took from what is measured."""
+    from kubernetes import config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = BENCH_CONNECTIONS
+    return client.ApiClient(configuration)
 
 
 def scratch() -> Path:

@@ -213,7 +213,8 @@ def render(results: dict[str, Any]) -> str:
             "N ComputeDomains created at once (16 concurrent creators); per CD, from its create call returning "
             "until both its workload ResourceClaimTemplate and its daemon DaemonSet exist (as seen by a watch "
             "of each kind started before the burst; earlier runs listed both kinds every 50 ms, which loaded "
-            "the API server). Deleted afterwards; the next burst starts once the "
+            "the API server), after one unrecorded burst of 20 (the first after the cluster's start ran about twice as "
+            "slow). Deleted afterwards; the next burst starts once the "
             f"controller has removed them. Each size ran {cd.get('repeat', 1)} times: median [min-max] of "
             "each figure (the percentiles are over the domains of one burst).",
             "",

@@ -16,6 +16,12 @@ from computedomain.api import FINALIZER, GROUP, PLURAL, VERSION
 from computedomain.controller.reconcile import ForeignObject, NotDoneYet, Reconciler
 
 PREFIX = "computedomain.dra-fake.dev"
+HANDLER_WORKERS = 32  # kopf's thread pool for the synchronous handlers
+# The API client's kept-alive connections: the handler threads, the status sync's three watches,
+# its worker and resync, the orphan cleanup and the leader's renewal. A pool smaller than the threads
+# using it at once opens a TLS connection for a request and drops it after (seen in a burst of 200
+# domains: "Connection pool is full, discarding connection").
+API_CONNECTIONS = HANDLER_WORKERS + 8
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +55,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.scanning.disabled = True
     # Handlers are synchronous (API calls): kopf runs them in a thread pool, by default of
     # min(32, CPUs + 4) threads; ComputeDomains created in a burst wait on each other's requests.
-    settings.execution.max_workers = 32
+    settings.execution.max_workers = HANDLER_WORKERS
     settings.watching.server_timeout = 120
     settings.watching.client_timeout = 150
 

@@ -12,7 +12,7 @@ import threading
 import kopf
 
 from computedomain.api import DAEMON_SERVICE_ACCOUNT
-from computedomain.controller.handlers import build_registry, configure
+from computedomain.controller.handlers import API_CONNECTIONS, build_registry, configure
 from computedomain.controller.leader import LeaderElector
 from computedomain.controller.objects import DaemonSettings
 from computedomain.controller.reconcile import Reconciler
@@ -60,7 +60,7 @@ def run_controller(args: argparse.Namespace) -> int:
     try:
         if args.kubeconfig:
             os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's login reads it
-        api = load_kube_client(args.kubeconfig)
+        api = load_kube_client(args.kubeconfig, connections=API_CONNECTIONS)
     except StartupError as err:
         print(f"dra-fake compute-domain-controller: error: {err}")
         return 2

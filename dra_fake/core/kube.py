@@ -72,10 +72,16 @@ def fixed_credentials(path: str) -> bool:
     return isinstance(user, dict) and not {"exec", "auth-provider"} & set(user)
 
 
-def load_kube_client(kubeconfig: str = "") -> client.ApiClient:
+def load_kube_client(kubeconfig: str = "", connections: int | None = None) -> client.ApiClient:
     """The API client of the plugins, the controller and the IMEX daemon (fleet mode counts its
-    requests: TimeoutApiClient subclassed there)."""
-    return TimeoutApiClient(kube_configuration(kubeconfig))
+    requests: TimeoutApiClient subclassed there). `connections`: how many kept-alive connections
+    its pool holds (the client's default, 10, for None); a caller with more threads making
+    requests at once sets it, or each request past the tenth opens a TLS connection and drops
+    it after."""
+    configuration = kube_configuration(kubeconfig)
+    if connections is not None:
+        configuration.connection_pool_maxsize = connections
+    return TimeoutApiClient(configuration)
 
 
 def read_node_uid(api: client.ApiClient, node: str) -> str:
