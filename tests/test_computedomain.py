@@ -384,7 +384,7 @@ def test_the_controller_starts_as_a_uid_without_a_passwd_entry(monkeypatch: pyte
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(getpass, "getuser", no_passwd_entry)
-    monkeypatch.setattr("dra_fake.core.kube.load_kube_client", lambda _: object())
+    monkeypatch.setattr("dra_fake.core.kube.load_kube_client", lambda *_, **__: object())
     monkeypatch.setattr(main, "discover_dra", lambda _: type("Info", (), {"resource_version": "v1beta1"})())
     monkeypatch.setattr(main, "Reconciler", lambda api, settings: seen.setdefault("settings", settings))
     monkeypatch.setattr(main.threading, "Thread", lambda **_: type("T", (), {"start": lambda self: None})())
