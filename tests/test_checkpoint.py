@@ -354,8 +354,11 @@ def test_forget_makes_the_next_load_decode_the_file(env: Env) -> None:
 
 def test_states_follow_the_file_whoever_wrote_it(env: Env) -> None:
     assert env.store.states() == {}
-    env.store.save(sample())
+    mine = sample()
+    env.store.save(mine)
     assert env.store.states() == {"uid-1": ("PrepareCompleted", 1), "uid-2": ("PrepareStarted", 0)}
+    mine.claims["uid-2"].state = "PrepareCompleted"  # the next call's change, not saved yet
+    assert env.store.states()["uid-2"] == ("PrepareStarted", 0)  # what the files hold
     other = CheckpointStore(env.dir, GpuClaimData, env.boot)
     theirs = other.load().data
     del theirs.claims["uid-1"]

@@ -145,7 +145,7 @@ _FAST_DATA = b'","data":'
 _FAST_TAIL = b',"version":%d}\n' % FORMAT_VERSION
 
 
-_Key = tuple[str, bool, bool]  # an entry's changeable fields: state, unpreparing, recovered
+_Key = tuple[ClaimState, bool, bool]  # an entry's changeable fields: state, unpreparing, recovered
 
 
 def _key(entry: ClaimEntry[Any]) -> _Key:
@@ -267,11 +267,14 @@ class Codec(Generic[P]):
             del entries[uid]
         return changed, gone
 
+    def states(self) -> dict[str, tuple[ClaimState, int]]:
+        """Claim UID -> (state, devices) of the entries as last serialised: after a successful
+        save, what the files hold. Safe without the lock (one atomic copy of the map; each
+        entry's state is the one serialised, whatever the object's fields have become since)."""
+        return {uid: (hit[1][0], len(hit[0].preparedDevices)) for uid, hit in list(self._entries.items())}
+
     def _payload(self, data: CheckpointData[P]) -> bytes:
         """canonical_json(data), assembled from per-entry serialisations kept between calls."""
-        fields = set(type(data).model_fields)
-        if fields != {"claims", "nodeBootID"}:  # a subclass with more fields: the plain way
-            return canonical_json(data.model_dump(mode="json", exclude_none=True))
         parts = []
         for uid in sorted(data.claims):
             uid_json, entry_json = self.entry_json(uid, data.claims[uid])
@@ -310,10 +313,6 @@ def read_boot_id(path: Path) -> str:
     except OSError as exc:
         _log.warning("boot ID unreadable path=%s error=%s", path, exc)
         return ""
-
-
-def _state_of(entry: ClaimEntry[Any]) -> tuple[ClaimState, int]:
-    return entry.state, len(entry.preparedDevices)
 
 
 def read_document(path: Path, journal_path: Path | None) -> tuple[int, dict[str, Any]]:
@@ -385,9 +384,6 @@ class CheckpointStore(Generic[P]):
         # read (another process's, a torn journal, an older format) are rewritten at the next save.
         self._current: tuple[Identity, CheckpointData[P], bool] | None = None
         self._peeked: tuple[Identity, CheckpointData[P]] | None = None
-        # The last save: the files' identity and each claim's state and device count (for the
-        # gauges, read at each scrape: two stats instead of reading the files).
-        self._saved_states: tuple[Identity | None, dict[str, tuple[ClaimState, int]]] = (None, {})
 
     def boot_id(self) -> str:
         if not self._boot_id:  # unreadable ("") is asked again
@@ -474,30 +470,16 @@ class CheckpointStore(Generic[P]):
         if current is not None and current[1] is data and current[2] and not compact:
             base, journal_file = current[0]
             appendable = journal_file is not None and journal_file[1] <= max(COMPACT_MIN_BYTES, base[1])
-        saved_identity, saved_states = self._saved_states
-        delta: tuple[list[str], list[str]] | None = None
         try:
             if not appendable:
                 self._rewrite(data)
             else:
-                delta = self._append(data)
+                self._append(data)
         except FileNotFoundError:  # the journal was removed under us
             if not appendable:
                 raise
             self._rewrite(data)
-        identity = self._identity()
-        self._current = (identity, data, True)
-        if delta is not None and current is not None and saved_identity == current[0]:
-            # the last save was of this object: update its states by what changed
-            states = dict(saved_states)
-            changed, gone = delta
-            for uid in changed:
-                states[uid] = _state_of(data.claims[uid])
-            for uid in gone:
-                states.pop(uid, None)
-        else:
-            states = {uid: _state_of(entry) for uid, entry in data.claims.items()}
-        self._saved_states = (identity, states)
+        self._current = (self._identity(), data, True)
 
     def _rewrite(self, data: CheckpointData[P]) -> None:
         """The whole checkpoint, then a journal that follows it. In this order: a crash between
@@ -508,28 +490,29 @@ class CheckpointStore(Generic[P]):
         atomic_write(self.path, raw, CHECKPOINT_FILE_MODE)
         atomic_write(self.journal_path, journal.header(digest), CHECKPOINT_FILE_MODE)
 
-    def _append(self, data: CheckpointData[P]) -> tuple[list[str], list[str]]:
-        """The journal records of what changed in `data` since the files were written; the uids
-        changed and gone."""
+    def _append(self, data: CheckpointData[P]) -> None:
+        """The journal records of what changed in `data` since the files were written."""
         changed, gone = self.codec.changes(data)
         records = [journal.put(*self.codec.entry_json(uid, data.claims[uid])) for uid in changed]
         records += [journal.drop(canonical_json(uid)) for uid in gone]
         if records:
             journal.append_durably(self.journal_path, b"".join(records))
-        return changed, gone
 
     def states(self) -> dict[str, tuple[ClaimState, int]]:
-        """Claim UID -> (state, devices), without locking (for metrics): this store's last save
-        while the files are still the ones it wrote (stats), else the files as they are."""
+        """Claim UID -> (state, devices), without locking (for metrics, at each scrape): what
+        this store's last save serialised while the files are still the ones it wrote (two stats),
+        else the files as they are. (A save in progress or failed has set `_current` aside.)"""
         try:
             identity = self._identity()
         except OSError:
             return {}
-        saved_identity, saved = self._saved_states
-        if identity == saved_identity:
-            return saved
+        current = self._current
+        if current is not None and current[2] and current[0] == identity:
+            return self.codec.states()
         data = self.peek()
-        return {} if data is None else {uid: _state_of(entry) for uid, entry in data.claims.items()}
+        return (
+            {} if data is None else {uid: (e.state, len(e.preparedDevices)) for uid, e in data.claims.items()}
+        )
 
     def remove_temp_files(self) -> list[Path]:
         leftovers = (
