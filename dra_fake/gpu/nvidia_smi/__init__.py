@@ -44,7 +44,6 @@ CONTAINER_BINARY = "/usr/bin/nvidia-smi"
 CONTAINER_DEVICES_DIR = "/var/run/dra-fake/nvidia-smi/devices"
 CONTAINER_LIVE_DIR = "/var/run/dra-fake/nvidia-smi/live"
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's, for its nvidia-smi mount
-_INFO_TEXTS_MAX = 4096
 _INFO_NAME = re.compile(r"^(?P<device>[a-z0-9-]+)_(?P<uuid>(GPU|MIG)-[0-9a-f-]+)$")
 
 
@@ -153,7 +152,6 @@ class NvidiaSmi:
         # path -> (inode, size, mtime) and the bytes that file held when this process last wrote or
         # read it: a prepare checks its spec's files with one stat instead of reading each.
         self._verified: dict[Path, tuple[tuple[int, int, int], bytes]] = {}
-        self._info_texts: dict[tuple[str, str], bytes] = {}  # (device, UUID) -> its info file
 
     @classmethod
     def from_inventory(cls, plugin_data_dir: Path, inventory: Any) -> NvidiaSmi:
@@ -280,20 +278,21 @@ class NvidiaSmi:
                 if match is None or match["device"] not in self.devices:
                     _log.warning("nvidia-smi info file of an unknown device skipped path=%s", host_path)
                     continue
-                text = self._info_bytes(match["device"], match["uuid"])
                 host = Path(host_path)
+                if self._unchanged(host):  # an info file's text follows from its name
+                    continue
+                text = self.info_text(self.devices[match["device"]], match["uuid"]).encode()
                 if not self._holds(host, text):
                     host.parent.mkdir(parents=True, exist_ok=True)
                     self._write(host, text, 0o644)
 
-    def _info_bytes(self, device: str, uuid: str) -> bytes:
-        """info_text, kept per device and UUID (a prepare writes or checks it each time)."""
-        text = self._info_texts.get((device, uuid))
-        if text is None:
-            if len(self._info_texts) >= _INFO_TEXTS_MAX:  # dynamic MIG UUIDs are new per claim
-                self._info_texts.clear()
-            text = self._info_texts[(device, uuid)] = self.info_text(self.devices[device], uuid).encode()
-        return text
+    def _unchanged(self, path: Path) -> bool:
+        """Whether the file is the one this process last wrote or read there (one stat)."""
+        verified = self._verified.get(path)
+        try:
+            return verified is not None and verified[0] == file_identity(path)
+        except OSError:
+            return False
 
     def _holds(self, path: Path, text: bytes) -> bool:
         """Whether the file at `path` holds `text`: read only when it changed since this process
