@@ -5,7 +5,6 @@ status follows its daemon's readiness."""
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,13 +35,6 @@ from e2e.localcluster import LocalCluster
 
 NAMESPACE = "bench-cd"
 DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"  # where the controller puts the daemon DaemonSets
-
-
-def _raw(resp: Any) -> dict[str, Any]:
-    try:
-        return dict(json.loads(resp.data))
-    finally:
-        resp.release_conn()
 
 
 class FirstSeen:
@@ -157,9 +149,8 @@ def bursts(cluster: LocalCluster, sizes: list[int], readiness_domains: int, repe
     """The create bursts, each size `repeat` times (median [min-max] of each figure), then the
     readiness timings (each of the `readiness_domains` transitions is one measurement)."""
     out = []
-    run(
-        cluster, min([WARMUP_DOMAINS, *sizes])
-    )  # not recorded: the first burst after the cluster's start is ~2x slower
+    # Not recorded: the first burst after the cluster's start runs about twice as slow.
+    run(cluster, min([WARMUP_DOMAINS, *sizes]))
     for n in sizes:
         reps = [run(cluster, n) for _ in range(repeat)]
         figures = spread(

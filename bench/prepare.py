@@ -30,7 +30,7 @@ from bench.common import (
     spread,
 )
 from dra_fake.core.atomic import atomic_write
-from dra_fake.core.kube import release, request
+from dra_fake.core.kube import kube_configuration, release, request
 from dra_fake.gpu.inventory import load_inventory
 from dra_fake.gpu.slices import desired_slices
 from e2e.localcluster import LocalCluster
@@ -132,17 +132,19 @@ class Driver:
         )
         return list(objs["items"])
 
-    def slices_wanted(self, config: Path | None) -> int:
-        """How many slices the driver publishes for its node (ours: per `config`)."""
+    def pool_shape(self, config: Path | None, num_devices: int) -> tuple[int, int]:
+        """The slices and devices the driver publishes for its node (ours: per `config`; the
+        reference: one slice of `num_devices`)."""
         if self.kind != "ours":
-            return 1
+            return 1, num_devices
         assert config is not None
-        return len(desired_slices(load_inventory(config, self.node), self.driver, (1, 37)))
+        desired = desired_slices(load_inventory(config, self.node), self.driver, (1, 37))
+        return len(desired), sum(len(s.devices) for s in desired)
 
     def wait_published(
-        self, custom: client.CustomObjectsApi, config: Path | None, timeout: float = 120
+        self, custom: client.CustomObjectsApi, config: Path | None, num_devices: int, timeout: float = 120
     ) -> None:
-        want = self.slices_wanted(config)
+        want, _ = self.pool_shape(config, num_devices)
         poll(
             f"{self.kind} slices of {self.node} published",
             lambda: pool_complete(self.slices(custom), want),
@@ -322,7 +324,7 @@ def run(
             # start (the client's imports, the first publish) would otherwise share the GIL with
             # the first repetition's calls.
             for d in drivers.values():
-                d.wait_published(custom, CONFIGS / "h100x128.yaml")
+                d.wait_published(custom, CONFIGS / "h100x128.yaml", DEVICES)
                 poll(f"{d.kind} DRA socket", d.dra_socket.exists, 120, alive=d.check_alive)
             for kind, d in drivers.items():
                 for shape in {s for s, _ in cases}:
@@ -405,10 +407,7 @@ BENCH_CONNECTIONS = 32  # the bench's threads making requests at once (16 creato
 def cluster_api(cluster: LocalCluster) -> client.ApiClient:
     """The bench's client, with a connection pool for all its threads: past the pool's size each
     request opened a TLS connection and dropped it, load the API server took from what is measured."""
-    from kubernetes import config
-
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration = kube_configuration(str(cluster.kubeconfig))  # no request timeouts: long deletions
     configuration.connection_pool_maxsize = BENCH_CONNECTIONS
     return client.ApiClient(configuration)
 

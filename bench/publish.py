@@ -13,12 +13,11 @@ from kubernetes import client
 
 from bench.common import CONFIGS, BenchError, rss_bytes, spread
 from bench.prepare import Driver, cluster_api, pool_complete
-from dra_fake.gpu.inventory import load_inventory
-from dra_fake.gpu.slices import desired_slices
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2_grpc as regrpc
 from e2e.localcluster import LocalCluster
 
+REFERENCE_GPUS = 8  # the reference driver's --num-devices (ours: the config's GPUs)
 REST_SECONDS = 5.0  # "at rest": this long after the slices are visible
 
 
@@ -37,19 +36,14 @@ def measure(
     api = cluster_api(cluster)
     custom = client.CustomObjectsApi(api)
     d = Driver(cluster, kind, node, work)
-    want = d.slices_wanted(config)
-    if kind == "ours":
-        assert config is not None
-        devices = sum(len(s.devices) for s in desired_slices(load_inventory(config, node), d.driver, (1, 37)))
-    else:
-        devices = 8
+    want, devices = d.pool_shape(config, REFERENCE_GPUS)
     d.delete_slices(api, custom)  # every start publishes from nothing
     # The harness (kubelet plugin manager) watches <node dir>/plugins_registry.
     cluster.start_harness(node)
     harness_dir = cluster.node_dir(node)
     d.dir = harness_dir  # sockets where the harness looks
     try:
-        t0 = d.start(config, 8)
+        t0 = d.start(config, REFERENCE_GPUS)
         timings: dict[str, float] = {}
         deadline = time.monotonic() + 180
         while len(timings) < (3 if kind == "ours" else 2):

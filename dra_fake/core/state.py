@@ -203,7 +203,7 @@ class PreparedClaims(ABC, Generic[P]):
     def _begin_unprepare(self, items: list[_Unprepare]) -> None:
         crash_point("unprepare:after-lock")
         data, _ = self.load()
-        marked = []
+        marked, dropped = [], []
         for item in items:
             item.entry = data.claims.get(item.claim_uid)
             if item.entry is None:
@@ -214,8 +214,9 @@ class PreparedClaims(ABC, Generic[P]):
                 marked.append(item)
             else:
                 item.dropped = True
-        if any(item.dropped for item in items):
-            self._drop(data, [item for item in items if item.dropped])  # saves the marks too
+                dropped.append(item)
+        if dropped:
+            self._drop(data, dropped)  # its save holds the marks too
         elif marked:
             self.store.save(data)
         if marked:
