@@ -1,10 +1,10 @@
-"""dra_fake.core.kube.DirectJson: get_json/send_json on keep-alive http.client connections, with
-the ApiClient's credentials, against a small local HTTP server."""
+"""dra_fake.core.kube.DirectJson: get_json/send_json on kept-alive connections
+(dra_fake.core.httpconn), with the ApiClient's credentials, against a small local HTTP server."""
 
 from __future__ import annotations
 
-import http.client
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.core import kube
+from dra_fake.core import httpconn, kube
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -42,9 +42,30 @@ class Recorder(BaseHTTPRequestHandler):
         ).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
+        if "chunked" in self.path:  # as the API server sends larger answers, in two chunks
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            half = len(answer) // 2
+            for part in (answer[:half], answer[half:], b""):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                self.wfile.flush()
+        elif "unframed" in self.path:  # no length: the body ends with the connection
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(answer)
+            self.close_connection = True
+        elif "cut" in self.path:  # the connection breaks mid-answer
+            self.send_header("Content-Length", str(len(answer) + 10))
+            self.end_headers()
+            self.wfile.write(answer)
+            self.close_connection = True
+        else:
+            if "goodbye" in self.path:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
         if number in self.close_after:
             self.close_connection = True
 
@@ -104,7 +125,8 @@ def test_an_error_status_raises_as_the_typed_client_does(server: ThreadingHTTPSe
     api = api_for(server)
     with pytest.raises(ApiException) as err:
         kube.get_json(api, "/api/v1/nodes/{name}", name="missing")
-    assert err.value.status == 404 and '"kind": "Status"' in err.value.body
+    assert err.value.status == 404 and err.value.reason == "Not Found"
+    assert '"kind": "Status"' in err.value.body
     assert kube.get_json(api, "/api/v1/nodes/{name}", name="there") == {"ok": 1}  # connection still usable
 
 
@@ -138,11 +160,49 @@ def test_a_connection_closed_as_a_request_goes_out_is_retried_if_idempotent(
     server: ThreadingHTTPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The close is not seen before sending (the race the check before reuse cannot rule out)."""
-    monkeypatch.setattr(kube, "_closed_by_peer", lambda conn: False)
+    monkeypatch.setattr(httpconn.Connection, "closed_by_peer", lambda conn: False)
     Recorder.close_after = {0, 1}
     api = api_for(server)
     kube.get_json(api, "/api/v1/nodes/{name}", name="a")
     assert kube.get_json(api, "/api/v1/nodes/{name}", name="b") == {"ok": 1}  # sent again
-    with pytest.raises((OSError, http.client.HTTPException)):
+    with pytest.raises(OSError):
         kube.send_json(api, "POST", "/api/v1/nodes", {"metadata": {"name": "c"}})  # not sent twice
     assert [r["method"] for r in Recorder.seen] == ["GET", "GET"]
+
+
+def test_chunked_unframed_and_closing_answers(server: ThreadingHTTPServer) -> None:
+    api = api_for(server)
+    assert kube.get_json(api, "/chunked") == {"ok": 0}
+    assert kube.get_json(api, "/chunked") == {"ok": 1}  # the connection is still good after one
+    assert kube.get_json(api, "/goodbye") == {"ok": 2}  # Connection: close ...
+    assert kube.get_json(api, "/unframed") == {"ok": 3}  # ... and a body that ends at the close
+    assert kube.get_json(api, "/after") == {"ok": 4}
+    ports = [r["client_port"] for r in Recorder.seen]
+    assert ports[0] == ports[1] == ports[2] != ports[3] != ports[4]
+
+
+def test_a_connection_broken_mid_answer_fails_the_request_and_is_replaced(
+    server: ThreadingHTTPServer,
+) -> None:
+    api = api_for(server)
+    with pytest.raises(httpconn.ConnectionLost, match="mid-answer"):
+        kube.send_json(api, "POST", "/cut", {})  # not idempotent: not sent again
+    assert kube.get_json(api, "/after") == {"ok": 1}
+    assert len(Recorder.seen) == 2
+
+
+def test_what_is_not_http_fails_the_request() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_garbage() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+        conn.close()
+
+    threading.Thread(target=answer_garbage, daemon=True).start()
+    conn = httpconn.Connection("127.0.0.1", listener.getsockname()[1], None, (1.0, 1.0))
+    with pytest.raises(httpconn.ConnectionLost, match="not an HTTP answer"):
+        conn.exchange("POST", "/x", {}, b"{}")
+    assert not conn.open
+    listener.close()

@@ -3,9 +3,7 @@ service account; every request gets a timeout, so a half-open connection cannot 
 
 from __future__ import annotations
 
-import http.client
 import json
-import select
 import ssl
 import threading
 import urllib.parse
@@ -18,6 +16,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dra_fake.core import yamlio
+from dra_fake.core.httpconn import Connection
 from dra_fake.core.kubeconfig import StartupError, kubeconfig_path
 
 # (connect, read) seconds for every API call; watches pass their own.
@@ -148,6 +147,7 @@ def request(
     body: Any = None,
     content_type: str | None = None,
     timeout: Any = None,
+    accept: str = "application/json",
 ) -> Any:
     """One API request through the client's connection pool, auth and timeouts, but none of its
     typed machinery: `client.CoreV1Api` imports ~250 models on first use (1-2 s of CPU at plugin
@@ -155,7 +155,7 @@ def request(
     snake case (`field_selector`) become the API's (`fieldSelector`). Returns the unread urllib3
     response (`.read()`, `.stream()`, `.release_conn()`); a non-2xx answer raises ApiException as
     the typed client does ("(403)\nReason: ...")."""
-    headers = {"Accept": "application/json"}
+    headers = {"Accept": accept}
     if content_type:
         headers["Content-Type"] = content_type
     # The body goes to the REST layer as is (it json.dumps it once): param_serialize would walk
@@ -189,11 +189,12 @@ def _url(path: str, path_params: Mapping[str, str], query: Mapping[str, Any] | N
 
 
 class DirectJson:
-    """Requests whose answer is read whole (get_json, send_json) on keep-alive `http.client`
-    connections, one per thread: the ApiClient's host, TLS files and credentials (its refresh hook
-    included), without urllib3's pool and the client's call layers, which cost half the CPU of a
-    claim GET (docs/benchmarks.md). Only for configurations it reproduces exactly (`supports`);
-    anything else (a proxy, a TLS server name, inline CA data) goes through the client."""
+    """Requests whose answer is read whole (get_json, send_json) on kept-alive connections, one
+    per thread (dra_fake.core.httpconn): the ApiClient's host, TLS files and credentials (its
+    refresh hook included), without urllib3's pool, http.client and the client's call layers,
+    which cost most of the CPU of a claim GET (docs/benchmarks.md). Only for configurations it
+    reproduces exactly (`supports`); anything else (a proxy, a TLS server name, inline CA data)
+    goes through the client."""
 
     def __init__(self, configuration: client.Configuration) -> None:
         url = urllib.parse.urlsplit(configuration.host)
@@ -255,56 +256,27 @@ class DirectJson:
     def _send(
         self, method: str, url: str, body: bytes | None, headers: dict[str, str]
     ) -> tuple[int, str, bytes]:
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        conn: Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            if self._tls is not None:
-                conn = http.client.HTTPSConnection(
-                    self._host, self._port, timeout=REQUEST_TIMEOUT[0], context=self._tls
-                )
-            else:
-                conn = http.client.HTTPConnection(self._host, self._port, timeout=REQUEST_TIMEOUT[0])
+            conn = Connection(self._host, self._port, self._tls, REQUEST_TIMEOUT)
             self._local.conn = conn
-        if conn.sock is not None and _closed_by_peer(conn):
-            conn.close()  # the server ended the idle connection (urllib3 checks the same before reuse)
+        if conn.closed_by_peer():
+            conn.close()
         while True:
-            reused = conn.sock is not None
+            reused = conn.open
             try:
-                if conn.sock is None:
-                    conn.connect()  # within the connect timeout; answers within the read timeout
-                    cast(Any, conn.sock).settimeout(REQUEST_TIMEOUT[1])
-                conn.request(method, url, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read()
+                return conn.exchange(method, url, headers, body)
             except TimeoutError:
-                conn.close()
                 raise
-            except (OSError, http.client.HTTPException):
-                conn.close()
+            except OSError:
                 # The server closed a kept-alive connection as we sent: an idempotent request is
                 # sent once more on a new one (as urllib3 retries); anything else is the caller's.
                 if reused and method in IDEMPOTENT:
                     continue
                 raise
-            except BaseException:
-                conn.close()
-                raise
-            if resp.will_close:
-                conn.close()
-            return resp.status, resp.reason, data
 
 
 IDEMPOTENT = frozenset({"GET", "PUT", "DELETE"})
-
-
-def _closed_by_peer(conn: http.client.HTTPConnection) -> bool:
-    """An idle keep-alive connection that reads as ready has been closed (or broken) by the server."""
-    sock = conn.sock
-    if sock is None:
-        return False
-    try:
-        return bool(select.select([sock], [], [], 0)[0])
-    except (OSError, ValueError):
-        return True
 
 
 _direct_lock = threading.Lock()
