@@ -18,8 +18,10 @@ from bench.prepare import cluster_api
 from dra_fake.core.kube import get_json, release, request
 from dra_fake.core.poolsync import slice_name
 from dra_fake.core.slices import slice_manifest, slice_spec
-from dra_fake.fleet.core import NodeTemplate, node_manifest, node_names
+from dra_fake.fleet.core import node_manifest, node_names
+from dra_fake.fleet.run import FleetOptions, load_fleet_inventory, node_template
 from dra_fake.gpu.inventory import load_inventory
+from dra_fake.gpu.profiles import load_profiles
 from dra_fake.gpu.slices import desired_slices
 from e2e.localcluster import LocalCluster
 
@@ -164,6 +166,10 @@ def run_bare(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
     fleet = f"bare{n}"
     _cleanup(cluster, fleet)
     config = CONFIGS / "h100x8.yaml"
+    # The Nodes the fleet creates: GPU Feature Discovery's labels (27 here) and annotation included.
+    template = node_template(
+        FleetOptions(fleet=fleet, prefix=f"{fleet}-"), load_fleet_inventory(str(config)), load_profiles([])
+    )
     jobs = []
     for name in node_names(f"{fleet}-", n):
         desired = desired_slices(load_inventory(config, name), "gpu.nvidia.com", (1, 37))
@@ -185,7 +191,7 @@ def run_bare(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
             )
             for i, d in enumerate(desired)
         ]
-        jobs.append({"node": node_manifest(name, NodeTemplate(fleet=fleet)), "slices": slices})
+        jobs.append({"node": node_manifest(name, template), "slices": slices})
     path = work / f"bare-{n}.json"
     path.write_text(json.dumps(jobs))
     token = cluster.state.admin_token

@@ -56,13 +56,23 @@ def stream_events(call: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str,
         resp.release_conn()
 
 
-def lister(api: client.ApiClient, path: str) -> Callable[..., Any]:
+# The objects' metadata only (name, uid, labels, ...; the API server's PartialObjectMetadata, as
+# client-go's metadata informers ask for): a fraction of the bytes to encode, send and decode.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+def lister(api: client.ApiClient, path: str, metadata_only: bool = False) -> Callable[..., Any]:
     """The list/watch call of `path` (`/api/v1/pods`) for run_informer, in the typed client's
     calling convention (`field_selector=`, `watch=`, `_preload_content=`, `_request_timeout=`),
-    without the typed client (dra_fake.core.kube.request)."""
+    without the typed client (dra_fake.core.kube.request). `metadata_only`: each object is its
+    `metadata` (and kind/apiVersion of meta.k8s.io's PartialObjectMetadata), nothing else."""
 
     def call(_preload_content: bool = False, _request_timeout: Any = None, **query: Any) -> Any:
-        return request(api, "GET", path, query=query, timeout=_request_timeout)
+        accept = "application/json"
+        if metadata_only:
+            accept = METADATA_WATCH if query.get("watch") else METADATA_LIST
+        return request(api, "GET", path, query=query, timeout=_request_timeout, accept=accept)
 
     return call
 

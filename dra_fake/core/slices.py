@@ -85,28 +85,20 @@ def slice_spec(
         "pool": {"generation": generation, "name": pool_name, "resourceSliceCount": slice_count},
     }
     if desired.shared_counters:
-        spec["sharedCounters"] = json_copy(desired.shared_counters)
+        spec["sharedCounters"] = list(desired.shared_counters)
     if desired.devices:
         spec["devices"] = [_device_in(api_version, d) for d in desired.devices]
     return spec
 
 
-def json_copy(value: Any) -> Any:
-    """A deep copy of JSON-shaped data (dicts, lists, scalars): ~3x faster than copy.deepcopy,
-    which fleet mode spent an eighth of its time in."""
-    if type(value) is dict:
-        return {k: json_copy(v) for k, v in value.items()}
-    if type(value) is list:
-        return [json_copy(v) for v in value]
-    return value
-
-
 def _device_in(api_version: ApiVersion, device: dict[str, Any]) -> dict[str, Any]:
-    device = json_copy(device)
+    """The device as `api_version` has it. Its parts are the desired slice's own, not copies (a
+    copy of every device cost fleet mode an eighth of its CPU): nothing writes to a built spec or
+    a desired slice."""
     if api_version != "v1beta1":
         return device  # v1beta2 and v1 share the flat device shape
-    name = device.pop("name")
-    return {"name": name, "basic": device}  # v1beta1: everything but the name under `basic`
+    basic = {k: v for k, v in device.items() if k != "name"}
+    return {"name": device["name"], "basic": basic}  # v1beta1: everything but the name under `basic`
 
 
 def slice_manifest(
@@ -134,5 +126,5 @@ def slice_manifest(
         "apiVersion": f"{RESOURCE_GROUP}/{api_version}",
         "kind": "ResourceSlice",
         "metadata": metadata,
-        "spec": dict(spec),  # its own top level; nested parts shared (slice_spec copied them)
+        "spec": dict(spec),  # its own top level; nested parts shared
     }

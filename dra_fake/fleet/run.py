@@ -319,12 +319,7 @@ class Fleet:
 
     # ---- nodes ---------------------------------------------------------------------------------
     def create_nodes(self) -> None:
-        labels, annotations = dict(self.options.node_labels), dict[str, str]()
-        if self.options.gfd_labels:
-            inv = build_inventory(self.inventory, f"{self.options.prefix}labels", self.profiles)
-            gfd, annotations = new_node_labels(gfd_labels(inv, self.options.mig_strategy), time.time())
-            labels = gfd | labels  # --node-label wins
-        template = NodeTemplate(fleet=self.options.fleet, labels=labels, annotations=annotations)
+        template = node_template(self.options, self.inventory, self.profiles)
         names = node_names(self.options.prefix, self.options.nodes)
         with ThreadPoolExecutor(self.options.workers, thread_name_prefix="fleet-create") as pool:
             for _ in pool.map(lambda n: self._create_node(n, template), names):
@@ -355,7 +350,7 @@ class Fleet:
         run_informer(
             self.stop_event,
             "nodes",
-            lister(self.api, "/api/v1/nodes"),
+            lister(self.api, "/api/v1/nodes", metadata_only=True),  # names and uids are all it uses
             {"label_selector": self.selector},
             on_list,
             on_event,
@@ -589,6 +584,7 @@ class Fleet:
         """What the run did (printed as JSON), `started` its monotonic start time."""
         return {
             "wallSeconds": round(time.monotonic() - started, 3),
+            "cpuSeconds": round(time.process_time(), 3),  # since the process started
             "nodes": len(self.managed()),
             "nodesSynced": self.synced_count(),
             "slices": sum(len(self.cache.existing(n)) for n in self.managed()),
@@ -600,6 +596,19 @@ class Fleet:
             "rssBytes": current_rss(),
             "maxRssBytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }
+
+
+def node_template(
+    options: FleetOptions, inventory: InventoryConfig, profiles: dict[str, GpuProfile]
+) -> NodeTemplate:
+    """What every created Node carries: GPU Feature Discovery's labels of the inventory (unless
+    turned off) and the --node-label ones, which win."""
+    labels, annotations = dict(options.node_labels), dict[str, str]()
+    if options.gfd_labels:
+        inv = build_inventory(inventory, f"{options.prefix}labels", profiles)
+        gfd, annotations = new_node_labels(gfd_labels(inv, options.mig_strategy), time.time())
+        labels = gfd | labels
+    return NodeTemplate(fleet=options.fleet, labels=labels, annotations=annotations)
 
 
 def create_untainted_node(

@@ -17,6 +17,7 @@ returns compares equal to what was sent.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Iterable, Mapping
@@ -60,6 +61,7 @@ MIG_CAPACITIES = {
 # ---- value encoding -------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)  # a handful of versions, asked for by every device of every node
 def semver(raw: str) -> str:
     """NVIDIA publishes versions as semver without leading zeros: 580.95.05 -> 580.95.5, 13.0 -> 13.0.0."""
     parts = [str(int(part)) for part in raw.split(".")]
