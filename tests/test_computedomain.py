@@ -506,13 +506,13 @@ def test_orphan_cleanup_keeps_the_clique_of_a_domain_created_during_the_pass(
             return {"items": [clique]}
         return {"items": []}
 
-    def request(api: Any, method: str, path: str, **_: Any) -> None:
-        assert method == "DELETE"
+    def send_json(api: Any, method: str, path: str, body: Any, *_: Any) -> dict[str, Any]:
+        assert method == "DELETE" and body is None
         deleted.append(path.rsplit("/", 1)[1])
+        return {}
 
     monkeypatch.setattr(reconcile, "get_json", get_json)
-    monkeypatch.setattr(reconcile, "request", request)
-    monkeypatch.setattr(reconcile, "release", lambda resp: None)
+    monkeypatch.setattr(reconcile, "send_json", send_json)
     settings = objects.DaemonSettings(
         namespace="ns", image="i", service_account="sa", max_nodes_per_imex_domain=18
     )

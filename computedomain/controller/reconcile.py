@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from computedomain.api import CD_LABEL, CLIQUE_PLURAL, FINALIZER, GROUP, PLURAL, VERSION, daemon_object_name
 from computedomain.controller import objects
-from dra_fake.core.kube import get_json, release, request
+from dra_fake.core.kube import get_json, send_json
 
 log = logging.getLogger("computedomain.reconcile")
 
@@ -85,14 +85,14 @@ class Reconciler:
 
     def _delete(self, path: str) -> None:
         try:
-            release(request(self.api, "DELETE", path))
+            send_json(self.api, "DELETE", path, None)
         except ApiException as err:
             _ignore(err, 404)
 
     def _json_patch(self, path: str, patch: list[dict[str, Any]]) -> bool:
         """A JSON patch; False if the object is gone or its `test` failed (changed meanwhile)."""
         try:
-            release(request(self.api, "PATCH", path, body=patch, content_type="application/json-patch+json"))
+            send_json(self.api, "PATCH", path, patch, "application/json-patch+json")
             return True
         except ApiException as err:
             _ignore(err, 404, 409, 422)
@@ -110,9 +110,7 @@ class Reconciler:
             if self._create_rct(objects.daemon_template(uid, self.namespace, self.settings.resource_version)):
                 created.append(f"ResourceClaimTemplate {self.namespace}/{daemon_object_name(uid)}")
             try:
-                release(
-                    request(self.api, "POST", self._ds_path(), body=objects.daemon_set(uid, self.settings))
-                )
+                send_json(self.api, "POST", self._ds_path(), objects.daemon_set(uid, self.settings))
                 created.append(f"DaemonSet {self.namespace}/{daemon_object_name(uid)}")
             except ApiException as err:
                 _ignore(err, 409)
@@ -140,18 +138,12 @@ class Reconciler:
         `parameters` as the raw bytes it received and compares them byte-wise on every later
         update (spec is immutable); a patch re-serialises them compact and sorted, so bytes sent
         any other way (the Python client's `json.dumps` adds spaces) would make the finalizer
-        impossible to remove. Sent as application/yaml (JSON is YAML) because the client's JSON
-        path would serialise the body again."""
-        body = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+        impossible to remove. Sent as application/yaml (JSON is YAML): the client's JSON path,
+        taken when DirectJson cannot, would serialise the body again."""
+        body = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
         try:
-            release(
-                request(
-                    self.api,
-                    "POST",
-                    self._rct_path(obj["metadata"]["namespace"]),
-                    body=body,
-                    content_type="application/yaml",
-                )
+            send_json(
+                self.api, "POST", self._rct_path(obj["metadata"]["namespace"]), body, "application/yaml"
             )
         except ApiException as err:
             _ignore(err, 409)

@@ -113,7 +113,8 @@ def send_json(
     content_type: str = "application/json",
     **path_params: str,
 ) -> dict[str, Any]:
-    """POST/PUT/PATCH `body` (JSON-serialisable as is) to `path`; the stored object as JSON."""
+    """POST/PUT/PATCH/DELETE `body` (JSON-serialisable as is, or bytes sent as they are) to
+    `path`; the answer (the stored object, or a Status) as JSON."""
     return _json_call(api, method, path, path_params, body=body, content_type=content_type)
 
 
@@ -244,7 +245,7 @@ class DirectJson:
             if content_type == "application/json-patch+json" and not isinstance(body, list):
                 content_type = "application/strategic-merge-patch+json"  # as the client does
             headers["Content-Type"] = content_type or "application/json"
-            payload = json.dumps(body).encode()
+            payload = body if isinstance(body, bytes) else json.dumps(body).encode()
         on_request = getattr(api, "on_request", None)  # TimeoutApiClient's, when set
         if on_request is not None:
             on_request(method)

@@ -42,8 +42,6 @@ from dra_fake.core.kube import (
     TimeoutApiClient,
     kube_configuration,
     read_node,
-    release,
-    request,
     send_json,
 )
 from dra_fake.core.kubeconfig import StartupError
@@ -539,19 +537,17 @@ class Fleet:
                 path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
                 if meta.get("deletionTimestamp"):
                     options = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
-                    release(request(self.api, "DELETE", path, body=options, content_type="application/json"))
+                    send_json(self.api, "DELETE", path, options)
                     return
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 patch = pod_running_status(obj, now)
                 if patch is not None:
-                    release(
-                        request(
-                            self.api,
-                            "PATCH",
-                            f"{path}/status",
-                            body=patch,
-                            content_type="application/strategic-merge-patch+json",
-                        )
+                    send_json(
+                        self.api,
+                        "PATCH",
+                        f"{path}/status",
+                        patch,
+                        "application/strategic-merge-patch+json",
                     )
                     with self._lock:
                         self.pods_marked += 1
