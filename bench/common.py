@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -89,6 +90,21 @@ def steal_percent(start: CpuTicks, end: CpuTicks) -> float:
     neighbour's load, which slows both drivers of a comparison but moves the absolute figures."""
     total = end[1] - start[1]
     return round(100 * (end[0] - start[0]) / total, 1) if total > 0 else 0.0
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process, from /proc (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's waited-for children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _cmd(argv: list[str]) -> str:

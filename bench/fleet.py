@@ -13,7 +13,18 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from bench.common import CONFIGS, DRABENCH, REPO, BenchError, any_left, poll, run_json, spread
+from bench.common import (
+    CONFIGS,
+    DRABENCH,
+    REPO,
+    BenchError,
+    any_left,
+    children_cpu_seconds,
+    poll,
+    process_cpu_seconds,
+    run_json,
+    spread,
+)
 from bench.prepare import cluster_api
 from dra_fake.core.kube import get_json, release, request
 from dra_fake.core.poolsync import slice_name
@@ -73,6 +84,18 @@ def _cleanup(cluster: LocalCluster, fleet: str) -> None:
     )
 
 
+def run_measured(cluster: LocalCluster, argv: list[str]) -> dict[str, Any]:
+    """run_json, plus the CPU seconds the command (`clientCpuSeconds`: its whole process) and the
+    API server (`apiserverCpuSeconds`) spent meanwhile: on 2 cores, the wall time is about their
+    sum (with etcd's) over two, so a client's own CPU shows in the wall time it is judged by."""
+    apiserver = cluster.process("kube-apiserver").pid
+    api_before, own_before = process_cpu_seconds(apiserver), children_cpu_seconds()
+    out = run_json(argv)
+    out["clientCpuSeconds"] = round(children_cpu_seconds() - own_before, 2)
+    out["apiserverCpuSeconds"] = round(process_cpu_seconds(apiserver) - api_before, 2)
+    return out
+
+
 def run_fleet(
     cluster: LocalCluster,
     n: int,
@@ -82,7 +105,8 @@ def run_fleet(
 ) -> dict[str, Any]:
     fleet = fleet or f"fl{n}"
     _cleanup(cluster, fleet)
-    out = run_json(
+    out = run_measured(
+        cluster,
         [
             sys.executable,
             "-m",
@@ -96,7 +120,7 @@ def run_fleet(
             f"--workers={WORKERS}",
             *extra,
             "--log-level=warning",
-        ]
+        ],
     )
     if out["nodesSynced"] != n or out["slices"] < n:
         raise BenchError(f"fleet {n}: {out}")
@@ -205,7 +229,7 @@ def run_bare(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
         "--ca",
         str(cluster.ca_file),
     ]
-    out = run_json([*argv, "--jobs", str(path), "--concurrency", str(WORKERS)])
+    out = run_measured(cluster, [*argv, "--jobs", str(path), "--concurrency", str(WORKERS)])
     _cleanup(cluster, fleet)
     return out
 
@@ -234,10 +258,14 @@ def run(cluster: LocalCluster, work: Path, sizes: list[int], repeat: int) -> dic
                         "slices": fl["slices"],
                         "phases_s": fl.get("phases", {}),
                         "max_rss_mib": round(fl["maxRssBytes"] / 2**20, 1),
+                        "cpu_s": fl["clientCpuSeconds"],
+                        "apiserver_cpu_s": fl["apiserverCpuSeconds"],
                     },
                     "bare_client": {
                         "wall_s": round(bare["wall_seconds"], 3),
                         "api_requests": bare["requests"],
+                        "cpu_s": bare["clientCpuSeconds"],
+                        "apiserver_cpu_s": bare["apiserverCpuSeconds"],
                     },
                 }
             )
@@ -247,6 +275,10 @@ def run(cluster: LocalCluster, work: Path, sizes: list[int], repeat: int) -> dic
                     "fleet_wall_s": r["fleet"]["wall_s"],
                     "bare_wall_s": r["bare_client"]["wall_s"],
                     "fleet_max_rss_mib": r["fleet"]["max_rss_mib"],
+                    "fleet_cpu_s": r["fleet"]["cpu_s"],
+                    "bare_cpu_s": r["bare_client"]["cpu_s"],
+                    "fleet_apiserver_cpu_s": r["fleet"]["apiserver_cpu_s"],
+                    "bare_apiserver_cpu_s": r["bare_client"]["apiserver_cpu_s"],
                     "ratio_per_repetition": round(r["fleet"]["wall_s"] / r["bare_client"]["wall_s"], 2),
                 }
                 for r in reps

@@ -172,21 +172,30 @@ def render(results: dict[str, Any]) -> str:
             "## Scale mode (`dra-fake fleet`)",
             "",
             f"N Nodes x {fl['gpus_per_node']} H100s: create Node, remove the admission taint, publish its "
-            f"ResourceSlice; {fl['workers']} workers. Fleet wall time includes process start-up until every "
-            "node is published; the bare client (Go, `drabench create`, same objects pre-built, same "
-            f"concurrency) is the ceiling. Each size ran {fl.get('repeat', 1)} times, fleet and bare client "
-            "alternating which goes first: median [min-max]; fleet / bare = the ratio of the medians, and "
-            "the ratios of the single repetitions beside it.",
+            f"ResourceSlice; {fl['workers']} workers. Fleet wall time: from the fleet's start (after its "
+            "imports) until every node is published; the bare client (Go, `drabench create`, the same "
+            "Nodes and slices pre-built, same concurrency) is the ceiling. CPU s: the client's whole "
+            "process, and the API server's meanwhile (/proc). Each size ran "
+            f"{fl.get('repeat', 1)} times, fleet and bare client alternating which goes first: median "
+            "[min-max]; fleet / bare = the ratio of the medians, and the ratios of the single "
+            "repetitions beside it.",
             "",
             "| nodes | fleet wall s | fleet API requests | fleet RSS MiB (max) | bare client wall s | "
-            "bare API requests | fleet / bare wall | per repetition |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            "bare API requests | fleet / bare wall | per repetition | CPU s fleet / bare | "
+            "API server CPU s fleet / bare |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for r in fl["runs"]:
+            cpu = "n/a | n/a"  # runs before the CPU was recorded
+            if "fleet_cpu_s" in r:
+                cpu = (
+                    f"{_spread(r, 'fleet_cpu_s', 2)} / {_spread(r, 'bare_cpu_s', 2)} | "
+                    f"{_spread(r, 'fleet_apiserver_cpu_s')} / {_spread(r, 'bare_apiserver_cpu_s')}"
+                )
             out.append(
                 f"| {r['nodes']} | {_spread(r, 'fleet_wall_s', 3)} | {r['fleet_api_requests']} | "
                 f"{_spread(r, 'fleet_max_rss_mib')} | {_spread(r, 'bare_wall_s', 3)} | {r['bare_api_requests']} | "
-                f"{r['ratio_fleet_over_bare_wall']}x | {_spread(r, 'ratio_per_repetition', 2)} |"
+                f"{r['ratio_fleet_over_bare_wall']}x | {_spread(r, 'ratio_per_repetition', 2)} | {cpu} |"
             )
     hb = sections.get("fleet_heartbeats", {}).get("result")
     if hb:
