@@ -171,12 +171,18 @@ def test_a_connection_closed_as_a_request_goes_out_is_retried_if_idempotent(
 
 
 def test_chunked_unframed_and_closing_answers(server: ThreadingHTTPServer) -> None:
-    api = api_for(server)
-    assert kube.get_json(api, "/chunked") == {"ok": 0}
-    assert kube.get_json(api, "/chunked") == {"ok": 1}  # the connection is still good after one
-    assert kube.get_json(api, "/goodbye") == {"ok": 2}  # Connection: close ...
-    assert kube.get_json(api, "/unframed") == {"ok": 3}  # ... and a body that ends at the close
-    assert kube.get_json(api, "/after") == {"ok": 4}
+    """Whether the connection stays open is decided by the answer, before the server's close
+    could be seen (the check before reuse would otherwise hide a kept connection)."""
+    conn = httpconn.Connection("127.0.0.1", server.server_address[1], None, (1.0, 1.0))
+    for path, body, kept in (
+        ("/chunked", {"ok": 0}, True),
+        ("/chunked", {"ok": 1}, True),  # the connection is still good after one
+        ("/goodbye", {"ok": 2}, False),  # Connection: close
+        ("/unframed", {"ok": 3}, False),  # a body that ends with the connection
+        ("/after", {"ok": 4}, True),
+    ):
+        status, reason, data = conn.exchange("GET", path, {}, None)
+        assert (status, reason, json.loads(data), conn.open) == (200, "OK", body, kept), path
     ports = [r["client_port"] for r in Recorder.seen]
     assert ports[0] == ports[1] == ports[2] != ports[3] != ports[4]
 

@@ -111,7 +111,7 @@ class Connection:
             data = sock.recv(65536)
             if not data:
                 if answer.headers_done and not answer.framed:  # a body that ends with the connection
-                    self.close()
+                    answer.close = True
                     break
                 raise ConnectionLost(f"{method} {target}: the server closed the connection mid-answer")
             try:
