@@ -186,12 +186,10 @@ def render(results: dict[str, Any]) -> str:
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for r in fl["runs"]:
-            cpu = "n/a | n/a"  # runs before the CPU was recorded
-            if "fleet_cpu_s" in r:
-                cpu = (
-                    f"{_spread(r, 'fleet_cpu_s', 2)} / {_spread(r, 'bare_cpu_s', 2)} | "
-                    f"{_spread(r, 'fleet_apiserver_cpu_s')} / {_spread(r, 'bare_apiserver_cpu_s')}"
-                )
+            cpu = (
+                f"{_spread(r, 'fleet_cpu_s', 2)} / {_spread(r, 'bare_cpu_s', 2)} | "
+                f"{_spread(r, 'fleet_apiserver_cpu_s')} / {_spread(r, 'bare_apiserver_cpu_s')}"
+            )
             out.append(
                 f"| {r['nodes']} | {_spread(r, 'fleet_wall_s', 3)} | {r['fleet_api_requests']} | "
                 f"{_spread(r, 'fleet_max_rss_mib')} | {_spread(r, 'bare_wall_s', 3)} | {r['bare_api_requests']} | "
