@@ -17,6 +17,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
+from dra_fake.fleet.core import NodeTemplate, node_manifest
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.localcluster.processes import free_port
 
@@ -156,6 +157,29 @@ def test_fleet_publishes_keeps_slices_and_runs_pods(kube: Kube, fleet: Fleet, ns
         return False
 
     poll("pod on-fleet deleted", gone, 60)
+
+
+def test_fleet_adopts_and_forgets_nodes_its_watch_sees(kube: Kube, fleet: Fleet) -> None:
+    """A Node with the fleet's label created after the fleet started reaches it only through its
+    Node watch (metadata only, PartialObjectMetadata): the fleet publishes its slices and serves
+    its metrics; deleted, it is forgotten (its metrics go)."""
+    poll("fleet nodes Ready and untainted", lambda: _ready_untainted(kube, fleet.name), 60)
+    name = f"{fleet.name}-late"
+    kube.core.create_node(node_manifest(name, NodeTemplate(fleet=fleet.name)))
+
+    def hostnames() -> set[str]:
+        return {
+            s.labels["Hostname"]
+            for f in text_string_to_metric_families(fleet.metrics())
+            if f.name == "DCGM_FI_DEV_GPU_TEMP"
+            for s in f.samples
+        }
+
+    slices = poll(f"slices of {name}", lambda: kube.slices(node=name), 60)
+    assert len(slices[0]["spec"]["devices"]) == 8
+    poll(f"metrics of {name}", lambda: name in hostnames(), 60)
+    kube.core.delete_node(name)
+    poll(f"metrics of {name} gone", lambda: name not in hostnames(), 60)
 
 
 def test_fleet_nodes_apply_gpu_faults(kube: Kube, fleet: Fleet) -> None:
