@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from computedomain.api import CD_LABEL, CLIQUE_PLURAL, GROUP, PLURAL, VERSION, daemon_object_name
+from computedomain.api import CD_LABEL, CLIQUE_PLURAL, FINALIZER, GROUP, PLURAL, VERSION, daemon_object_name
 from computedomain.plugin.domains import LABEL_OWNED, NAMESPACE_MISMATCH
 from e2e.kube import WORKLOAD_IMAGE, Kube, poll
 from e2e.testbed import TestBed
@@ -413,6 +413,37 @@ def test_a_foreign_template_in_the_way_is_reported_once_and_replaced_once_gone(
     poll("the ComputeDomain's own template", ours)
     assert len(warnings()) == 1
     delete_cd_and_wait_clean(bed, ns, "blocked", uid)
+
+
+@pytest.mark.needs("node")  # a test bed that can stop and start the controller
+def test_a_domain_created_while_the_controller_is_down_gets_its_objects_and_only_nvidias_finalizer(
+    kube: Kube, ns: str, controller: TestBed
+) -> None:
+    """The controller finds domains created while it was away in its first listing. What it leaves
+    on a domain is NVIDIA's: the finalizer, no bookkeeping annotations of its framework (kopf's
+    "last handled configuration" of each domain cost a write per domain)."""
+    controller.stop_controller()
+    cd = create_cd(kube, ns, cd_manifest("away", "away-channel"))
+    uid = cd["metadata"]["uid"]
+    controller.start_controller()
+    poll("workload template", lambda: get_template(kube, ns, "away-channel"))
+    poll("daemon template", lambda: get_template(kube, controller.driver_namespace, daemon_object_name(uid)))
+    poll(
+        "daemon DaemonSet",
+        lambda: (
+            kube_apps(kube)
+            .list_namespaced_daemon_set(controller.driver_namespace, label_selector=f"{CD_LABEL}={uid}")
+            .items
+        ),
+    )
+
+    def finalized() -> dict[str, Any] | None:
+        meta: dict[str, Any] = get_cd(kube, ns, "away")["metadata"]
+        return meta if FINALIZER in (meta.get("finalizers") or []) else None
+
+    meta = poll("the finalizer", finalized)
+    assert not [key for key in meta.get("annotations") or {} if "dra-fake" in key or "kopf" in key], meta
+    delete_cd_and_wait_clean(controller, ns, "away", uid)
 
 
 @pytest.mark.needs("node")

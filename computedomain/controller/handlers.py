@@ -39,14 +39,29 @@ class RetryForever:
         return itertools.chain(self.FIRST, itertools.repeat(self.LIMIT))
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No "last handled" copy of each ComputeDomain: no handler here reacts to a change of one (the
+    objects are made once, the status follows the daemons), and storing it cost a PATCH of every
+    new domain (a fifth of the writes of a burst of creates, each echoed by a watch event). kopf
+    then sees every event of a live domain as its creation; the create handler only takes over
+    domains `first_seen` failed on (its `when` filter), so nothing runs twice."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()  # nothing compares it: kopf's deep copy of each event is waste
+
+    def fetch(self, *, body: kopf.Body) -> None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        pass
+
+
 def configure(settings: kopf.OperatorSettings) -> None:
-    """The CD's finalizer is NVIDIA's; kopf's bookkeeping lives in annotations (the CRD's status
-    schema has no room for kopf's own fields)."""
+    """The CD's finalizer is NVIDIA's; kopf's progress of a failing handler lives in annotations
+    (the CRD's status schema has no room for kopf's own fields)."""
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=PREFIX, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.level = logging.WARNING
     settings.networking.error_backoffs = RetryForever()
     # No watch on CustomResourceDefinitions (kopf would retry a 403 forever otherwise): the
@@ -69,64 +84,64 @@ def _as_dict(body: Any) -> dict[str, Any]:
 
 
 ENSURE_INTERVAL = 30.0  # seconds between re-ensures of a ComputeDomain's objects (someone deleted one)
-ENSURED_EARLY_MAX = 10_000
 
 
 def build_registry(
     reconciler: Reconciler, on_created: Any = None, ensure_interval: float = ENSURE_INTERVAL
 ) -> kopf.OperatorRegistry:
-    """Create/resume and delete handlers, and a slow timer that recreates deleted objects. The
-    status is not here: computedomain.controller.statussync keeps it from watches."""
+    """Objects made when a domain is first seen (a create handler retries what failed), a delete
+    handler, and a slow timer that recreates deleted objects. The status is not here:
+    computedomain.controller.statussync keeps it from watches."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> Any:
         return kopf.login_with_kubeconfig(**kwargs) or kopf.login_with_service_account(**kwargs)
 
-    ensured_early: set[str] = set()  # UIDs whose objects `first_seen` created
+    failed: set[str] = set()  # UIDs `first_seen` could not make the objects of, until made or deleted
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     def first_seen(body: kopf.Body, **kwargs: Any) -> None:
-        """A ComputeDomain the watch has just seen created gets its objects in this cycle, before
-        kopf adds the finalizer, instead of a cycle later: under a burst the finalizer's PATCH
-        and its watch event queue behind every other write. Whatever fails is left to the create
-        handler (which reports and retries); a domain deleted before its finalizer came leaves
-        objects the orphan cleanup removes."""
+        """A ComputeDomain the watch has just seen created (or listed, at start) gets its objects
+        in this cycle, before kopf adds the finalizer, instead of a cycle later: under a burst the
+        finalizer's PATCH and its watch event queue behind every other write. Whatever fails is
+        left to the create handler (which reports and retries); a domain deleted before its
+        finalizer came leaves objects the orphan cleanup removes."""
         cd = _as_dict(body)
-        if kwargs.get("type") != "ADDED" or cd["metadata"].get("deletionTimestamp"):  # None: a listing
+        kind, uid = kwargs.get("type"), cd["metadata"]["uid"]
+        if kind == "DELETED":
+            failed.discard(uid)
+        if kind not in ("ADDED", None) or cd["metadata"].get("deletionTimestamp"):  # None: a listing
             return
         try:
-            reconciler.ensure(cd, new=True)
+            reconciler.ensure(cd, new=kind == "ADDED")
         except Exception as err:
-            log.info(
-                "objects not created yet", extra={"computeDomain": cd["metadata"]["uid"], "error": str(err)}
-            )
+            log.info("objects not created yet", extra={"computeDomain": uid, "error": str(err)})
+            failed.add(uid)
             return
-        if len(ensured_early) >= ENSURED_EARLY_MAX:  # domains deleted before their create handler ran
-            ensured_early.clear()
-        ensured_early.add(cd["metadata"]["uid"])
         if on_created is not None:
             on_created()
 
-    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
-    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-    def ensure(body: kopf.Body, reason: str = "", **_: Any) -> None:
+    def first_seen_failed(body: kopf.Body, **_: Any) -> bool:
+        return body.metadata.uid in failed
+
+    @kopf.on.create(GROUP, VERSION, PLURAL, when=first_seen_failed, registry=registry)
+    def ensure(body: kopf.Body, **_: Any) -> None:
         cd = _as_dict(body)
         if cd["metadata"].get("deletionTimestamp"):
             return
-        if reason == "create" and cd["metadata"]["uid"] in ensured_early:
-            ensured_early.discard(cd["metadata"]["uid"])
-            return  # first_seen created the objects; the ensure timer keeps them
         try:
-            created = reconciler.ensure(cd, new=reason == "create")
+            created = reconciler.ensure(cd)
         except ForeignObject as err:
-            # Once, not every retry: only a person can resolve it; the sync timer then creates ours.
+            # Once, not every retry: only a person can resolve it; the ensure timer then creates ours.
             kopf.warn(body, reason="ReconcileFailed", message=str(err))
+            failed.discard(cd["metadata"]["uid"])
             raise kopf.PermanentError(str(err)) from err
         except ApiException as err:
             message = f"{err.status} {err.reason}: {err.body}"
             kopf.warn(body, reason="ReconcileFailed", message=message)
             raise kopf.TemporaryError(message, delay=2) from err
+        failed.discard(cd["metadata"]["uid"])
         for what in created:
             kopf.info(body, reason="Created", message=f"created {what}")
         if on_created is not None:
