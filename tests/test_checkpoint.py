@@ -317,6 +317,18 @@ def test_the_reused_entry_serialisations_give_the_canonical_bytes_after_every_ki
         lambda: setattr(data.claims["uid-2"], "state", "PrepareCompleted"),
         lambda: setattr(data.claims["uid-1"], "unpreparing", True),
         lambda: setattr(data.claims["uid-1"], "recovered", True),
+        lambda: setattr(data.claims["uid-1"], "state", "PrepareStarted"),  # the body reused
+        lambda: setattr(data.claims["uid-1"], "unpreparing", False),
+        # The ComputeDomain plugin completes an entry with its device and spec at the same time.
+        lambda: (
+            setattr(data.claims["uid-1"], "state", "PrepareCompleted"),
+            setattr(data.claims["uid-1"], "preparedDevices", []),
+            setattr(data.claims["uid-1"], "cdiSpec", {"kind": "k8s.gpu.nvidia.com/claim", "\u00e9": [1]}),
+        ),
+        lambda: (  # not done by the plugins, but a field replaced with a flag must not go unseen
+            setattr(data.claims["uid-1"], "name", "renamed"),
+            setattr(data.claims["uid-1"], "unpreparing", True),
+        ),
         lambda: data.claims.__setitem__("uid-0", Entry(state="PrepareStarted", driverData=GpuClaimData())),
         lambda: data.claims.__setitem__(
             "uid-2", Entry(state="PrepareCompleted", name="new", driverData=GpuClaimData())

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Generic, Literal, Self, TypeVar
+from typing import Any, Final, Generic, Literal, NamedTuple, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -152,6 +152,37 @@ def _key(entry: ClaimEntry[Any]) -> _Key:
     return (entry.state, entry.unpreparing, entry.recovered)
 
 
+# The changeable fields sort after every other field of an entry, so its canonical JSON is the
+# rest's ("body") followed by these three: a change of state re-serialises three values, not the
+# claim's CDI spec and devices again.
+_FLAGS = ("recovered", "state", "unpreparing")
+_BODY_FIELDS = tuple(sorted(set(ClaimEntry.model_fields) - set(_FLAGS)))
+if sorted(ClaimEntry.model_fields)[-len(_FLAGS) :] != list(_FLAGS):
+    raise AssertionError("ClaimEntry's changeable fields must sort last (Codec.entry_json)")
+
+
+class _Serialised(NamedTuple):
+    """An entry as last serialised: the object, its changeable fields, the canonical uid and
+    entry, the entry's body (without the changeable fields and the closing brace) and the field
+    values the body was made from."""
+
+    entry: ClaimEntry[Any]
+    key: _Key
+    uid: bytes
+    json: bytes
+    body: bytes
+    values: tuple[object, ...]
+
+
+def _with_flags(body: bytes, entry: ClaimEntry[Any]) -> bytes:
+    return body + b'%s"recovered":%s,"state":%s,"unpreparing":%s}' % (
+        b"," if len(body) > 1 else b"",
+        b"true" if entry.recovered else b"false",
+        canonical_json(entry.state),
+        b"true" if entry.unpreparing else b"false",
+    )
+
+
 def _decode_fast(raw: bytes) -> tuple[str, dict[str, Any]] | None:
     """A file exactly as `encode` writes it: the checksum is over the data bytes as stored
     (they are the canonical serialisation), so it is checked without re-serialising the data.
@@ -211,9 +242,9 @@ class Codec(Generic[P]):
     def __init__(self, payload: type[P]) -> None:
         self.payload = payload
         self.model: type[CheckpointData[P]] = CheckpointData[payload]  # type: ignore[valid-type]
-        # uid -> (entry, its changeable fields, canonical uid, canonical entry) as last serialised:
-        # after a successful write, what the files hold (CheckpointStore appends what differs)
-        self._entries: dict[str, tuple[ClaimEntry[P], _Key, bytes, bytes]] = {}
+        # uid -> the entry as last serialised: after a successful write, what the files hold
+        # (CheckpointStore appends what differs)
+        self._entries: dict[str, _Serialised] = {}
 
     def empty(self, boot_id: str = "") -> CheckpointData[P]:
         return self.model(nodeBootID=boot_id)
@@ -237,18 +268,26 @@ class Codec(Generic[P]):
         """The canonical JSON of `uid` and of `entry`, reused while the entry is the same object
         with the same `state`, `unpreparing` and `recovered`: the only fields changed on a saved
         entry (see ClaimEntry). A checkpoint holds every prepared claim's CDI spec; serialising
-        all of them at each write made a prepare's cost grow with the claims held."""
+        all of them at each write made a prepare's cost grow with the claims held. When only
+        those three changed (the other fields hold the same objects), the rest is not
+        serialised again: a prepare's PrepareCompleted and an unprepare's first step."""
         key = _key(entry)
         hit = self._entries.get(uid)
-        if hit is None or hit[0] is not entry or hit[1] != key:
-            hit = (
-                entry,
-                key,
-                canonical_json(uid),
-                canonical_json(entry.model_dump(mode="json", exclude_none=True)),
-            )
-            self._entries[uid] = hit
-        return hit[2], hit[3]
+        if hit is not None and hit.entry is entry and hit.key == key:
+            return hit.uid, hit.json
+        values = tuple(getattr(entry, name) for name in _BODY_FIELDS)
+        if (
+            hit is not None
+            and hit.entry is entry
+            and all(a is b for a, b in zip(values, hit.values, strict=True))
+        ):
+            body = hit.body
+        else:
+            dumped = entry.model_dump(mode="json", exclude_none=True, exclude=set(_FLAGS))
+            body = canonical_json(dumped)[:-1]
+        hit = _Serialised(entry, key, canonical_json(uid), _with_flags(body, entry), body, values)
+        self._entries[uid] = hit
+        return hit.uid, hit.json
 
     def changes(self, data: CheckpointData[P]) -> tuple[list[str], list[str]]:
         """What differs in `data` from the entries last serialised: the uids of new or changed
@@ -259,8 +298,8 @@ class Codec(Generic[P]):
             uid
             for uid, entry in data.claims.items()
             if (hit := entries.get(uid)) is None
-            or hit[0] is not entry
-            or hit[1] != (entry.state, entry.unpreparing, entry.recovered)  # _key, inlined
+            or hit.entry is not entry
+            or hit.key != (entry.state, entry.unpreparing, entry.recovered)  # _key, inlined
         ]
         gone = list(entries.keys() - data.claims.keys())
         for uid in gone:
@@ -271,7 +310,7 @@ class Codec(Generic[P]):
         """Claim UID -> (state, devices) of the entries as last serialised: after a successful
         save, what the files hold. Safe without the lock (one atomic copy of the map; each
         entry's state is the one serialised, whatever the object's fields have become since)."""
-        return {uid: (hit[1][0], len(hit[0].preparedDevices)) for uid, hit in list(self._entries.items())}
+        return {uid: (hit.key[0], len(hit.entry.preparedDevices)) for uid, hit in list(self._entries.items())}
 
     def _payload(self, data: CheckpointData[P]) -> bytes:
         """canonical_json(data), assembled from per-entry serialisations kept between calls."""
