@@ -175,7 +175,7 @@ def test_concurrent_unprepares_share_their_checkpoint_writes(tmp_path: Path, und
     if undo:
         # Marking (a save that drops nothing): the leader alone, then the three queued behind it, in
         # one save. Dropping: as the undos finish, the leader's maybe before the three are marked;
-        # one claim per save at most, so 2 + 1..4 saves.
+        # one to four saves, so 3 to 6 in all.
         markings = [count for before, count in zip([4, *saves], saves, strict=False) if count == before]
         assert markings == [4, 3] or markings == [4, 4], saves
         assert 3 <= len(saves) <= 6 and saves[-1] == 0, saves

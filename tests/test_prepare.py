@@ -33,7 +33,7 @@ from dra_fake.core.locking import LockTimeoutError, PrepareUnprepareLock
 from dra_fake.core.state import CRASH_ENV, CRASH_POINTS
 from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.devices import mig_uuid
-from dra_fake.gpu.state import DeviceState
+from dra_fake.gpu.state import DeviceState, GpuClaimData
 from dra_fake.kubelet.api import PreparedDevice
 
 HELPER = Path(__file__).with_name("crash_helper.py")
@@ -417,6 +417,23 @@ def test_startup_after_reboot_discards_and_cleans(state: DeviceState, tmp_path: 
     assert report.orphans_removed == (UID1,)
     assert state.prepared_claims() == {} and state.cdi.claim_uids() == []
     assert checkpoint(state).nodeBootID == "another-boot"
+
+
+def test_the_conflict_check_sees_an_entry_replaced_under_the_same_claim(state: DeviceState) -> None:
+    """Each claim's part of the conflict check's holdings is kept between plans while its entry
+    holds the same objects: an entry replaced under the same claim UID (another device list or
+    payload) must be seen, a plan later and without the claim ever leaving the checkpoint."""
+    state.prepare(make_claim(UID1, [result("gpu", "gpu-0"), result("m", MIG_A)]))
+    data = checkpoint(state)
+    held = state._holdings(data, UID2)
+    assert held.devices == {"gpu-0": UID1, MIG_A: UID1} and [m.device for m, _ in held.migs] == [MIG_A]
+    entry = data.claims[UID1]
+    data.claims[UID1] = entry.model_copy(update={"preparedDevices": [entry.preparedDevices[0]]})
+    data.claims[UID1].preparedDevices[0] = entry.preparedDevices[0].model_copy(update={"deviceName": "gpu-1"})
+    assert state._holdings(data, UID2).devices == {"gpu-1": UID1}
+    data.claims[UID1] = data.claims[UID1].model_copy(update={"driverData": GpuClaimData()})
+    assert state._holdings(data, UID2).migs == []
+    assert state._holdings(data, UID1).devices == {}  # a claim's own devices are not in its way
 
 
 def test_corrupt_checkpoint_recovery(state: DeviceState, tmp_path: Path) -> None:
