@@ -126,10 +126,8 @@ def build_registry(
         return body.metadata.uid in failed
 
     @kopf.on.create(GROUP, VERSION, PLURAL, when=first_seen_failed, registry=registry)
-    def ensure(body: kopf.Body, **_: Any) -> None:
+    def ensure(body: kopf.Body, **_: Any) -> None:  # never for a domain being deleted (kopf's cause)
         cd = _as_dict(body)
-        if cd["metadata"].get("deletionTimestamp"):
-            return
         try:
             created = reconciler.ensure(cd)
         except ForeignObject as err:

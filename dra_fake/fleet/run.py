@@ -580,7 +580,6 @@ class Fleet:
         """What the run did (printed as JSON), `started` its monotonic start time."""
         return {
             "wallSeconds": round(time.monotonic() - started, 3),
-            "cpuSeconds": round(time.process_time(), 3),  # since the process started
             "nodes": len(self.managed()),
             "nodesSynced": self.synced_count(),
             "slices": sum(len(self.cache.existing(n)) for n in self.managed()),
