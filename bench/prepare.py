@@ -255,10 +255,10 @@ PER_CLAIM_WORK = (
     (
         "prepare",
         "ours",
-        "GET claim; two journal appends (PrepareStarted, PrepareCompleted: one fdatasync each); CDI "
-        "spec written (fsync, rename); one directory fsync for the batch's specs; now and then a "
-        "compaction (checkpoint and new journal: 4 fsyncs)",
-        "1 + N files, (3 + N) fsyncs per batch of N: 4 for one claim, 1.2 each in a batch of 16",
+        "GET claim; two journal appends (PrepareStarted: written ahead, no fdatasync; "
+        "PrepareCompleted: fdatasync); CDI spec written (temp file, rename, no fsync: the entry "
+        "holds it); now and then a compaction (checkpoint and new journal: 4 fsyncs)",
+        "1 + N files, 1 fsync per batch of N",
     ),
     (
         "prepare",
@@ -271,8 +271,9 @@ PER_CLAIM_WORK = (
         "unprepare",
         "ours",
         "nothing to undo (the bench's claims): CDI spec removed (no fsync), entry dropped (one journal "
-        "append, fdatasync); else the entry marked first (one more append)",
-        "1 file + N removals, 1 fsync per batch of N (2 with something to undo)",
+        "append, fdatasync); else the entry marked first (one more append, written ahead, no "
+        "fdatasync)",
+        "1 file + N removals, 1 fsync per batch of N",
     ),
     (
         "unprepare",

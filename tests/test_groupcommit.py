@@ -4,6 +4,7 @@ checkpoint write per step."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -109,9 +110,9 @@ def counting_saves(state: DeviceState) -> list[int]:
     saves: list[int] = []
     real = state.store.save
 
-    def save(data: Any) -> None:
+    def save(data: Any, **options: Any) -> None:
         saves.append(len(data.claims))
-        real(data)
+        real(data, **options)
 
     state.store.save = save  # type: ignore[method-assign]
     return saves
@@ -143,6 +144,36 @@ def test_concurrent_prepares_share_their_checkpoint_writes(tmp_path: Path) -> No
     assert state.cdi.claim_uids() == sorted(state.prepared_claims())
     # Two batches (the leader alone, then the other four): PrepareStarted + PrepareCompleted each.
     assert len(saves) == 4
+
+
+def test_a_lone_prepare_costs_one_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PrepareStarted is appended to the journal without an fdatasync (a write-ahead record: only
+    a crash of the machine loses it, and the reboot discards the checkpoint), the CDI spec is
+    written without an fsync (the entry holds it), PrepareCompleted is appended and fdatasynced:
+    one fsync, the reference driver's count (docs/prepare.md#crash-safety)."""
+    state = make_state(tmp_path)
+    state.startup()  # its compaction out of the way: this store wrote the files
+    synced: list[str] = []
+
+    def counting(real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
+            synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+            real(fd)
+
+        return sync
+
+    monkeypatch.setattr(os, "fsync", counting(os.fsync))
+    monkeypatch.setattr(os, "fdatasync", counting(os.fdatasync))
+    journal = state.store.journal_path
+    before = journal.read_bytes()
+    state.prepare(make_claim(uid(0), [result("gpu", "gpu-0")]))
+    assert synced == ["checkpoint.journal"]
+    records = journal.read_bytes()[len(before) :].decode().splitlines()
+    assert ['"PrepareStarted"' in r for r in records] == [True, False]  # both appended, in order
+    assert state.cdi.exists(uid(0))
+    synced.clear()
+    state.unprepare(uid(0))
+    assert synced == ["checkpoint.journal"]
 
 
 MEDIUM_TIME_SLICES = opaque(

@@ -82,6 +82,28 @@ def test_startup_rolls_back_a_prepare_started_claim_and_its_side_effects(driver:
     assert driver.state.prepared_claims() == {}
 
 
+DAMAGE = {
+    "lost": lambda path: path.unlink(),
+    "emptied": lambda path: path.write_bytes(b""),
+    "cut-short": lambda path: path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2]),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_startup_restores_a_spec_file_a_power_cut_damaged(driver: Driver, damage: str) -> None:
+    """A prepare does not fsync its spec file (the checkpoint holds the spec): after a power cut
+    the file may be gone, empty or cut short while its PrepareCompleted entry survived. Startup
+    compares every completed claim's file with the stored spec and rewrites it."""
+    driver.state.prepare(driver.claim)
+    path = driver.state.cdi.path(driver.uid)
+    written = path.read_bytes()
+    DAMAGE[damage](path)
+    report = driver.state.startup()
+    assert report.specs_restored == (driver.uid,) and report.rolled_back == ()
+    assert path.read_bytes() == written
+    assert driver.state.startup().specs_restored == ()  # an intact file is left alone
+
+
 def test_a_corrupt_checkpoint_is_rebuilt_from_the_cdi_specs(driver: Driver) -> None:
     reports: list[str] = []
     driver.state.store._on_corrupt = reports.append

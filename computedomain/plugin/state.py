@@ -278,7 +278,7 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
                 data.claims[uid] = DomainClaimEntry(
                     state=PREPARE_STARTED, name=name, namespace=namespace, driverData=record
                 )
-                self.store.save(data)
+                self.store.save(data, durable=False)  # write-ahead: see CheckpointStore.save
                 return None
         # An unprepare that failed half-way (the API server away while it removed the node
         # label): the kubelet, which serialises a claim's calls, now wants the claim again. Finish
@@ -336,7 +336,7 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
                             f"{APPLYING}allocation failed: channel 0 already allocated by claim "
                             f"{other_uid} (according to checkpoint)"
                         )
-            self.write_spec(uid, spec)
+            self.write_spec(uid, spec, durable=False)
             entry.state = PREPARE_COMPLETED
             entry.preparedDevices = [device]
             entry.cdiSpec = spec

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dra_fake.core import yamlio
-from dra_fake.core.atomic import TEMP_SUFFIX, atomic_write, fsync_dir, remove_durably
+from dra_fake.core.atomic import TEMP_SUFFIX, atomic_write, remove_durably
 
 _log = logging.getLogger(__name__)
 
@@ -192,32 +192,37 @@ class CdiSpecStore:
     def path(self, claim_uid: str) -> Path:
         return self.root / spec_file_name(self.driver, claim_uid)
 
-    def write(self, claim_uid: str, spec: Mapping[str, Any], sync_dir: bool = True) -> Path:
-        """Atomically replace the claim's spec file (mode 0644), durably; with `sync_dir=False`
-        the caller calls `sync()` after a batch of writes (the file itself is always fsynced).
-        The spec is schema-checked when $DRA_FAKE_CHECK_CDI_SPECS is set (see `checked`)."""
+    def write(self, claim_uid: str, spec: Mapping[str, Any], durable: bool = True) -> Path:
+        """Atomically replace the claim's spec file (mode 0644): a reader sees the old file or the
+        new one. `durable`: fsync the file and the directory. A prepare writes without (the
+        checkpoint, fsynced after, holds the spec, and startup rewrites a file a power cut lost or
+        emptied: `holds`). The spec is schema-checked when $DRA_FAKE_CHECK_CDI_SPECS is set
+        (see `checked`)."""
         checked(spec)
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.path(claim_uid)
-        atomic_write(path, render_spec(spec), SPEC_FILE_MODE, sync_dir=sync_dir)
+        atomic_write(path, render_spec(spec), SPEC_FILE_MODE, durable=durable)
         _log.debug("CDI spec written claim=%s path=%s devices=%d", claim_uid, path, len(spec["devices"]))
         return path
 
     def remove(self, claim_uid: str, sync_dir: bool = True) -> bool:
         """Delete the claim's spec; a missing file is fine. Returns whether a file was removed.
-        With `sync_dir=False` the caller calls `sync()` after a batch of removals."""
+        With `sync_dir=False` the removal is not made durable (the caller's checkpoint write is)."""
         path = self.path(claim_uid)
         removed = remove_durably(path, sync_dir=sync_dir)
         _log.debug("CDI spec removed claim=%s path=%s existed=%s", claim_uid, path, removed)
         return removed
 
-    def sync(self) -> None:
-        """Make the writes and removals of a batch durable (one directory fsync)."""
-        if self.root.is_dir():
-            fsync_dir(self.root)
-
     def exists(self, claim_uid: str) -> bool:
         return self.path(claim_uid).is_file()
+
+    def holds(self, claim_uid: str, spec: Mapping[str, Any]) -> bool:
+        """Whether the claim's spec file holds exactly `spec` as `write` renders it (a file a power
+        cut emptied or cut short, or lost, does not)."""
+        try:
+            return self.path(claim_uid).read_bytes() == render_spec(spec)
+        except OSError:
+            return False
 
     def read(self, claim_uid: str) -> dict[str, Any] | None:
         """The parsed spec, or None if missing or unreadable."""

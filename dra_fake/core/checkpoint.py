@@ -495,12 +495,18 @@ class CheckpointStore(Generic[P]):
         self._peeked = (identity, data)
         return data
 
-    def save(self, data: CheckpointData[P], compact: bool = False) -> None:
+    def save(self, data: CheckpointData[P], compact: bool = False, durable: bool = True) -> None:
         """Make `data` the checkpoint: append the entries that changed since this store wrote the
         files to the journal (one write, one fdatasync); or, when it did not write them (they
         were read: another process's, an older format, a torn journal), the journal has grown
         past the checkpoint, or `compact` is asked, rewrite the checkpoint and start an empty
-        journal."""
+        journal.
+
+        `durable=False` (a write-ahead record: PrepareStarted, an unprepare's mark) appends
+        without the fdatasync. The record is in the file for every reader and survives a crash
+        of this process; only a crash of the machine loses it, and after that reboot the
+        checkpoint of the earlier boot is discarded whole (`load`), so nothing could use it. The
+        next durable save's fdatasync makes it durable (docs/prepare.md#crash-safety)."""
         self._peeked = None  # a caller may have changed a peeked object to save it
         current, self._current = self._current, None  # until the new files are in place
         current_boot = self.boot_id()
@@ -514,7 +520,7 @@ class CheckpointStore(Generic[P]):
             if not appendable:
                 self._rewrite(data)
             else:
-                self._append(data)
+                self._append(data, durable)
         except FileNotFoundError:  # the journal was removed under us
             if not appendable:
                 raise
@@ -530,13 +536,13 @@ class CheckpointStore(Generic[P]):
         atomic_write(self.path, raw, CHECKPOINT_FILE_MODE)
         atomic_write(self.journal_path, journal.header(digest), CHECKPOINT_FILE_MODE)
 
-    def _append(self, data: CheckpointData[P]) -> None:
+    def _append(self, data: CheckpointData[P], durable: bool) -> None:
         """The journal records of what changed in `data` since the files were written."""
         changed, gone = self.codec.changes(data)
         records = [journal.put(*self.codec.entry_json(uid, data.claims[uid])) for uid in changed]
         records += [journal.drop(canonical_json(uid)) for uid in gone]
         if records:
-            journal.append_durably(self.journal_path, b"".join(records))
+            journal.append(self.journal_path, b"".join(records), durable)
 
     def states(self) -> dict[str, tuple[ClaimState, int]]:
         """Claim UID -> (state, devices), without locking (for metrics, at each scrape): what

@@ -1,7 +1,7 @@
 """Group commit: callers that queue for the node lock while another holds it are served together.
 
 Every prepare and unprepare writes the checkpoint under the node lock (dra_fake.core.locking), and
-a durable write costs two fsyncs whatever it holds. When the kubelet prepares many claims at once
+a durable write costs an fsync whatever it holds. When the kubelet prepares many claims at once
 (a job's pods landing on one node), callers queue here; whoever takes the lock next runs every
 queued item in one batch, so N concurrent callers share one checkpoint write per step instead of
 paying N. A lone caller is a batch of one: the sequence of files on disk for a claim is the same

@@ -1,5 +1,6 @@
-"""The checkpoint's journal: the changes since the last full checkpoint file, appended one fsync
-at a time, so a save costs what changed instead of every claim held (docs/prepare.md#the-journal).
+"""The checkpoint's journal: the changes since the last full checkpoint file, appended (with an
+fdatasync for a durable save), so a save costs what changed instead of every claim held
+(docs/prepare.md#the-journal).
 
 `checkpoint.journal` beside `checkpoint.json`, lines of `<sha256 hex of body> <body>\\n`, each body
 one compact JSON object:
@@ -87,13 +88,15 @@ def parse(raw: bytes) -> Replay:
     return replay
 
 
-def append_durably(path: Path, records: bytes) -> None:
-    """Append to an existing journal and fdatasync it; FileNotFoundError if it is gone."""
+def append(path: Path, records: bytes, durable: bool = True) -> None:
+    """Append to an existing journal and (`durable`) fdatasync it, which makes every earlier
+    append durable too; FileNotFoundError if it is gone."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
         view = memoryview(records)
         while view:
             view = view[os.write(fd, view) :]
-        os.fdatasync(fd)
+        if durable:
+            os.fdatasync(fd)
     finally:
         os.close(fd)

@@ -218,7 +218,7 @@ class PreparedClaims(ABC, Generic[P]):
         if dropped:
             self._drop(data, dropped)  # its save holds the marks too
         elif marked:
-            self.store.save(data)
+            self.store.save(data, durable=False)  # write-ahead: see CheckpointStore.save
         if marked:
             crash_point("unprepare:after-started")
 
@@ -243,8 +243,9 @@ class PreparedClaims(ABC, Generic[P]):
         self.store.save(data)
 
     def startup(self) -> StartupReport:
-        """Once at plugin start: roll back PrepareStarted claims, restore lost CDI specs of
-        completed claims, delete CDI specs no entry references, delete stale temp files."""
+        """Once at plugin start: roll back PrepareStarted claims, restore the CDI specs of
+        completed claims that are lost or differ from the stored spec (a power cut), delete CDI
+        specs no entry references, delete stale temp files."""
         with self.locked():
             data, status = self.load()
             recovered = tuple(uid for uid, e in data.claims.items() if e.recovered)
@@ -259,7 +260,7 @@ class PreparedClaims(ABC, Generic[P]):
                         _log.error("rollback failed, kept as PrepareStarted claim=%s error=%s", uid, exc)
             restored = []
             for uid, entry in list(data.claims.items()):
-                if entry.state == PREPARE_COMPLETED and not self.cdi.exists(uid):
+                if entry.state == PREPARE_COMPLETED and not self.spec_intact(uid, entry):
                     try:
                         if entry.cdiSpec is None:
                             raise cdi.CdiSpecError("no CDI spec recorded")
@@ -390,9 +391,17 @@ class PreparedClaims(ABC, Generic[P]):
         except Exception as rollback_exc:
             _log.error("rollback failed claim=%s error=%s", claim_uid, rollback_exc)
 
-    def write_spec(self, claim_uid: str, spec: Mapping[str, Any], sync_dir: bool = True) -> None:
+    def write_spec(self, claim_uid: str, spec: Mapping[str, Any], durable: bool = True) -> None:
+        """A prepare writes its spec with `durable=False`: the PrepareCompleted entry saved after
+        it holds the spec, and startup restores a spec file a power cut lost or emptied."""
         self.before_spec(spec)
-        self.cdi.write(claim_uid, spec, sync_dir=sync_dir)
+        self.cdi.write(claim_uid, spec, durable=durable)
+
+    def spec_intact(self, claim_uid: str, entry: ClaimEntry[P]) -> bool:
+        """Whether a completed claim's spec file is there and holds the stored spec."""
+        if entry.cdiSpec is None:  # nothing to compare with (not written by this version)
+            return self.cdi.exists(claim_uid)
+        return self.cdi.holds(claim_uid, entry.cdiSpec)
 
     def ensure_spec(self, claim_uid: str, entry: ClaimEntry[P]) -> None:
         """A completed claim's spec file was lost (someone deleted it): write it again."""

@@ -175,9 +175,9 @@ class DeviceState(PreparedClaims[GpuClaimData]):
 
     def _prepare_batch(self, items: list[_Prepare]) -> None:
         """Under the node lock, for every claim of the batch at once: PrepareStarted entries (one
-        checkpoint write), each claim's CDI spec (one directory fsync), PrepareCompleted (one
-        write). A claim that fails is rolled back alone; the others go on. The files each claim
-        goes through are those of a batch of one (docs/prepare.md#group-commit)."""
+        checkpoint write, not fsynced), each claim's CDI spec (not fsynced), PrepareCompleted
+        (one write, fsynced). A claim that fails is rolled back alone; the others go on. The
+        files each claim goes through are those of a batch of one (docs/prepare.md#group-commit)."""
         crash_point("prepare:after-lock")
         data, _ = self.load()
         planned: dict[str, _Prepare] = {}
@@ -216,7 +216,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             self.store.forget()  # an error path may have left the loaded checkpoint half-changed
 
     def _commit(self, data: CheckpointData[GpuClaimData], items: list[_Prepare]) -> None:
-        self.store.save(data)
+        self.store.save(data, durable=False)  # write-ahead: see CheckpointStore.save
         crash_point("prepare:after-started")
         for item in items:
             try:
@@ -224,12 +224,11 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                     raise cdi.CdiSpecError("no CDI spec planned")
                 self._apply(item.claim.uid, item.entry.driverData)
                 crash_point("prepare:after-apply")
-                self.write_spec(item.claim.uid, item.entry.cdiSpec, sync_dir=False)
+                self.write_spec(item.claim.uid, item.entry.cdiSpec, durable=False)
             except Exception as exc:
                 self._fail(data, item, exc)
+        crash_point("prepare:after-cdi")
         try:
-            self.cdi.sync()
-            crash_point("prepare:after-cdi")
             for item in items:
                 if item.error is None and item.entry is not None:
                     item.entry.state = PREPARE_COMPLETED
