@@ -55,7 +55,7 @@ def atomic_write(path: Path, data: bytes, mode: int, durable: bool = True, sync_
         fsync_dir(directory)
 
 
-def file_identity(path: Path) -> tuple[int, int, int]:
+def file_identity(path: str | Path) -> tuple[int, int, int]:
     """(inode, size, mtime): differs for every file atomic_write puts in place (a new inode each
     time) and after a write in place; lets a reader skip re-reading a file it already knows."""
     st = os.stat(path)

@@ -151,7 +151,8 @@ class NvidiaSmi:
         self.migs = dict(migs or {})
         # path -> (inode, size, mtime) and the bytes that file held when this process last wrote or
         # read it: a prepare checks its spec's files with one stat instead of reading each.
-        self._verified: dict[Path, tuple[tuple[int, int, int], bytes]] = {}
+        # Keyed by the path as a string: a prepare looks its spec's mounts up as they are written.
+        self._verified: dict[str, tuple[tuple[int, int, int], bytes]] = {}
 
     @classmethod
     def from_inventory(cls, plugin_data_dir: Path, inventory: Any) -> NvidiaSmi:
@@ -271,6 +272,8 @@ class NvidiaSmi:
         for edits in _edits(spec):
             for mount in edits.get("mounts") or []:
                 host_path = str(mount.get("hostPath", ""))
+                if self._unchanged(host_path):  # a file this process wrote or read: its text follows
+                    continue  # from its name (an info file) or is the script's
                 name = host_path.removeprefix(self._info_prefix)
                 if name == host_path or "/" in name:
                     continue  # not an info file
@@ -279,14 +282,12 @@ class NvidiaSmi:
                     _log.warning("nvidia-smi info file of an unknown device skipped path=%s", host_path)
                     continue
                 host = Path(host_path)
-                if self._unchanged(host):  # an info file's text follows from its name
-                    continue
                 text = self.info_text(self.devices[match["device"]], match["uuid"]).encode()
                 if not self._holds(host, text):
                     host.parent.mkdir(parents=True, exist_ok=True)
                     self._write(host, text, 0o644)
 
-    def _unchanged(self, path: Path) -> bool:
+    def _unchanged(self, path: str) -> bool:
         """Whether the file is the one this process last wrote or read there (one stat)."""
         verified = self._verified.get(path)
         try:
@@ -301,20 +302,20 @@ class NvidiaSmi:
             key = file_identity(path)
         except OSError:
             return False
-        if self._verified.get(path) == (key, text):
+        if self._verified.get(str(path)) == (key, text):
             return True
         if _read(path) != text:
             return False
-        self._verified[path] = (key, text)
+        self._verified[str(path)] = (key, text)
         return True
 
     def _write(self, path: Path, text: bytes, mode: int) -> None:
         atomic_write(path, text, mode)
-        self._verified[path] = (file_identity(path), text)
+        self._verified[str(path)] = (file_identity(path), text)
 
     def remove_info(self, device: str, uuid: str) -> None:
         path = self.info_path(device, uuid)
-        self._verified.pop(path, None)  # dynamic MIG UUIDs are new per claim: keep the map bounded
+        self._verified.pop(str(path), None)  # dynamic MIG UUIDs are new per claim: keep the map bounded
         remove_durably(path)
 
     def remove_stale_live_files(self) -> int:
@@ -339,7 +340,7 @@ class NvidiaSmi:
         }
         for path in sorted(devices.iterdir()):
             if path not in keep and path.is_file():
-                self._verified.pop(path, None)
+                self._verified.pop(str(path), None)
                 removed += remove_durably(path)
         return removed
 
