@@ -160,7 +160,10 @@ class NvidiaSmi:
         return cls(plugin_data_dir, inventory.devices, gpus, migs)
 
     def info_path(self, device: str, uuid: str) -> Path:
-        return Path(f"{self._info_prefix}{device}_{uuid}")
+        return Path(self._info_name(device, uuid))
+
+    def _info_name(self, device: str, uuid: str) -> str:
+        return f"{self._info_prefix}{device}_{uuid}"
 
     # --- CDI edits ---------------------------------------------------------------------------
 
@@ -185,7 +188,7 @@ class NvidiaSmi:
             suffix = "gpu"
         bus = nvidia_bus_id(device.pci_bus_id).replace(":", "-")
         return {
-            "hostPath": str(self.info_path(device.name, uuid)),
+            "hostPath": self._info_name(device.name, uuid),  # no Path built per device of a claim
             "containerPath": f"{CONTAINER_DEVICES_DIR}/{bus}_{suffix}",
             "options": list(MOUNT_OPTIONS),
         }
