@@ -324,3 +324,29 @@ def test_read_missing_or_garbage(tmp_path: Path) -> None:
     assert store.read("nope") is None
     store.path("bad").write_text("{: not yaml")
     assert store.read("bad") is None
+
+
+def test_a_device_s_edits_are_built_once_and_shared_by_every_claim_spec() -> None:
+    """A device's containerEdits do not depend on the claim: later claims reuse the first one's
+    (the same object, its YAML rendered once), unless the device differs in its UUID, access or
+    sharing. A claim naming one device twice (shared) gets two objects: PyYAML would write one
+    object twice as an anchor and an alias."""
+    first = edits.build_claim_spec(DRIVER, UID_LETTER, [spec_device(UID_LETTER, GPU)])
+    other_uid = "2b222222-2222-2222-2222-222222222222"
+    second = edits.build_claim_spec(DRIVER, other_uid, [spec_device(other_uid, GPU)])
+    assert second["devices"][0]["containerEdits"] is first["devices"][0]["containerEdits"]
+    assert second["devices"][0]["name"] != first["devices"][0]["name"]
+    admin = edits.build_claim_spec(DRIVER, other_uid, [spec_device(other_uid, GPU, admin_access=True)])
+    assert admin["devices"][0]["containerEdits"] is not first["devices"][0]["containerEdits"]
+    assert "DRA_FAKE_GPU_0_ADMIN_ACCESS=true" in admin["devices"][0]["containerEdits"]["env"]
+    shared = [
+        edits.SpecDevice(cdi.cdi_device_name(other_uid, GPU.name, share), GPU, GPU.uuid or "")
+        for share in ("5e2b3c4d-0000-0000-0000-000000000001", "5e2b3c4d-0000-0000-0000-000000000002")
+    ]
+    twice = edits.build_claim_spec(DRIVER, other_uid, shared)
+    a, b = (d["containerEdits"] for d in twice["devices"])
+    assert a == b and a is not b
+    text = cdi.render_spec(twice).decode()  # CHECK_ENV (conftest): compared with PyYAML too
+    assert "&" not in text and "*" not in text
+    for spec in (first, second, admin, twice):
+        assert yaml.safe_load(cdi.render_spec(spec)) == spec

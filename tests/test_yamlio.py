@@ -119,3 +119,42 @@ def test_a_claim_spec_takes_the_direct_path() -> None:
     text = yamlio.dump_block(spec)
     assert text is not None and text == pyyaml(spec, yaml.SafeDumper)
     assert cdi.render_spec(spec) == text.encode()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["env", "mounts", "a"]), NEAR_PLAIN_DOCS, min_size=1), st.integers(0, 3)
+)
+def test_a_registered_mapping_is_rendered_once_and_the_same(edits: dict[str, Any], depth: int) -> None:
+    """FRAGMENTS: a mapping registered as never changing again is written from its first
+    rendering at each indent, byte for byte what PyYAML writes; at another indent it is rendered
+    for that indent."""
+    kept, yamlio.FRAGMENTS = yamlio.FRAGMENTS, yamlio.Fragments(limit=8)
+    try:
+        yamlio.FRAGMENTS.register(edits)
+        doc: dict[str, Any] = {"containerEdits": edits}
+        for n in range(depth):
+            doc = {f"k{n}": doc}
+        expected = pyyaml(doc, yamlio.DUMPER)
+        first = yamlio.dump(doc)
+        texts = yamlio.FRAGMENTS.texts(edits)
+        assert first == expected and texts is not None
+        if yamlio.dump_block(doc) is not None:  # the direct path kept the text of this indent
+            assert list(texts) == [2 * (depth + 1)]
+            texts[2 * (depth + 1)] = "# from the fragment\n"  # a second rendering reads it back
+            assert "# from the fragment" in yamlio.dump(doc)
+            deeper = {"one": {"more": doc}}  # the mapping two levels further in
+            assert yamlio.dump(deeper) == pyyaml(deeper, yamlio.DUMPER)
+    finally:
+        yamlio.FRAGMENTS = kept
+
+
+def test_fragments_forget_everything_past_their_limit() -> None:
+    fragments = yamlio.Fragments(limit=2)
+    a, b, c = {"a": 1}, {"b": 2}, {"c": 3}
+    for m in (a, b):
+        fragments.register(m)
+    assert fragments.texts(a) == {} and fragments.texts(b) == {}
+    fragments.register(c)
+    assert fragments.texts(a) is None and fragments.texts(b) is None and fragments.texts(c) == {}
+    assert fragments.texts({"c": 3}) is None  # an equal mapping is not the registered one

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
+import orjson
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -245,14 +246,14 @@ class DirectJson:
             if content_type == "application/json-patch+json" and not isinstance(body, list):
                 content_type = "application/strategic-merge-patch+json"  # as the client does
             headers["Content-Type"] = content_type or "application/json"
-            payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+            payload = body if isinstance(body, bytes) else orjson.dumps(body)
         on_request = getattr(api, "on_request", None)  # TimeoutApiClient's, when set
         if on_request is not None:
             on_request(method)
         status, reason, data = self._send(method, self._prefix + url, payload, headers)
         if not 200 <= status < 300:
             _raise_status(status, reason, data)
-        return cast(dict[str, Any], json.loads(data))
+        return cast(dict[str, Any], orjson.loads(data))  # ~2x json's speed on a claim
 
     def _send(
         self, method: str, url: str, body: bytes | None, headers: dict[str, str]

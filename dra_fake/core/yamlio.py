@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+M = TypeVar("M", bound=Mapping[str, Any])
 
 
 def safe_load(text: str | bytes) -> Any:
@@ -59,6 +60,45 @@ def dump_block(doc: Mapping[str, Any]) -> str | None:
     return "".join(out)
 
 
+class Fragments:
+    """The YAML of mappings registered as never changing again (by identity), per indent. A CDI
+    spec repeats a device's edits claim after claim (dra_fake.gpu.edits shares them): their
+    YAML was most of an 8-device spec's. At most `limit` mappings are kept (then all are let
+    go: a registered mapping that is let go is rendered again, not wrongly)."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        # id -> (the mapping, kept alive so that its id is not reused; its YAML per indent)
+        self._entries: dict[int, tuple[Mapping[str, Any], dict[int, str]]] = {}
+
+    def register(self, mapping: M) -> M:
+        if len(self._entries) >= self._limit:
+            self._entries = {}
+        self._entries[id(mapping)] = (mapping, {})
+        return mapping
+
+    def texts(self, mapping: Mapping[str, Any]) -> dict[int, str] | None:
+        entry = self._entries.get(id(mapping))
+        return entry[1] if entry is not None and entry[0] is mapping else None
+
+
+FRAGMENTS = Fragments(limit=1024)
+
+
+def _block(m: Mapping[str, Any], indent: int, out: list[str]) -> None:
+    """A mapping under a key: from FRAGMENTS when it is registered there."""
+    texts = FRAGMENTS.texts(m)
+    if texts is None:
+        _mapping(m, indent, out, inline=False)
+        return
+    text = texts.get(indent)
+    if text is None:
+        part: list[str] = []
+        _mapping(m, indent, part, inline=False)
+        text = texts[indent] = "".join(part)
+    out.append(text)
+
+
 def _mapping(m: Mapping[str, Any], indent: int, out: list[str], inline: bool) -> None:
     if not m:
         raise _Declined
@@ -70,7 +110,7 @@ def _mapping(m: Mapping[str, Any], indent: int, out: list[str], inline: bool) ->
             out.append(f"{head} {_scalar(value, indent + len(head) + 1)}\n")
         elif kind is dict or isinstance(value, Mapping):
             out.append(head + "\n")
-            _mapping(value, indent + 2, out, inline=False)
+            _block(value, indent + 2, out)
         elif isinstance(value, list):
             out.append(head + "\n")
             _sequence(value, indent, out)  # PyYAML does not indent a list under its key

@@ -9,11 +9,13 @@ lists them.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dra_fake.core import yamlio
 from dra_fake.core.cdi import EARLIEST_VERSION, CdiSpecError, claim_kind, minimum_version
 from dra_fake.gpu.configs import NO_SHARING, STRATEGY_MPS, STRATEGY_TIME_SLICING, AppliedSharing
 from dra_fake.gpu.devices import AllocatableDevice
@@ -115,6 +117,28 @@ def common_edits(nvidia_smi: NvidiaSmi | None, device_nodes: DeviceNodes | None)
     return edits
 
 
+# A device's own edits do not depend on the claim: built once per (device, UUID, access,
+# sharing, nvidia-smi files, device nodes), shared by every spec that names it, and never changed
+# after (a spec is built, stored and rendered, never edited); their YAML is rendered once
+# (yamlio.FRAGMENTS). A dynamic MIG device gets a new UUID per claim: bounded.
+_DEVICE_EDITS: dict[tuple[object, ...], dict[str, Any]] = {}
+_DEVICE_EDITS_MAX = 1024
+
+
+def device_edits(
+    d: SpecDevice, nvidia_smi: NvidiaSmi | None, device_nodes: DeviceNodes | None
+) -> dict[str, Any]:
+    """The device's containerEdits in a claim spec (shared: never change the dict returned)."""
+    key = (d.device, d.uuid, d.admin_access, d.sharing, nvidia_smi, device_nodes)
+    edits = _DEVICE_EDITS.get(key)
+    if edits is None:
+        edits = {"env": device_env(d)} | gpu_edits(d.device, d.uuid, nvidia_smi, device_nodes)
+        if len(_DEVICE_EDITS) >= _DEVICE_EDITS_MAX:
+            _DEVICE_EDITS.clear()
+        _DEVICE_EDITS[key] = yamlio.FRAGMENTS.register(edits)
+    return edits
+
+
 def build_claim_spec(
     driver: str,
     claim_uid: str,
@@ -130,15 +154,18 @@ def build_claim_spec(
     unique: dict[str, SpecDevice] = {}
     for d in devices:
         unique.setdefault(d.cdi_name, d)
-
-    def device_edits(d: SpecDevice) -> dict[str, Any]:
-        return {"env": device_env(d)} | gpu_edits(d.device, d.uuid, nvidia_smi, device_nodes)
-
+    spec_devices: list[dict[str, Any]] = []
+    for d in unique.values():
+        edits = device_edits(d, nvidia_smi, device_nodes)
+        if any(other["containerEdits"] is edits for other in spec_devices):
+            # one device shared twice in a claim: PyYAML would write one object twice as an alias
+            edits = copy.deepcopy(edits)
+        spec_devices.append({"name": d.cdi_name, "containerEdits": edits})
     common = {"env": spec_env(claim_uid, list(unique.values()))} | common_edits(nvidia_smi, device_nodes)
     spec: dict[str, Any] = {
         "cdiVersion": EARLIEST_VERSION,
         "kind": claim_kind(driver),
-        "devices": [{"name": d.cdi_name, "containerEdits": device_edits(d)} for d in unique.values()],
+        "devices": spec_devices,
         "containerEdits": common,
     }
     spec["cdiVersion"] = minimum_version(spec)
