@@ -155,11 +155,13 @@ def build_claim_spec(
     for d in devices:
         unique.setdefault(d.cdi_name, d)
     spec_devices: list[dict[str, Any]] = []
+    used: set[int] = set()
     for d in unique.values():
         edits = device_edits(d, nvidia_smi, device_nodes)
-        if any(other["containerEdits"] is edits for other in spec_devices):
+        if id(edits) in used:
             # one device shared twice in a claim: PyYAML would write one object twice as an alias
             edits = copy.deepcopy(edits)
+        used.add(id(edits))
         spec_devices.append({"name": d.cdi_name, "containerEdits": edits})
     common = {"env": spec_env(claim_uid, list(unique.values()))} | common_edits(nvidia_smi, device_nodes)
     spec: dict[str, Any] = {
