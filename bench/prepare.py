@@ -255,9 +255,11 @@ PER_CLAIM_WORK = (
     (
         "prepare",
         "ours",
-        "GET claim; two journal appends (PrepareStarted: written ahead, no fdatasync; "
-        "PrepareCompleted: fdatasync); CDI spec written (temp file, rename, no fsync: the entry "
-        "holds it); now and then a compaction (checkpoint and new journal: 4 fsyncs)",
+        "GET claim; two journal records, written over zeros written ahead (PrepareStarted: "
+        "written ahead, no fdatasync; PrepareCompleted: fdatasync, which flushes data only while "
+        "the journal's size stays the same); CDI spec written (temp file, rename, no fsync: the "
+        "entry holds it); now and then the journal grows by 256 KiB of zeros, or a compaction "
+        "(checkpoint and new journal: 4 fsyncs)",
         "1 + N files, 1 fsync per batch of N",
     ),
     (
@@ -271,7 +273,7 @@ PER_CLAIM_WORK = (
         "unprepare",
         "ours",
         "nothing to undo (the bench's claims): CDI spec removed (no fsync), entry dropped (one journal "
-        "append, fdatasync); else the entry marked first (one more append, written ahead, no "
+        "record, fdatasync); else the entry marked first (one more record, written ahead, no "
         "fdatasync)",
         "1 file + N removals, 1 fsync per batch of N",
     ),

@@ -60,8 +60,13 @@ def add(store: CheckpointStore[GpuClaimData], *uids: str) -> Data:
     return data
 
 
+def written(store: CheckpointStore[GpuClaimData]) -> bytes:
+    """The journal's records, without the zeros written ahead after them."""
+    return store.journal_path.read_bytes().rstrip(b"\0")
+
+
 def lines(store: CheckpointStore[GpuClaimData]) -> list[dict[str, object]]:
-    return [json.loads(line.split(b" ", 1)[1]) for line in store.journal_path.read_bytes().splitlines()]
+    return [json.loads(line.split(b" ", 1)[1]) for line in written(store).splitlines()]
 
 
 def test_a_save_appends_only_what_changed_and_a_fresh_store_reads_it_back(tmp_path: Path) -> None:
@@ -95,7 +100,9 @@ def test_a_torn_last_append_is_ignored_and_the_next_save_starts_a_new_journal(tm
     saved = reread(tmp_path)
     torn = journal.put(b'"b"', entry("b").model_dump_json().encode())
     for tail in (torn[: len(torn) // 2], torn[:-1], b"\0" * len(torn) + b"\n"):
-        with store.journal_path.open("ab") as f:  # a crash in the middle of an append
+        end = len(written(store))
+        with store.journal_path.open("r+b") as f:  # a crash in the middle of a record's write
+            f.seek(end)
             f.write(tail)
         assert reread(tmp_path) == saved
         store = new_store(tmp_path)
@@ -168,8 +175,26 @@ def test_the_journal_is_compacted_once_larger_than_the_checkpoint(
         data.claims["a"].state = "PrepareCompleted" if n % 2 else "PrepareStarted"
         store.save(data)
         inodes.add(store.path.stat().st_ino)
-        assert store.journal_path.stat().st_size <= 4096 + 1024  # one record past the limit at most
+        assert len(written(store)) <= 4096 + 1024  # one record past the limit at most
     assert len(inodes) > 2  # compacted more than once
+    assert reread(tmp_path) == data
+
+
+def test_records_go_over_zeros_written_ahead_and_the_file_grows_now_and_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record that fits in the zeros ahead changes neither the journal's size nor its blocks, so
+    its fdatasync need not commit the file system's journal (docs/prepare.md#the-journal)."""
+    monkeypatch.setattr(journal, "GROW_BYTES", 4096)
+    store = new_store(tmp_path)
+    add(store, "a")  # the first save: checkpoint and a journal of one header line
+    sizes = []
+    for n in range(40):
+        data = add(store, f"u{n}")
+        raw = store.journal_path.read_bytes()
+        assert raw.endswith(b"\0") and set(raw[len(written(store)) :]) == {0}
+        sizes.append(len(raw))
+    assert sizes == sorted(sizes) and 3 <= len(set(sizes)) <= 10  # grown once per ~4 KiB of records
     assert reread(tmp_path) == data
 
 

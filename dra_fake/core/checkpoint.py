@@ -409,6 +409,16 @@ def read_claims(data_dir: Path) -> dict[str, Any]:
 Identity = tuple[tuple[int, int, int], tuple[int, int, int] | None]  # checkpoint's and journal's
 
 
+class _Files(NamedTuple):
+    """The files as a store last read or wrote them, and the object they decode to."""
+
+    identity: Identity
+    data: CheckpointData[Any]
+    written: bool  # this store wrote them: the codec's entries are what they hold
+    journal_end: int = 0  # written: where the journal's next record goes (zeros after it)
+    journal_size: int = 0  # written: the journal file's size
+
+
 class CheckpointStore(Generic[P]):
     """Reads and writes the checkpoint file and its journal. Callers hold the prepare/unprepare
     lock (peek and states excepted)."""
@@ -429,12 +439,14 @@ class CheckpointStore(Generic[P]):
         self._clock = clock
         self._boot_id = ""  # read once: a node's boot ID cannot change under a running process
         # The files as this store last read or wrote them (their identity: a compaction puts new
-        # inodes in place, an append grows the journal) and the object they decode to: load()
-        # returns that object again while the files are the same (two stats, not a read and a
-        # decode). The same for peek(). `written`: this store wrote them, so the codec's entries
-        # are what they hold and the next save of that object may append what changed; files it
-        # read (another process's, a torn journal, an older format) are rewritten at the next save.
-        self._current: tuple[Identity, CheckpointData[P], bool] | None = None
+        # inodes in place, a record changes the journal's modification time) and the object they
+        # decode to: load() returns that object again while the files are the same (two stats,
+        # not a read and a decode). The same for peek(). `written`: this store wrote them, so the
+        # next save of that object may add what changed to the journal; files it read (another
+        # process's, a torn journal, an older format) are rewritten at the next save. Another
+        # process's first save is such a rewrite: its new inodes cannot be ours (ours still
+        # existed when it created them), so a store never writes records after another's.
+        self._current: _Files | None = None
         self._peeked: tuple[Identity, CheckpointData[P]] | None = None
 
     def boot_id(self) -> str:
@@ -461,12 +473,12 @@ class CheckpointStore(Generic[P]):
         try:
             identity = self._identity()  # before reading: a newer file shows at the next load
             current = self._current
-            if current is not None and current[0] == identity:
-                data = current[1]
+            if current is not None and current.identity == identity:
+                data = current.data
             else:
                 self.forget()
                 data = self._read(identity)
-                self._current = (identity, data, False)
+                self._current = _Files(identity, data, False)
         except FileNotFoundError:
             self.forget()
             return LoadResult(self.codec.empty(current_boot), "missing")
@@ -508,7 +520,7 @@ class CheckpointStore(Generic[P]):
         return data
 
     def save(self, data: CheckpointData[P], compact: bool = False, durable: bool = True) -> None:
-        """Make `data` the checkpoint: append the entries that changed since this store wrote the
+        """Make `data` the checkpoint: add the entries that changed since this store wrote the
         files to the journal (one write, one fdatasync); or, when it did not write them (they
         were read: another process's, an older format, a torn journal), the journal has grown
         past the checkpoint, or `compact` is asked, rewrite the checkpoint and start an empty
@@ -524,37 +536,47 @@ class CheckpointStore(Generic[P]):
         current_boot = self.boot_id()
         if current_boot:
             data.nodeBootID = current_boot
-        appendable = False
-        if current is not None and current[1] is data and current[2] and not compact:
-            base, journal_file = current[0]
-            appendable = journal_file is not None and journal_file[1] <= max(COMPACT_MIN_BYTES, base[1])
+        appendable = (
+            current is not None
+            and current.data is data
+            and current.written
+            and not compact
+            and current.journal_end <= max(COMPACT_MIN_BYTES, current.identity[0][1])
+        )
         try:
-            if not appendable:
-                self._rewrite(data)
+            if current is None or not appendable:
+                end, size = self._rewrite(data)
             else:
-                self._append(data, durable)
+                end, size = self._append(data, current, durable)
         except FileNotFoundError:  # the journal was removed under us
             if not appendable:
                 raise
-            self._rewrite(data)
-        self._current = (self._identity(), data, True)
+            end, size = self._rewrite(data)
+        self._current = _Files(self._identity(), data, True, end, size)
 
-    def _rewrite(self, data: CheckpointData[P]) -> None:
+    def _rewrite(self, data: CheckpointData[P]) -> tuple[int, int]:
         """The whole checkpoint, then a journal that follows it. In this order: a crash between
         the two leaves the new checkpoint with the old journal, which names the old one (stale,
-        ignored); the checkpoint's rename is made durable before the journal is replaced."""
+        ignored); the checkpoint's rename is made durable before the journal is replaced.
+        Returns the journal's end and size."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         raw, digest = self.codec.encode_with_checksum(data)
         atomic_write(self.path, raw, CHECKPOINT_FILE_MODE)
-        atomic_write(self.journal_path, journal.header(digest), CHECKPOINT_FILE_MODE)
+        head = journal.header(digest)
+        atomic_write(self.journal_path, head, CHECKPOINT_FILE_MODE)
+        return len(head), len(head)
 
-    def _append(self, data: CheckpointData[P], durable: bool) -> None:
-        """The journal records of what changed in `data` since the files were written."""
+    def _append(self, data: CheckpointData[P], files: _Files, durable: bool) -> tuple[int, int]:
+        """The journal records of what changed in `data` since the files were written; returns
+        the journal's end and size."""
         changed, gone = self.codec.changes(data)
         records = [journal.put(*self.codec.entry_json(uid, data.claims[uid])) for uid in changed]
         records += [journal.drop(canonical_json(uid)) for uid in gone]
-        if records:
-            journal.append(self.journal_path, b"".join(records), durable)
+        if not records:
+            return files.journal_end, files.journal_size
+        record_bytes = b"".join(records)
+        size = journal.write(self.journal_path, files.journal_end, files.journal_size, record_bytes, durable)
+        return files.journal_end + len(record_bytes), size
 
     def states(self) -> dict[str, tuple[ClaimState, int]]:
         """Claim UID -> (state, devices), without locking (for metrics, at each scrape): what
@@ -565,7 +587,7 @@ class CheckpointStore(Generic[P]):
         except OSError:
             return {}
         current = self._current
-        if current is not None and current[2] and current[0] == identity:
+        if current is not None and current.written and current.identity == identity:
             return self.codec.states()
         data = self.peek()
         return (
