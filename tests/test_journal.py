@@ -198,6 +198,25 @@ def test_records_go_over_zeros_written_ahead_and_the_file_grows_now_and_then(
     assert reread(tmp_path) == data
 
 
+def test_a_save_looks_for_changes_in_the_claims_it_names_and_everywhere_when_counts_differ(
+    tmp_path: Path,
+) -> None:
+    store = new_store(tmp_path)
+    add(store, "a", "b")
+    data = store.load().data
+    data.claims["a"].state = "PrepareCompleted"
+    data.claims["b"].state = "PrepareCompleted"
+    store.save(data, touched=["a"])  # "b" not named: not looked at
+    assert [r["uid"] for r in lines(store)[1:]] == ["a"]
+    data.claims["c"] = entry("c")
+    store.save(data, touched=[])  # a claim more than the store knows of: the whole pass
+    assert [r["uid"] for r in lines(store)[1:]] == ["a", "b", "c"]
+    del data.claims["c"]
+    store.save(data, touched=["c", "c"])
+    assert [r.get("uid") for r in lines(store)[1:]] == ["a", "b", "c", "c"]
+    assert reread(tmp_path) == data
+
+
 def test_a_format_2_checkpoint_ignores_a_journal_beside_it(tmp_path: Path) -> None:
     """A format-2 file was written by an older binary (after a downgrade): the journal beside it
     is older than that file."""
@@ -229,10 +248,11 @@ OPS = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(ops=OPS)
+@given(ops=OPS, named=st.booleans())
 def test_any_sequence_of_saves_reads_back_the_same(
-    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, str]]
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, str]], named: bool
 ) -> None:
+    """`named`: each save names the claim it touched, as a prepare or an unprepare does."""
     directory = tmp_path_factory.mktemp("journal")
     store = new_store(directory)
     data = store.load().data
@@ -249,5 +269,5 @@ def test_any_sequence_of_saves_reads_back_the_same(
             data.claims[uid].unpreparing = True
         elif op == "drop":
             data.claims.pop(uid, None)
-        store.save(data, compact=op == "compact")
+        store.save(data, compact=op == "compact", touched=[uid] if named else None)
         assert reread(directory) == data

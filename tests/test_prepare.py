@@ -666,8 +666,11 @@ def test_every_crash_point_is_reachable(tmp_path: Path) -> None:
     assert set(seen) == set(CRASH_POINTS)
 
 
-def test_crash_point_inactive_without_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dra_fake.core.state import crash_point
+def test_crash_points_are_read_from_a_comma_separated_list() -> None:
+    from dra_fake.core.state import crash_point, crash_points_wanted
 
-    monkeypatch.setenv(CRASH_ENV, "prepare:other")
-    crash_point("prepare:after-cdi")  # not listed: returns
+    assert crash_points_wanted({}) == frozenset()
+    assert crash_points_wanted({CRASH_ENV: ""}) == frozenset()
+    wanted = crash_points_wanted({CRASH_ENV: "prepare:after-cdi,,unprepare:after-lock"})
+    assert wanted == {"prepare:after-cdi", "unprepare:after-lock"}
+    crash_point("prepare:after-cdi")  # the suite's own environment names none: returns

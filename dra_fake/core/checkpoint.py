@@ -29,7 +29,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Generic, Literal, NamedTuple, Self, TypeVar
@@ -302,11 +302,28 @@ class Codec(Generic[P]):
         self._entries[uid] = hit
         return hit.uid, hit.json
 
-    def changes(self, data: CheckpointData[P]) -> tuple[list[str], list[str]]:
+    def changes(
+        self, data: CheckpointData[P], touched: Collection[str] | None = None
+    ) -> tuple[list[str], list[str]]:
         """What differs in `data` from the entries last serialised: the uids of new or changed
         entries (serialised by `entry_json` when written) and the uids no longer held (forgotten).
-        Called at every save: one pass over the claims held, without a call per entry."""
+        Called at every save: one pass over the claims held, without a call per entry; or, when
+        the caller names the only claims it `touched` since, over those (a save that adds or
+        drops a claim it did not name still finds the counts differ and makes the whole pass)."""
         entries = self._entries
+        if touched is not None:
+            touched = dict.fromkeys(touched)  # once each, in order
+            changed = [
+                uid
+                for uid in touched
+                if (entry := data.claims.get(uid)) is not None
+                and ((hit := entries.get(uid)) is None or hit.entry is not entry or hit.key != _key(entry))
+            ]
+            gone = [uid for uid in touched if uid not in data.claims and uid in entries]
+            if len(entries) + sum(uid not in entries for uid in changed) - len(gone) == len(data.claims):
+                for uid in gone:
+                    del entries[uid]
+                return changed, gone
         changed = [
             uid
             for uid, entry in data.claims.items()
@@ -519,7 +536,13 @@ class CheckpointStore(Generic[P]):
         self._peeked = (identity, data)
         return data
 
-    def save(self, data: CheckpointData[P], compact: bool = False, durable: bool = True) -> None:
+    def save(
+        self,
+        data: CheckpointData[P],
+        compact: bool = False,
+        durable: bool = True,
+        touched: Collection[str] | None = None,
+    ) -> None:
         """Make `data` the checkpoint: add the entries that changed since this store wrote the
         files to the journal (one write, one fdatasync); or, when it did not write them (they
         were read: another process's, an older format, a torn journal), the journal has grown
@@ -530,7 +553,11 @@ class CheckpointStore(Generic[P]):
         without the fdatasync. The record is in the file for every reader and survives a crash
         of this process; only a crash of the machine loses it, and after that reboot the
         checkpoint of the earlier boot is discarded whole (`load`), so nothing could use it. The
-        next durable save's fdatasync makes it durable (docs/prepare.md#crash-safety)."""
+        next durable save's fdatasync makes it durable (docs/prepare.md#crash-safety).
+
+        `touched`: the claims whose entries the caller added, changed or dropped since the object
+        was loaded or saved, when it knows them (a prepare, an unprepare): what changed is looked
+        for there, not in every entry held (`Codec.changes`)."""
         self._peeked = None  # a caller may have changed a peeked object to save it
         current, self._current = self._current, None  # until the new files are in place
         current_boot = self.boot_id()
@@ -547,7 +574,7 @@ class CheckpointStore(Generic[P]):
             if current is None or not appendable:
                 end, size = self._rewrite(data)
             else:
-                end, size = self._append(data, current, durable)
+                end, size = self._append(data, current, durable, touched)
         except FileNotFoundError:  # the journal was removed under us
             if not appendable:
                 raise
@@ -566,10 +593,12 @@ class CheckpointStore(Generic[P]):
         atomic_write(self.journal_path, head, CHECKPOINT_FILE_MODE)
         return len(head), len(head)
 
-    def _append(self, data: CheckpointData[P], files: _Files, durable: bool) -> tuple[int, int]:
+    def _append(
+        self, data: CheckpointData[P], files: _Files, durable: bool, touched: Collection[str] | None
+    ) -> tuple[int, int]:
         """The journal records of what changed in `data` since the files were written; returns
         the journal's end and size."""
-        changed, gone = self.codec.changes(data)
+        changed, gone = self.codec.changes(data, touched)
         records = [journal.put(*self.codec.entry_json(uid, data.claims[uid])) for uid in changed]
         records += [journal.drop(canonical_json(uid)) for uid in gone]
         if not records:

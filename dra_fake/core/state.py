@@ -25,7 +25,7 @@ import logging
 import os
 import signal
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -67,10 +67,19 @@ CRASH_POINTS = (
 )
 
 
+def crash_points_wanted(environ: Mapping[str, str] = os.environ) -> frozenset[str]:
+    return frozenset(environ.get(CRASH_ENV, "").split(",")) - {""}
+
+
+# Read once: a test sets it in the environment of the process it will kill (several points are
+# passed on every call, and os.environ is a lookup with an encoding each time).
+_CRASH_AT = crash_points_wanted()
+
+
 def crash_point(name: str) -> None:
-    """SIGKILL this process if `name` is listed (comma-separated) in $DRA_FAKE_CRASH_AT."""
-    wanted = os.environ.get(CRASH_ENV)
-    if wanted and name in wanted.split(","):
+    """SIGKILL this process if `name` is listed (comma-separated) in $DRA_FAKE_CRASH_AT as it
+    was when the process started."""
+    if name in _CRASH_AT:
         _log.warning("crash point reached, killing the process point=%s", name)
         logging.shutdown()
         os.kill(os.getpid(), signal.SIGKILL)
@@ -215,10 +224,11 @@ class PreparedClaims(ABC, Generic[P]):
             else:
                 item.dropped = True
                 dropped.append(item)
+        marks = [item.claim_uid for item in marked]
         if dropped:
-            self._drop(data, dropped)  # its save holds the marks too
+            self._drop(data, dropped, marks)  # its save holds the marks too
         elif marked:
-            self.store.save(data, durable=False)  # write-ahead: see CheckpointStore.save
+            self.store.save(data, durable=False, touched=marks)  # write-ahead: see CheckpointStore.save
         if marked:
             crash_point("unprepare:after-started")
 
@@ -226,12 +236,12 @@ class PreparedClaims(ABC, Generic[P]):
         data, _ = self.load()
         self._drop(data, items)
 
-    def _drop(self, data: CheckpointData[P], items: list[_Unprepare]) -> None:
+    def _drop(self, data: CheckpointData[P], items: list[_Unprepare], marks: Sequence[str] = ()) -> None:
         """The specs of `items`' claims, then their entries (one checkpoint write). The removals
         are not made durable on their own: the entries' drop is, and a spec that a power cut brings
         back without its entry is an orphan, which start-up deletes. A crash between the two
         leaves a prepared claim whose spec start-up restores; the kubelet, which got no answer,
-        unprepares it again."""
+        unprepares it again. `marks`: the claims marked in `data` since it was loaded (saved too)."""
         gone = sorted({item.claim_uid for item in items if item.claim_uid in data.claims})
         if not gone:
             return
@@ -240,7 +250,7 @@ class PreparedClaims(ABC, Generic[P]):
         crash_point("unprepare:after-cdi-removed")
         for uid in gone:
             del data.claims[uid]
-        self.store.save(data)
+        self.store.save(data, touched=[*gone, *marks])
 
     def startup(self) -> StartupReport:
         """Once at plugin start: roll back PrepareStarted claims, restore the CDI specs of

@@ -216,7 +216,9 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             self.store.forget()  # an error path may have left the loaded checkpoint half-changed
 
     def _commit(self, data: CheckpointData[GpuClaimData], items: list[_Prepare]) -> None:
-        self.store.save(data, durable=False)  # write-ahead: see CheckpointStore.save
+        """`items`' entries are in `data`, which is saved but for them."""
+        touched = [item.claim.uid for item in items]
+        self.store.save(data, durable=False, touched=touched)  # write-ahead: see CheckpointStore.save
         crash_point("prepare:after-started")
         for item in items:
             try:
@@ -232,7 +234,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             for item in items:
                 if item.error is None and item.entry is not None:
                     item.entry.state = PREPARE_COMPLETED
-            self.store.save(data)
+            self.store.save(data, touched=touched)
         except Exception as exc:
             for item in items:
                 if item.error is None:
