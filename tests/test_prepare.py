@@ -420,20 +420,37 @@ def test_startup_after_reboot_discards_and_cleans(state: DeviceState, tmp_path: 
 
 
 def test_the_conflict_check_sees_an_entry_replaced_under_the_same_claim(state: DeviceState) -> None:
-    """Each claim's part of the conflict check's holdings is kept between plans while its entry
-    holds the same objects: an entry replaced under the same claim UID (another device list or
-    payload) must be seen, a plan later and without the claim ever leaving the checkpoint."""
+    """The conflict check's holdings are kept between plans while the checkpoint holds the same
+    entries: an entry replaced under the same claim UID (another device list or payload) must be
+    seen, a plan later and without the claim ever leaving the checkpoint."""
     state.prepare(make_claim(UID1, [result("gpu", "gpu-0"), result("m", MIG_A)]))
     data = checkpoint(state)
-    held = state._holdings(data, UID2)
-    assert held.devices == {"gpu-0": UID1, MIG_A: UID1} and [m.device for m, _ in held.migs] == [MIG_A]
+    held = state._holdings(data)
+    assert held.devices == {"gpu-0": [UID1], MIG_A: [UID1]} and [m.device for m, _ in held.migs] == [MIG_A]
     entry = data.claims[UID1]
     data.claims[UID1] = entry.model_copy(update={"preparedDevices": [entry.preparedDevices[0]]})
     data.claims[UID1].preparedDevices[0] = entry.preparedDevices[0].model_copy(update={"deviceName": "gpu-1"})
-    assert state._holdings(data, UID2).devices == {"gpu-1": UID1}
+    assert state._holdings(data).devices == {"gpu-1": [UID1]}
     data.claims[UID1] = data.claims[UID1].model_copy(update={"driverData": GpuClaimData()})
-    assert state._holdings(data, UID2).migs == []
-    assert state._holdings(data, UID1).devices == {}  # a claim's own devices are not in its way
+    held = state._holdings(data)
+    assert held.migs == [] and held.holder("gpu-1", UID2) == UID1
+    assert held.holder("gpu-1", UID1) is None  # a claim's own devices are not in its way
+
+
+def test_the_conflict_check_extends_its_holdings_by_the_claims_prepared_since(state: DeviceState) -> None:
+    """A plan works on the checkpoint as this store last saved it (the same objects)."""
+    state.prepare(make_claim(UID1, [result("gpu", "gpu-0")]))
+    held = state._holdings(state.store.load().data)
+    state.prepare(make_claim(UID2, [result("m", MIG_A)]))
+    assert state._holdings(state.store.load().data) is held and held.uids == [UID1, UID2]
+    assert held.devices == {"gpu-0": [UID1], MIG_A: [UID2]}
+    state.unprepare(UID1)
+    rebuilt = state._holdings(state.store.load().data)
+    assert rebuilt is not held and rebuilt.devices == {MIG_A: [UID2]} and rebuilt.uids == [UID2]
+    with pytest.raises(
+        ClaimError, match=f"requested device {MIG_A} is already allocated to different claim {UID2}"
+    ):
+        state.prepare(make_claim(UID1, [result("m", MIG_A)]))
 
 
 def test_corrupt_checkpoint_recovery(state: DeviceState, tmp_path: Path) -> None:
