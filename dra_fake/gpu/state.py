@@ -366,8 +366,9 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         it holds more after them (the claims planned since); rebuilt otherwise, from each entry's
         part, which is kept while the entry holds the same device list and payload objects (a
         saved entry changes only its state and flags). The whole pass at every plan was 15 % of
-        a one-device prepare's samples with 128 claims held. An entry's device list and payload
-        are never changed in place (dra_fake.core.checkpoint.ClaimEntry)."""
+        a one-device prepare's samples with 128 claims held. This plugin never replaces a saved
+        entry's device list or payload (dra_fake.core.checkpoint.ClaimEntry would allow it), so
+        the same entry object holds the same devices."""
         uids, entries = list(data.claims), list(data.claims.values())
         held, known = self._held, len(self._held.uids)
         if not (uids[:known] == held.uids and all(map(operator.is_, entries, held.entries))):
