@@ -217,6 +217,32 @@ def test_a_save_looks_for_changes_in_the_claims_it_names_and_everywhere_when_cou
     assert reread(tmp_path) == data
 
 
+def test_a_write_in_place_is_seen_by_a_store_that_read_the_files_even_with_a_coarse_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write in place keeps the journal's inode and size; a reader tells the files apart by
+    their mtime alone, which a coarse clock (a kernel tick) leaves the same for writes within one
+    tick. Here every write leaves it the same: the writer still moves it on."""
+    store = new_store(tmp_path)
+    add(store, "a")
+    add(store, "b")  # the journal has zeros ahead now
+    reader = new_store(tmp_path)
+    assert set(reader.load().data.claims) == {"a", "b"}
+    real_pwrite = os.pwrite
+
+    def within_one_tick(fd: int, data: bytes, offset: int) -> int:
+        before = os.fstat(fd)
+        written = real_pwrite(fd, data, offset)
+        os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
+        return written
+
+    monkeypatch.setattr(os, "pwrite", within_one_tick)
+    size = store.journal_path.stat().st_size
+    add(store, "c")
+    assert store.journal_path.stat().st_size == size  # written in place
+    assert set(reader.load().data.claims) == {"a", "b", "c"}
+
+
 def test_a_format_2_checkpoint_ignores_a_journal_beside_it(tmp_path: Path) -> None:
     """A format-2 file was written by an older binary (after a downgrade): the journal beside it
     is older than that file."""

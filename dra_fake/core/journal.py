@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,12 @@ def write(path: Path, offset: int, size: int, records: bytes, durable: bool = Tr
         while view:
             written = os.pwrite(fd, view, offset)
             view, offset = view[written:], offset + written
+        # Readers tell the files apart by (inode, size, mtime) (atomic.file_identity), and a write
+        # in place keeps inode and size; a coarse clock (a kernel tick, 1-10 ms, before Linux
+        # 6.13's fine-grained timestamps) may keep the mtime too. So each write sets a later one.
+        st = os.fstat(fd)
+        mtime = max(time.time_ns(), st.st_mtime_ns + 1)
+        os.utime(fd, ns=(st.st_atime_ns, mtime))
         if durable:
             os.fdatasync(fd)
     finally:
