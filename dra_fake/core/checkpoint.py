@@ -310,28 +310,24 @@ class Codec(Generic[P]):
         Called at every save: one pass over the claims held, without a call per entry; or, when
         the caller names the only claims it `touched` since, over those (a save that adds or
         drops a claim it did not name still finds the counts differ and makes the whole pass)."""
-        entries = self._entries
-        if touched is not None:
-            touched = dict.fromkeys(touched)  # once each, in order
-            changed = [
-                uid
-                for uid in touched
-                if (entry := data.claims.get(uid)) is not None
-                and ((hit := entries.get(uid)) is None or hit.entry is not entry or hit.key != _key(entry))
-            ]
-            gone = [uid for uid in touched if uid not in data.claims and uid in entries]
-            if len(entries) + sum(uid not in entries for uid in changed) - len(gone) == len(data.claims):
-                for uid in gone:
-                    del entries[uid]
-                return changed, gone
+        claims, entries = data.claims, self._entries
+        names = claims if touched is None else dict.fromkeys(touched)  # once each, in order
         changed = [
             uid
-            for uid, entry in data.claims.items()
-            if (hit := entries.get(uid)) is None
-            or hit.entry is not entry
-            or hit.key != (entry.state, entry.unpreparing, entry.recovered)  # _key, inlined
+            for uid in names
+            if (entry := claims.get(uid)) is not None
+            and (
+                (hit := entries.get(uid)) is None
+                or hit.entry is not entry
+                or hit.key != (entry.state, entry.unpreparing, entry.recovered)  # _key, inlined
+            )
         ]
-        gone = list(entries.keys() - data.claims.keys())
+        if touched is None:
+            gone = list(entries.keys() - claims.keys())
+        else:
+            gone = [uid for uid in names if uid not in claims and uid in entries]
+            if len(entries) + sum(uid not in entries for uid in changed) - len(gone) != len(claims):
+                return self.changes(data)  # a claim added or dropped that the caller did not name
         for uid in gone:
             del entries[uid]
         return changed, gone
@@ -563,20 +559,22 @@ class CheckpointStore(Generic[P]):
         current_boot = self.boot_id()
         if current_boot:
             data.nodeBootID = current_boot
-        appendable = (
-            current is not None
+        appendable = (  # the files this store wrote for `data`, while the journal is short enough
+            current
+            if current is not None
             and current.data is data
             and current.written
             and not compact
             and current.journal_end <= max(COMPACT_MIN_BYTES, current.identity[0][1])
+            else None
         )
         try:
-            if current is None or not appendable:
-                end, size = self._rewrite(data)
+            if appendable is not None:
+                end, size = self._append(data, appendable, durable, touched)
             else:
-                end, size = self._append(data, current, durable, touched)
+                end, size = self._rewrite(data)
         except FileNotFoundError:  # the journal was removed under us
-            if not appendable:
+            if appendable is None:
                 raise
             end, size = self._rewrite(data)
         self._current = _Files(self._identity(), data, True, end, size)
