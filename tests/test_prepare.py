@@ -442,11 +442,11 @@ def test_the_conflict_check_extends_its_holdings_by_the_claims_prepared_since(st
     state.prepare(make_claim(UID1, [result("gpu", "gpu-0")]))
     held = state._holdings(state.store.load().data)
     state.prepare(make_claim(UID2, [result("m", MIG_A)]))
-    assert state._holdings(state.store.load().data) is held and held.uids == [UID1, UID2]
+    assert state._holdings(state.store.load().data) is held and list(held.parts) == [UID1, UID2]
     assert held.devices == {"gpu-0": [UID1], MIG_A: [UID2]}
     state.unprepare(UID1)
     rebuilt = state._holdings(state.store.load().data)
-    assert rebuilt is not held and rebuilt.devices == {MIG_A: [UID2]} and rebuilt.uids == [UID2]
+    assert rebuilt is not held and rebuilt.devices == {MIG_A: [UID2]} and list(rebuilt.parts) == [UID2]
     with pytest.raises(
         ClaimError, match=f"requested device {MIG_A} is already allocated to different claim {UID2}"
     ):

@@ -107,8 +107,8 @@ class _Holdings:
     """What the prepared claims hold, for conflict checks, and the entries it was built from
     (in the checkpoint's order: a prepare adds its claim last, so the next plan adds one part)."""
 
-    uids: list[str] = field(default_factory=list)
-    entries: list[GpuClaimEntry] = field(default_factory=list)
+    parts: dict[str, _HeldPart] = field(default_factory=dict)  # claim UID -> its part
+    entries: list[GpuClaimEntry] = field(default_factory=list)  # of the same claims, in order
     devices: dict[str, list[str]] = field(default_factory=dict)  # device -> claim UIDs (exclusive use)
     full_gpus: dict[str, list[tuple[str, str]]] = field(
         default_factory=dict
@@ -116,7 +116,7 @@ class _Holdings:
     migs: list[tuple[MigDeviceRecord, str]] = field(default_factory=list)  # dynamic MIG devices, claim UID
 
     def add(self, uid: str, entry: GpuClaimEntry, part: _HeldPart) -> None:
-        self.uids.append(uid)
+        self.parts[uid] = part
         self.entries.append(entry)
         for name, gpu_uuid in part.held:
             self.devices.setdefault(name, []).append(uid)
@@ -182,7 +182,6 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         # Asked at each prepare: the device nodes this host allows now (dra_fake.gpu.devnodes).
         self.device_nodes = device_nodes or (lambda: None)
         self._prepares = self.group(self._prepare_batch)
-        self._held_parts: dict[str, _HeldPart] = {}  # claim UID -> its part of the holdings
         self._held = _Holdings()
 
     # --- public API -------------------------------------------------------------------------
@@ -370,18 +369,15 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         entry's device list or payload (dra_fake.core.checkpoint.ClaimEntry would allow it), so
         the same entry object holds the same devices."""
         uids, entries = list(data.claims), list(data.claims.values())
-        held, known = self._held, len(self._held.uids)
-        if not (uids[:known] == held.uids and all(map(operator.is_, entries, held.entries))):
-            held = self._held = _Holdings()
-            if len(self._held_parts) > len(uids):  # claims gone since: keep the map to those held
-                for uid in self._held_parts.keys() - data.claims.keys():
-                    del self._held_parts[uid]
+        held, known = self._held, len(self._held.entries)
+        parts = held.parts
+        if not (uids[:known] == list(parts) and all(map(operator.is_, entries, held.entries))):
+            held = self._held = _Holdings()  # from `parts` still, where an entry holds the same
             known = 0
-        parts = self._held_parts
         for uid, entry in zip(uids[known:], entries[known:], strict=True):
             part = parts.get(uid)
             if part is None or part.devices is not entry.preparedDevices or part.data is not entry.driverData:
-                part = parts[uid] = self._held_part(entry)
+                part = self._held_part(entry)
             held.add(uid, entry, part)
         return held
 
