@@ -5,12 +5,12 @@ HTTP at fleet scale, and the dicts keep the API's camelCase field names.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 from kubernetes import client
 
 from dra_fake.core.kube import REQUEST_TIMEOUT, release, request
@@ -25,7 +25,7 @@ def json_body(resp: Any) -> dict[str, Any]:
     """The body of a `_preload_content=False` response; the connection goes back to the pool
     (urllib3 keeps it otherwise, and the next request opens a new TLS connection)."""
     try:
-        obj = json.loads(resp.data)
+        obj = orjson.loads(resp.data)
     finally:
         release(resp)
     if not isinstance(obj, dict):
@@ -45,13 +45,14 @@ def stream_events(call: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str,
         **kwargs,
     )
     try:
-        buf = b""
+        rest = b""
         for chunk in resp.stream(65536):
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
+            # One event per line; orjson decodes them ~3x as fast as json (a fleet's watches carry
+            # thousands of events a second).
+            *lines, rest = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
+            for line in lines:
                 if line.strip():
-                    yield json.loads(line)
+                    yield orjson.loads(line)
     finally:
         resp.release_conn()
 

@@ -382,9 +382,6 @@ class Fleet:
             raise RuntimeError("fleet: slice informer started before API discovery")
         version = self.node_api.version
 
-        def list_slices(**kwargs: Any) -> Any:
-            return self.custom.list_cluster_custom_object(RESOURCE_GROUP, version, "resourceslices", **kwargs)
-
         def on_list(items: list[dict[str, Any]]) -> None:
             for node in self.cache.replace_all(items):
                 self._maybe_enqueue(node)
@@ -398,7 +395,7 @@ class Fleet:
         run_informer(
             self.stop_event,
             "resourceslices",
-            list_slices,
+            lister(self.api, f"/apis/{RESOURCE_GROUP}/{version}/resourceslices"),
             {"field_selector": f"spec.driver={self.options.driver}"},
             on_list,
             on_event,
@@ -445,9 +442,6 @@ class Fleet:
 
     # ---- faults --------------------------------------------------------------------------------
     def _fault_informer(self) -> None:
-        def list_faults(**kwargs: Any) -> Any:
-            return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
-
         def on_list(items: list[dict[str, Any]]) -> None:
             by_node: dict[str, dict[str, dict[str, Any]]] = {}
             for obj in items:
@@ -468,7 +462,8 @@ class Fleet:
                     objects[name] = obj
             self._reconcile_faults(node)
 
-        run_informer(self.stop_event, "gpufaults", list_faults, {}, on_list, on_event)
+        faults = lister(self.api, f"/apis/{GROUP}/{VERSION}/{PLURAL}")
+        run_informer(self.stop_event, "gpufaults", faults, {}, on_list, on_event)
 
     def _reconcile_faults(self, node: str) -> None:
         """Apply one node's faults (a fleet node's plugin would); unmanaged nodes are someone else's."""
