@@ -429,7 +429,6 @@ class _Files(NamedTuple):
     data: CheckpointData[Any]
     written: bool  # this store wrote them: the codec's entries are what they hold
     journal_end: int = 0  # written: where the journal's next record goes (zeros after it)
-    journal_size: int = 0  # written: the journal file's size
 
 
 class CheckpointStore(Generic[P]):
@@ -570,40 +569,43 @@ class CheckpointStore(Generic[P]):
         )
         try:
             if appendable is not None:
-                end, size = self._append(data, appendable, durable, touched)
+                end = self._append(data, appendable, durable, touched)
             else:
-                end, size = self._rewrite(data)
+                end = self._rewrite(data)
         except FileNotFoundError:  # the journal was removed under us
             if appendable is None:
                 raise
-            end, size = self._rewrite(data)
-        self._current = _Files(self._identity(), data, True, end, size)
+            end = self._rewrite(data)
+        self._current = _Files(self._identity(), data, True, end)
 
-    def _rewrite(self, data: CheckpointData[P]) -> tuple[int, int]:
+    def _rewrite(self, data: CheckpointData[P]) -> int:
         """The whole checkpoint, then a journal that follows it. In this order: a crash between
         the two leaves the new checkpoint with the old journal, which names the old one (stale,
         ignored); the checkpoint's rename is made durable before the journal is replaced.
-        Returns the journal's end and size."""
+        Returns the journal's end."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         raw, digest = self.codec.encode_with_checksum(data)
         atomic_write(self.path, raw, CHECKPOINT_FILE_MODE)
         head = journal.header(digest)
         atomic_write(self.journal_path, head, CHECKPOINT_FILE_MODE)
-        return len(head), len(head)
+        return len(head)
 
     def _append(
         self, data: CheckpointData[P], files: _Files, durable: bool, touched: Collection[str] | None
-    ) -> tuple[int, int]:
+    ) -> int:
         """The journal records of what changed in `data` since the files were written; returns
-        the journal's end and size."""
+        the journal's end."""
         changed, gone = self.codec.changes(data, touched)
         records = [journal.put(*self.codec.entry_json(uid, data.claims[uid])) for uid in changed]
         records += [journal.drop(canonical_json(uid)) for uid in gone]
         if not records:
-            return files.journal_end, files.journal_size
+            return files.journal_end
+        journal_file = files.identity[1]  # its size as this store left it
+        if journal_file is None:
+            raise FileNotFoundError(self.journal_path)
         record_bytes = b"".join(records)
-        size = journal.write(self.journal_path, files.journal_end, files.journal_size, record_bytes, durable)
-        return files.journal_end + len(record_bytes), size
+        journal.write(self.journal_path, files.journal_end, journal_file[1], record_bytes, durable)
+        return files.journal_end + len(record_bytes)
 
     def states(self) -> dict[str, tuple[ClaimState, int]]:
         """Claim UID -> (state, devices), without locking (for metrics, at each scrape): what

@@ -49,7 +49,7 @@ def stream_events(call: Callable[..., Any], **kwargs: Any) -> Iterator[dict[str,
         for chunk in resp.stream(65536):
             # One event per line; orjson decodes them ~3x as fast as json (a fleet's watches carry
             # thousands of events a second).
-            *lines, rest = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
+            *lines, rest = (rest + chunk).split(b"\n")
             for line in lines:
                 if line.strip():
                     yield orjson.loads(line)

@@ -99,14 +99,12 @@ def parse(raw: bytes) -> Replay:
     return replay
 
 
-def write(path: Path, offset: int, size: int, records: bytes, durable: bool = True) -> int:
+def write(path: Path, offset: int, size: int, records: bytes, durable: bool = True) -> None:
     """Write `records` at `offset` (the end of the last record) of the journal of `size` bytes and
-    (`durable`) fdatasync it, which makes every earlier write durable too; returns the file's size
-    after (GROW_BYTES of zeros follow records that do not fit). FileNotFoundError if it is gone."""
-    end = offset + len(records)
-    if end > size:
+    (`durable`) fdatasync it, which makes every earlier write durable too; GROW_BYTES of zeros
+    follow records that do not fit. FileNotFoundError if it is gone."""
+    if offset + len(records) > size:
         records += bytes(GROW_BYTES)
-        size = end + GROW_BYTES
     fd = os.open(path, os.O_WRONLY)
     try:
         view = memoryview(records)
@@ -123,4 +121,3 @@ def write(path: Path, offset: int, size: int, records: bytes, durable: bool = Tr
             os.fdatasync(fd)
     finally:
         os.close(fd)
-    return size
