@@ -17,6 +17,7 @@ from crash_helper import make_claim, make_state, opaque, result
 from dra_fake.core.claims import ClaimError
 from dra_fake.core.groupcommit import GroupCommit
 from dra_fake.core.locking import LockTimeoutError, NodeSerializer, PrepareUnprepareLock
+from dra_fake.gpu.devnodes import DeviceNodes
 from dra_fake.gpu.state import DeviceState
 
 
@@ -144,6 +145,27 @@ def test_concurrent_prepares_share_their_checkpoint_writes(tmp_path: Path) -> No
     assert state.cdi.claim_uids() == sorted(state.prepared_claims())
     # Two batches (the leader alone, then the other four): PrepareStarted + PrepareCompleted each.
     assert len(saves) == 4
+
+
+def test_a_batch_decides_the_device_nodes_once_for_all_its_claims(tmp_path: Path) -> None:
+    """Reading /proc/devices costs the kernel ~70 us: once per batch, not per claim; every claim
+    of the batch gets the nodes of that one decision."""
+    decisions: list[DeviceNodes] = []
+
+    def device_nodes() -> DeviceNodes:
+        decisions.append(DeviceNodes(121))
+        return decisions[-1]
+
+    state = make_state(tmp_path, device_nodes=device_nodes)
+    claims = [make_claim(uid(i), [result("gpu", f"gpu-{i}")]) for i in (0, 1, 3)]
+    with PrepareUnprepareLock(state.data_dir):
+        started = in_threads([lambda c=c: state.prepare(c) for c in claims])  # type: ignore[misc]
+        wait_until("two prepares queued", lambda: queued(state._prepares) == 2)
+    assert not any(isinstance(o, BaseException) for o in join(started))
+    assert len(decisions) == 2  # the leader's batch of one, then the other two
+    for i in (0, 1, 3):
+        spec = state.cdi.path(uid(i)).read_text()
+        assert "/dev/nvidia-uvm" in spec and f"/dev/nvidia{i}\n" in spec
 
 
 def test_a_lone_prepare_costs_one_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -199,9 +199,12 @@ class CdiSpecStore:
         emptied: `holds`). The spec is schema-checked when $DRA_FAKE_CHECK_CDI_SPECS is set
         (see `checked`)."""
         checked(spec)
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self.path(claim_uid)
-        atomic_write(path, render_spec(spec), SPEC_FILE_MODE, durable=durable)
+        path, text = self.path(claim_uid), render_spec(spec)
+        try:
+            atomic_write(path, text, SPEC_FILE_MODE, durable=durable)
+        except FileNotFoundError:  # no CDI root yet (made here, not checked at every write)
+            self.root.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, text, SPEC_FILE_MODE, durable=durable)
         _log.debug("CDI spec written claim=%s path=%s devices=%d", claim_uid, path, len(spec["devices"]))
         return path
 

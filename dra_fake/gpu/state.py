@@ -206,6 +206,9 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         files each claim goes through are those of a batch of one (docs/prepare.md#group-commit)."""
         crash_point("prepare:after-lock")
         data, _ = self.load()
+        # One decision for the whole batch: reading /proc/devices costs the kernel ~70 us here,
+        # once per claim was a tenth of an 8-device claim's time in a burst.
+        device_nodes = self.device_nodes()
         planned: dict[str, _Prepare] = {}
         rolled_back = False
         for item in items:
@@ -224,7 +227,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                     _log.info("prepare: rolling back a partial prepare claim=%s", uid)
                     self.rollback(data, uid)
                     rolled_back = True
-                item.entry, item.devices = self._plan(item.claim, data)
+                item.entry, item.devices = self._plan(item.claim, data, device_nodes)
             except Exception as exc:  # this claim's error (a bug included), not the batch's
                 item.error = exc
                 continue
@@ -436,7 +439,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                 migs.append((self._mig_record(device, claim.uid), claim.uid))
 
     def _plan(
-        self, claim: ParsedClaim, data: CheckpointData[GpuClaimData]
+        self, claim: ParsedClaim, data: CheckpointData[GpuClaimData], device_nodes: DeviceNodes | None
     ) -> tuple[GpuClaimEntry, list[PreparedDevice]]:
         """Decide everything without side effects: the entry to write and the devices to return."""
         for r in claim.results:
@@ -520,9 +523,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                     adminAccess=r.admin_access,
                 )
             )
-        spec = edits.build_claim_spec(
-            self.driver, claim.uid, spec_devices, self.nvidia_smi, self.device_nodes()
-        )
+        spec = edits.build_claim_spec(self.driver, claim.uid, spec_devices, self.nvidia_smi, device_nodes)
         try:
             cdi.checked(spec)
         except cdi.CdiSpecError as exc:
