@@ -121,7 +121,7 @@ def nvidia_pci_functions(root: Path = PCI_DEVICES) -> list[str] | None:
 
 class DeviceNodePolicy:
     """The decision for the host this plugin runs on: its NVIDIA PCI functions from start-up, its
-    character drivers as of each claim."""
+    character drivers as of each prepare (one read per group-commit batch)."""
 
     def __init__(self, mode: Mode, proc_devices: Path | None = None, pci_root: Path = PCI_DEVICES) -> None:
         self.mode = mode
@@ -131,7 +131,7 @@ class DeviceNodePolicy:
         self._last: tuple[str, Decision] | None = None  # /proc/devices as last read, its decision
 
     def current(self) -> DeviceNodes | None:
-        text = read_proc_devices(self.proc_devices)  # read at each claim: a driver may load
+        text = read_proc_devices(self.proc_devices)  # read at each prepare: a driver may load
         last = self._last
         if last is not None and last[0] == text:
             return last[1].nodes
