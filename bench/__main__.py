@@ -54,7 +54,7 @@ def main() -> int:
     parser.add_argument("--keep-cluster", action="store_true", help="leave the /tmp/lc-bench cluster running")
     parser.add_argument("--only", default="", help="comma-separated sections to run (default: all)")
     parser.add_argument(
-        "--repeat", type=int, default=3, help="repetitions of each measurement (median, spread)"
+        "--repeat", type=int, default=5, help="repetitions of each measurement (median, spread)"
     )
     parser.add_argument(
         "--smoke",
