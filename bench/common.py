@@ -92,13 +92,19 @@ def steal_percent(start: CpuTicks, end: CpuTicks) -> float:
     return round(100 * (end[0] - start[0]) / total, 1) if total > 0 else 0.0
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a running process, from /proc (0 if it is gone)."""
+def process_cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a running process, from /proc (0 if it is gone)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (0 if it is gone)."""
+    return sum(process_cpu_times(pid))
 
 
 def children_cpu_seconds() -> float:

@@ -26,6 +26,7 @@ from bench.common import (
     ensure_node,
     latency_summary,
     poll,
+    process_cpu_seconds,
     run_json,
     spread,
 )
@@ -354,6 +355,7 @@ def run(
                         "unprepare_p99_ms",
                         "prepare_claims_per_s",
                         "unprepare_claims_per_s",
+                        "cpu_ms_per_claim",
                     )
                 }
                 results["cases"].append(case)
@@ -374,6 +376,8 @@ def drive(d: Driver, claims_file: Path, callers: int, rounds: int) -> dict[str, 
     """One repetition: `drabench prepare` over every claim, `rounds` times; the driver's
     checkpoint size while every claim is prepared (ours: the checkpoint file and its journal)."""
     checkpoint = [d.plugins / d.driver / name for name in ("checkpoint.json", "checkpoint.journal")]
+    pid = d.proc.pid if d.proc is not None else 0
+    cpu_before = process_cpu_seconds(pid)
     out = run_json(
         [
             str(DRABENCH),
@@ -390,6 +394,7 @@ def drive(d: Driver, claims_file: Path, callers: int, rounds: int) -> dict[str, 
             ",".join(map(str, checkpoint)),
         ]
     )
+    cpu = process_cpu_seconds(pid) - cpu_before  # its whole process: background threads too
     d.check_alive()
     n = len(out["prepare_seconds"])
     prepare, unprepare = latency_summary(out["prepare_seconds"]), latency_summary(out["unprepare_seconds"])
@@ -401,6 +406,7 @@ def drive(d: Driver, claims_file: Path, callers: int, rounds: int) -> dict[str, 
         **{f"unprepare_{k}": v for k, v in unprepare.items() if k != "n"},
         "prepare_claims_per_s": round(n / out["prepare_wall_seconds"], 1),
         "unprepare_claims_per_s": round(n / out["unprepare_wall_seconds"], 1),
+        "cpu_ms_per_claim": round(cpu / n * 1e3, 2),  # a prepare and an unprepare; 10 ms ticks
     }
 
 

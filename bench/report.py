@@ -48,8 +48,8 @@ def _prepare(prep: dict[str, Any]) -> list[str]:
     out += [
         "",
         "| storage | devices/claim | callers | driver | prepare p50 ms | prepare p99 ms | unprepare p50 ms "
-        "| unprepare p99 ms | prepare claims/s | unprepare claims/s | checkpoint bytes (claims held) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| unprepare p99 ms | prepare claims/s | unprepare claims/s | CPU ms per claim | checkpoint bytes (claims held) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for case in prep["cases"]:
         head = f"| {case['storage']} | {case['devices_per_claim']} | {case['callers']}"
@@ -59,12 +59,14 @@ def _prepare(prep: dict[str, Any]) -> list[str]:
                 f"{head} | {kind} | {_spread(c, 'prepare_p50_ms', 2)} | {_spread(c, 'prepare_p99_ms', 2)} | "
                 f"{_spread(c, 'unprepare_p50_ms', 2)} | {_spread(c, 'unprepare_p99_ms', 2)} | "
                 f"{_spread(c, 'prepare_claims_per_s')} | {_spread(c, 'unprepare_claims_per_s')} | "
+                f"{_spread(c, 'cpu_ms_per_claim', 2)} | "
                 f"{c['checkpoint_bytes']['max']:.0f} ({c['claims_held']['max']:.0f}) |"
             )
         r = case["ratio_ours_over_reference"]
         out.append(
             f"{head} | **ratio** | {r['prepare_p50_ms']}x | {r['prepare_p99_ms']}x | {r['unprepare_p50_ms']}x | "
-            f"{r['unprepare_p99_ms']}x | {r['prepare_claims_per_s']}x | {r['unprepare_claims_per_s']}x | |"
+            f"{r['unprepare_p99_ms']}x | {r['prepare_claims_per_s']}x | {r['unprepare_claims_per_s']}x | "
+            f"{r['cpu_ms_per_claim']}x | |"
         )
     return out
 
@@ -274,6 +276,7 @@ def history_line(results: dict[str, Any]) -> dict[str, Any]:
                 "p50_ms": c["prepare_p50_ms"]["median"],
                 "claims_per_s": c["prepare_claims_per_s"]["median"],
                 "unprepare_p50_ms": c["unprepare_p50_ms"]["median"],
+                "cpu_ms_per_claim": c["cpu_ms_per_claim"]["median"],
             }
     for name, r in (sections.get("publish", {}).get("result") or {}).items():
         line[f"publish_{name}"] = {
