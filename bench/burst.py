@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 from pathlib import Path
@@ -24,18 +23,8 @@ from typing import Any
 
 from kubernetes import client
 
-from bench.common import (
-    CONFIGS,
-    DRABENCH,
-    OURS_SRC_ENV,
-    REPO,
-    ensure_namespace,
-    ensure_node,
-    poll,
-    process_cpu_times,
-    run_json,
-)
-from bench.prepare import DEVICES, NAMESPACE, Driver, cluster_api, make_claims
+from bench.common import REPO, ensure_namespace, latency_summary
+from bench.prepare import NAMESPACE, Driver, cluster_api, drabench_prepare, make_claims, start_all
 from e2e.localcluster import LocalCluster
 
 ROOT = Path("/tmp/lc-bench")
@@ -53,45 +42,27 @@ def main() -> None:
     if not cluster.is_up():
         cluster.up()
     api = cluster_api(cluster)
-    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    ensure_namespace(core, NAMESPACE)
+    ensure_namespace(client.CoreV1Api(api), NAMESPACE)
     work = ROOT / "scratch" / "burst"
     shutil.rmtree(work, ignore_errors=True)
-    drivers: dict[str, Driver] = {}
-    for i, tree in enumerate(args.trees):
-        drivers[f"ours {tree.resolve().name}" if len(args.trees) > 1 else "ours"] = Driver(
-            cluster, "ours", f"burst-ours-{i}", work
+    drivers = {
+        f"ours {tree.resolve().name}" if len(args.trees) > 1 else "ours": Driver(
+            cluster, "ours", f"burst-ours-{i}", work, src=tree.resolve()
         )
+        for i, tree in enumerate(args.trees)
+    }
     drivers["reference"] = Driver(cluster, "ref", "burst-ref", work)
     try:
-        for d, tree in zip(drivers.values(), [*args.trees, REPO], strict=True):
-            ensure_node(core, d.node)
-            d.delete_slices(api, custom)
-            os.environ[OURS_SRC_ENV] = str(tree.resolve())  # read by Driver.start for ours
-            d.start(CONFIGS / "h100x128.yaml", DEVICES)
+        start_all(api, list(drivers.values()))
         claims = {}
         for name, d in drivers.items():
-            d.wait_published(custom, CONFIGS / "h100x128.yaml", DEVICES)
-            poll(f"{name} DRA socket", d.dra_socket.exists, 120, alive=d.check_alive)
             claims[name] = work / f"claims-{d.node}.json"
-            claims[name].write_text(json.dumps(make_claims(custom, d.driver, d.node, args.devices_per_claim)))
+            refs = make_claims(client.CustomObjectsApi(api), d.driver, d.node, args.devices_per_claim)
+            claims[name].write_text(json.dumps(refs))
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in drivers}
         for rep in range(args.repeat + 1):  # the first repetition warms up and is not kept
             for name, d in list(drivers.items())[:: 1 if rep % 2 else -1]:
-                assert d.proc is not None
-                before = process_cpu_times(d.proc.pid)
-                out = run_json(
-                    [
-                        str(DRABENCH),
-                        "prepare",
-                        f"--socket={d.dra_socket}",
-                        f"--claims={claims[name]}",
-                        f"--concurrency={args.callers}",
-                        f"--rounds={args.rounds}",
-                    ]
-                )
-                after = process_cpu_times(d.proc.pid)
-                out["cpu"] = (after[0] - before[0], after[1] - before[1])
+                out = drabench_prepare(d, claims[name], args.callers, args.rounds)
                 if rep:
                     runs[name].append(out)
         for name, outs in runs.items():
@@ -103,14 +74,10 @@ def main() -> None:
 
 def report(name: str, outs: list[dict[str, Any]], rounds: int) -> None:
     median = statistics.median
-
-    def per_claim(o: dict[str, Any], i: int) -> float:
-        return float(o["cpu"][i]) / len(o["prepare_seconds"]) * 1e3
-
-    p50 = [statistics.median(o["prepare_seconds"]) * 1e3 for o in outs]
-    p99 = [sorted(o["prepare_seconds"])[int(0.99 * len(o["prepare_seconds"]))] * 1e3 for o in outs]
+    calls = [latency_summary(o["prepare_seconds"]) for o in outs]
+    p50, p99 = [c["p50_ms"] for c in calls], [c["p99_ms"] for c in calls]
     rate = [len(o["prepare_seconds"]) / o["prepare_wall_seconds"] for o in outs]
-    user, system = median([per_claim(o, 0) for o in outs]), median([per_claim(o, 1) for o in outs])
+    user, system = (median([o["cpu"][i] / len(o["prepare_seconds"]) * 1e3 for o in outs]) for i in (0, 1))
     burst = len(outs[0]["prepare_seconds"]) // rounds
     kth = [
         statistics.mean(

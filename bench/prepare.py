@@ -9,6 +9,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from bench.common import (
     ensure_node,
     latency_summary,
     poll,
-    process_cpu_seconds,
+    process_cpu_times,
     run_json,
     spread,
 )
@@ -68,8 +69,12 @@ def floor(work: Path) -> dict[str, Any]:
 class Driver:
     """One kubelet plugin process on its own (kubelet-less) node."""
 
-    def __init__(self, cluster: LocalCluster, kind: str, node: str, work: Path) -> None:
+    def __init__(
+        self, cluster: LocalCluster, kind: str, node: str, work: Path, src: Path | None = None
+    ) -> None:
         self.cluster = cluster
+        # Ours: the checkout it runs from; DRA_BENCH_OURS_SRC, else this one (a before/after run).
+        self.src = (src or Path(os.environ.get(OURS_SRC_ENV) or REPO)) if kind == "ours" else REPO
         self.kind = kind
         self.node = node
         self.dir = work / node
@@ -115,11 +120,9 @@ class Driver:
         for d in (self.registrar, self.plugins, self.dir / "cdi"):
             d.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        # DRA_BENCH_OURS_SRC: run our plugin from another checkout (a before/after comparison).
-        src = Path(os.environ.get(OURS_SRC_ENV) or REPO) if self.kind == "ours" else REPO
-        env = {"PYTHONPATH": str(src)} if src != REPO else None
+        env = {"PYTHONPATH": str(self.src)} if self.src != REPO else None
         self.proc = spawn(
-            f"bench-{self.node}", self.argv(config, num_devices), self.cluster.logs, env=env, cwd=src
+            f"bench-{self.node}", self.argv(config, num_devices), self.cluster.logs, env=env, cwd=self.src
         )
         return t0
 
@@ -320,16 +323,7 @@ def run(
             "reference": Driver(cluster, "ref", "bench-ref", root / "plugins-state"),
         }
         try:
-            for d in drivers.values():
-                ensure_node(core, d.node)
-                d.delete_slices(api, custom)
-                d.start(CONFIGS / "h100x128.yaml", DEVICES)
-            # The cases start once each driver has published its pool: our plugin's background
-            # start (the client's imports, the first publish) would otherwise share the GIL with
-            # the first repetition's calls.
-            for d in drivers.values():
-                d.wait_published(custom, CONFIGS / "h100x128.yaml", DEVICES)
-                poll(f"{d.kind} DRA socket", d.dra_socket.exists, 120, alive=d.check_alive)
+            start_all(api, drivers.values())
             for kind, d in drivers.items():
                 for shape in {s for s, _ in cases}:
                     if (kind, shape) not in claims:
@@ -372,30 +366,47 @@ def run(
     return results
 
 
+def start_all(api: client.ApiClient, drivers: Collection[Driver]) -> None:
+    """Each driver on its node, from no slices; returns once every one has published its pool and
+    serves its socket: our plugin's background start (the client's imports, the first publish)
+    would otherwise share the GIL with the first calls measured."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    for d in drivers:
+        ensure_node(core, d.node)
+        d.delete_slices(api, custom)
+        d.start(CONFIGS / "h100x128.yaml", DEVICES)
+    for d in drivers:
+        d.wait_published(custom, CONFIGS / "h100x128.yaml", DEVICES)
+        poll(f"{d.kind} DRA socket on {d.node}", d.dra_socket.exists, 120, alive=d.check_alive)
+
+
+def drabench_prepare(
+    d: Driver, claims_file: Path, callers: int, rounds: int, stat: Sequence[Path] = ()
+) -> dict[str, Any]:
+    """`drabench prepare` against the driver: its output (every call's seconds), with `cpu`: the
+    driver's process's (user, system) CPU seconds meanwhile, background threads included."""
+    assert d.proc is not None
+    before = process_cpu_times(d.proc.pid)
+    argv = [
+        str(DRABENCH),
+        "prepare",
+        f"--socket={d.dra_socket}",
+        f"--claims={claims_file}",
+        f"--concurrency={callers}",
+        f"--rounds={rounds}",
+    ]
+    out = run_json(argv + ([f"--stat={','.join(map(str, stat))}"] if stat else []))
+    after = process_cpu_times(d.proc.pid)
+    d.check_alive()
+    out["cpu"] = (after[0] - before[0], after[1] - before[1])
+    return out
+
+
 def drive(d: Driver, claims_file: Path, callers: int, rounds: int) -> dict[str, Any]:
     """One repetition: `drabench prepare` over every claim, `rounds` times; the driver's
     checkpoint size while every claim is prepared (ours: the checkpoint file and its journal)."""
     checkpoint = [d.plugins / d.driver / name for name in ("checkpoint.json", "checkpoint.journal")]
-    pid = d.proc.pid if d.proc is not None else 0
-    cpu_before = process_cpu_seconds(pid)
-    out = run_json(
-        [
-            str(DRABENCH),
-            "prepare",
-            "--socket",
-            str(d.dra_socket),
-            "--claims",
-            str(claims_file),
-            "--concurrency",
-            str(callers),
-            "--rounds",
-            str(rounds),
-            "--stat",
-            ",".join(map(str, checkpoint)),
-        ]
-    )
-    cpu = process_cpu_seconds(pid) - cpu_before  # its whole process: background threads too
-    d.check_alive()
+    out = drabench_prepare(d, claims_file, callers, rounds, checkpoint)
     n = len(out["prepare_seconds"])
     prepare, unprepare = latency_summary(out["prepare_seconds"]), latency_summary(out["unprepare_seconds"])
     return {
@@ -406,7 +417,7 @@ def drive(d: Driver, claims_file: Path, callers: int, rounds: int) -> dict[str, 
         **{f"unprepare_{k}": v for k, v in unprepare.items() if k != "n"},
         "prepare_claims_per_s": round(n / out["prepare_wall_seconds"], 1),
         "unprepare_claims_per_s": round(n / out["unprepare_wall_seconds"], 1),
-        "cpu_ms_per_claim": round(cpu / n * 1e3, 2),  # a prepare and an unprepare; 10 ms ticks
+        "cpu_ms_per_claim": round(sum(out["cpu"]) / n * 1e3, 2),  # a prepare and an unprepare; 10 ms ticks
     }
 
 

@@ -19,17 +19,12 @@ from collections import Counter
 from pathlib import Path
 
 from bench.common import (
-    CONFIGS,
-    DRABENCH,
     REPO,
     BenchError,
     ensure_namespace,
-    ensure_node,
-    poll,
-    run_json,
     tree_facts,
 )
-from bench.prepare import DEVICES, Driver, cluster_api, make_claims
+from bench.prepare import Driver, cluster_api, drabench_prepare, make_claims, start_all
 from e2e.localcluster import LocalCluster
 
 ROOT = Path("/tmp/lc-bench")
@@ -83,11 +78,9 @@ def main() -> int:
     ensure_namespace(core, "bench-prepare")
     work = ROOT / "profile"
     d = Driver(cluster, "ours", "bench-profile", work)
-    ensure_node(core, d.node)
-    d.start(CONFIGS / "h100x128.yaml", DEVICES)
-    assert d.proc is not None
     try:
-        poll("DRA socket", d.dra_socket.exists, 120, alive=d.check_alive)
+        start_all(api, [d])
+        assert d.proc is not None
         claims = work / "claims.json"
         claims.write_text(json.dumps(make_claims(custom, d.driver, d.node, args.devices_per_claim)))
         raw = work / "py-spy.raw"
@@ -108,12 +101,7 @@ def main() -> int:
             stdout=subprocess.DEVNULL,
             stderr=open(work / "py-spy.log", "w"),  # noqa: SIM115
         )
-        out = run_json(
-            [
-                *(str(DRABENCH), "prepare", "--socket", str(d.dra_socket), "--claims", str(claims)),
-                *("--concurrency", str(args.callers), "--rounds", str(args.rounds)),
-            ]
-        )
+        out = drabench_prepare(d, claims, args.callers, args.rounds)
         spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
         spy.wait(60)
     finally:
