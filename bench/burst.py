@@ -46,7 +46,7 @@ def main() -> None:
     work = ROOT / "scratch" / "burst"
     shutil.rmtree(work, ignore_errors=True)
     drivers = {
-        f"ours {tree.resolve().name}" if len(args.trees) > 1 else "ours": Driver(
+        f"ours {i} {tree.resolve().name}" if len(args.trees) > 1 else "ours": Driver(
             cluster, "ours", f"burst-ours-{i}", work, src=tree.resolve()
         )
         for i, tree in enumerate(args.trees)
