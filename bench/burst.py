@@ -72,20 +72,26 @@ def main() -> None:
             d.stop()
 
 
+def kth_answers(repetitions: list[list[float]], rounds: int) -> list[float]:
+    """Each repetition's call latencies (seconds) are `rounds` bursts in order: the k-th fastest
+    call of a burst, in ms, averaged over every burst of every repetition."""
+    burst = len(repetitions[0]) // rounds
+    return [
+        statistics.mean(
+            sorted(calls[r * burst : (r + 1) * burst])[k] for calls in repetitions for r in range(rounds)
+        )
+        * 1e3
+        for k in range(burst)
+    ]
+
+
 def report(name: str, outs: list[dict[str, Any]], rounds: int) -> None:
     median = statistics.median
     calls = [latency_summary(o["prepare_seconds"]) for o in outs]
     p50, p99 = [c["p50_ms"] for c in calls], [c["p99_ms"] for c in calls]
     rate = [len(o["prepare_seconds"]) / o["prepare_wall_seconds"] for o in outs]
     user, system = (median([o["cpu"][i] / len(o["prepare_seconds"]) * 1e3 for o in outs]) for i in (0, 1))
-    burst = len(outs[0]["prepare_seconds"]) // rounds
-    kth = [
-        statistics.mean(
-            sorted(o["prepare_seconds"][r * burst : (r + 1) * burst])[k] for o in outs for r in range(rounds)
-        )
-        * 1e3
-        for k in range(burst)
-    ]
+    kth = kth_answers([o["prepare_seconds"] for o in outs], rounds)
     print(
         f"{name}: prepare p50 {median(p50):.2f} ms [{min(p50):.2f}-{max(p50):.2f}], "
         f"p99 {median(p99):.2f} ms, {median(rate):.1f} claims/s; "

@@ -4,6 +4,7 @@ checkpoint write per step."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -13,6 +14,8 @@ from typing import Any
 
 import pytest
 from crash_helper import make_claim, make_state, opaque, result
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dra_fake.core.claims import ClaimError
 from dra_fake.core.groupcommit import GroupCommit
@@ -234,3 +237,101 @@ def test_concurrent_unprepares_share_their_checkpoint_writes(tmp_path: Path, und
         assert 3 <= len(saves) <= 6 and saves[-1] == 0, saves
     else:
         assert len(saves) == 2  # dropped in one step: the leader alone, then three
+
+
+# --- every save names what it changed ---------------------------------------------------------
+
+
+def checking_touched(state: DeviceState, checked: list[tuple[list[str], bool]]) -> None:
+    """Make every save that names the claims it `touched` prove it: the codec's changes found
+    over those claims must be the changes the whole pass over every claim finds (a save writes
+    only what it looks for: a claim changed but not named would be missing from the journal).
+    Appends (touched, whether they matched) to `checked`: a failure inside a save would only fail
+    its claims, which the state reports as a claim error."""
+    codec = state.store.codec
+    real = codec.changes
+
+    def changes(data: Any, touched: Any = None) -> tuple[list[str], list[str]]:
+        if touched is None:
+            return real(data)
+        before = dict(codec._entries)
+        every = real(data)
+        codec._entries = before  # the whole pass forgot the dropped claims: undo it
+        named = real(data, touched)
+        same = (sorted(named[0]), sorted(named[1])) == (sorted(every[0]), sorted(every[1]))
+        checked.append((list(touched), same))
+        return named
+
+    codec.changes = changes  # type: ignore[method-assign]
+
+
+# Claims on the test node's devices (crash_helper.make_devices): a full GPU, one with a
+# time-slice interval to reset, static MIG, dynamic MIG to destroy, and two that conflict with
+# others (gpu-0; the full gpu-3 under the dynamic MIG device).
+TOUCH_CLAIMS = [
+    [result("gpu", "gpu-0")],
+    [result("gpu", "gpu-1")],
+    [result("mig", "gpu-2-mig-1g10gb-19-0")],
+    [result("mig", "gpu-3-mig-1g10gb-19-0")],
+    [result("gpu", "gpu-3")],
+    [result("gpu", "gpu-0")],
+]
+TOUCH_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("prepare"), st.sets(st.integers(0, 5), min_size=1, max_size=3)),
+        st.tuples(st.just("unprepare"), st.sets(st.integers(0, 5), min_size=1, max_size=3)),
+        st.tuples(st.just("restart"), st.just(frozenset())),
+    ),
+    max_size=8,
+)
+
+
+def in_one_batch(state: DeviceState, op: str, indexes: list[int]) -> list[Any]:
+    """Prepare or unprepare the claims of `indexes` at once: the first leads a batch of its own,
+    the others queue behind the node lock and run as the next batch. Their outcomes."""
+    configs = {1: [MEDIUM_TIME_SLICES]}
+
+    def prepare(i: int) -> Any:
+        return state.prepare(make_claim(uid(i), TOUCH_CLAIMS[i], configs.get(i)))
+
+    def unprepare(i: int) -> Any:
+        return state.unprepare(uid(i))
+
+    calls: list[Callable[[], Any]] = [
+        functools.partial(prepare if op == "prepare" else unprepare, i) for i in indexes
+    ]
+    group: GroupCommit[Any] = state._prepares if op == "prepare" else state._unprepare_begin
+    with PrepareUnprepareLock(state.data_dir):
+        started = in_threads(calls)
+        wait_until("callers queued", lambda: queued(group) == len(calls) - 1)
+    return join(started)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=TOUCH_OPS)
+def test_every_save_names_the_claims_it_changed(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, frozenset[int]]]
+) -> None:
+    """Prepares and unprepares, alone and in batches (queued behind the node lock), succeeding,
+    failing on a conflict, with and without something to undo, across restarts: each save's
+    `touched` covers every claim it changed, and a restarted plugin reads back what was prepared."""
+    root = tmp_path_factory.mktemp("touched")
+    state = make_state(root)
+    checked: list[tuple[list[str], bool]] = []
+    checking_touched(state, checked)
+    prepared_any = False
+    for op, picked in ops:
+        if op == "restart":
+            state = make_state(root)
+            state.startup()
+            checking_touched(state, checked)
+            continue
+        outcomes = in_one_batch(state, op, sorted(picked))
+        for outcome in outcomes:
+            assert outcome is None or isinstance(outcome, (list, ClaimError)), outcome
+            prepared_any = prepared_any or isinstance(outcome, list)
+    held = state.prepared_claims()
+    assert make_state(root).prepared_claims() == held
+    assert sorted(held) == state.cdi.claim_uids()
+    assert [touched for touched, same in checked if not same] == []
+    assert checked or not prepared_any  # a prepare saves with the claims it touched
