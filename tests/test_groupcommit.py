@@ -301,10 +301,15 @@ def in_one_batch(state: DeviceState, op: str, indexes: list[int]) -> list[Any]:
         functools.partial(prepare if op == "prepare" else unprepare, i) for i in indexes
     ]
     group: GroupCommit[Any] = state._prepares if op == "prepare" else state._unprepare_begin
+    mutex = state._serializer._mutex
     with PrepareUnprepareLock(state.data_dir):
-        started = in_threads(calls)
-        wait_until("callers queued", lambda: queued(group) == len(calls) - 1)
-    return join(started)
+        # The first caller leads: it has taken its batch (the queue is empty again) and waits for
+        # the flock; only then do the others start, so they all queue for the next batch.
+        leader = in_threads(calls[:1])
+        wait_until("the first caller leads", lambda: mutex.locked() and queued(group) == 0)
+        others = in_threads(calls[1:])
+        wait_until("the others queued", lambda: queued(group) == len(calls) - 1)
+    return join(leader) + join(others)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
