@@ -255,3 +255,36 @@ def test_leases_are_renewed_every_ten_seconds_spread_over_the_interval(
     for node, uid in again:
         nl.renew(node, uid)
     assert {m for m, _, _ in sent} == {"PATCH"} and nl.counts["renewed"] == 49
+
+
+def test_every_node_publisher_of_a_fleet_is_the_fleet_process_instance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One process, one publishing instance (boot ID, start time, pid): asked once, not once per
+    node (each asking reads the boot ID from /proc: a thousand reads at a thousand nodes)."""
+    from kubernetes import client
+
+    from dra_fake.core import publisher
+    from dra_fake.fleet.run import (
+        CountingApiClient,
+        Fleet,
+        FleetOptions,
+        _NodePublisher,
+        load_fleet_inventory,
+    )
+    from dra_fake.gpu.profiles import load_profiles
+
+    asked: list[publisher.Instance] = []
+    real = publisher.Instance.current.__func__  # type: ignore[attr-defined]
+
+    def current(cls: type[publisher.Instance]) -> publisher.Instance:
+        asked.append(real(cls))
+        return asked[-1]
+
+    monkeypatch.setattr(publisher.Instance, "current", classmethod(current))
+    fleet = Fleet(
+        CountingApiClient(client.Configuration()), load_fleet_inventory(""), load_profiles([]), FleetOptions()
+    )
+    nodes = [_NodePublisher(fleet, f"fleet-{i}", f"uid-{i}") for i in range(3)]
+    assert len(asked) == 1
+    assert all(p.instance is fleet.instance for p in nodes)

@@ -45,7 +45,7 @@ from dra_fake.core.kube import (
     send_json,
 )
 from dra_fake.core.kubeconfig import StartupError
-from dra_fake.core.publisher import Publisher
+from dra_fake.core.publisher import Instance, Publisher
 from dra_fake.core.resourceapi import (
     RESOURCE_GROUP,
     ResourceApi,
@@ -186,6 +186,7 @@ class _NodePublisher(Publisher):
             node,
             uid,
             lambda: fleet.desired(node),
+            instance=fleet.instance,
         )
         self.fleet = fleet
 
@@ -206,6 +207,9 @@ class Fleet:
         self.profiles = profiles
         self.options = options
         self.custom = client.CustomObjectsApi(api)
+        # One process: every node's publisher is this instance (asked once, not per node: it
+        # reads the boot ID from /proc, a thousand reads at a thousand nodes).
+        self.instance = Instance.current()
         self.cache = SliceCache()
         self.queue = WorkQueue()
         self.stop_event = threading.Event()
