@@ -523,6 +523,47 @@ def test_orphan_cleanup_keeps_the_clique_of_a_domain_created_during_the_pass(
     assert reconciler.cleanup_orphans()["cliques"] == ["new.clique"] and deleted == ["new.clique"]
 
 
+def test_a_new_domains_workload_template_is_created_beside_its_daemon_objects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two requests one after the other, not three: the daemon's template then its DaemonSet,
+    and meanwhile the workload template (the DaemonSet's create here waits for it: made after
+    the DaemonSet, it would never come)."""
+    import threading
+
+    from kubernetes import client
+
+    from computedomain.controller import reconcile
+    from computedomain.controller.reconcile import Reconciler
+
+    workload_sent = threading.Event()
+    sent: list[str] = []
+
+    def send_json(api: Any, method: str, path: str, body: Any, *_: Any) -> dict[str, Any]:
+        assert method == "POST"
+        kind = "DaemonSet" if "/daemonsets" in path else "template"
+        if kind == "template" and b'"namespace":"team"' in body:
+            kind = "workload template"
+            workload_sent.set()
+        if kind == "DaemonSet":
+            assert workload_sent.wait(10), "the workload template waited for the DaemonSet"
+        sent.append(kind)
+        return {}
+
+    monkeypatch.setattr(reconcile, "send_json", send_json)
+    settings = objects.DaemonSettings(
+        namespace="drv", image="i", service_account="sa", max_nodes_per_imex_domain=18
+    )
+    cd = {
+        "metadata": {"uid": "cd-1", "name": "cd", "namespace": "team"},
+        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "cd-channel"}}},
+    }
+    created = Reconciler(client.ApiClient(), settings).ensure(cd, new=True)
+    assert sorted(sent) == ["DaemonSet", "template", "workload template"]
+    assert sent.index("template") < sent.index("DaemonSet")  # the daemon's claim template first
+    assert len(created) == 3 and created[-1] == "ResourceClaimTemplate team/cd-channel"
+
+
 # --- status from watches (computedomain/controller/statussync.py) ---------------------------------
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client
@@ -20,6 +21,8 @@ from computedomain.controller import objects
 from dra_fake.core.kube import get_json, send_json
 
 log = logging.getLogger("computedomain.reconcile")
+
+SIDE_WORKERS = 32  # as many as kopf's handler threads (computedomain.controller.handlers)
 
 
 class NotDoneYet(Exception):
@@ -54,6 +57,9 @@ class Reconciler:
     def __init__(self, api: client.ApiClient, settings: objects.DaemonSettings) -> None:
         self.api = api
         self.settings = settings
+        # The workload template's create, beside the daemon's objects (ensure): one thread per
+        # handler thread at most.
+        self._side = ThreadPoolExecutor(SIDE_WORKERS, thread_name_prefix="cd-workload-template")
         # ResourceClaimTemplates in the version the server serves (v1beta1 on 1.32, v1beta2 on 1.33).
         self.templates = f"/apis/resource.k8s.io/{settings.resource_version}"
 
@@ -101,21 +107,28 @@ class Reconciler:
     # --- create / resume ----------------------------------------------------------------------
 
     def ensure(self, cd: dict[str, Any], new: bool = False) -> list[str]:
-        """Daemon template + DaemonSet (if the domain has no DaemonSet), then the workload
-        template. Returns the names of the objects created. For a `new` ComputeDomain (just
-        created) the DaemonSet is not looked for first: a create that finds it answers 409."""
+        """Daemon template + DaemonSet (if the domain has no DaemonSet), and meanwhile the workload
+        template (independent of both: two requests one after the other instead of three). Returns
+        the names of the objects created. For a `new` ComputeDomain (just created) the DaemonSet is
+        not looked for first: a create that finds it answers 409."""
         uid = cd["metadata"]["uid"]
-        created = []
-        if new or self._get(self._ds_path(uid)) is None:
-            if self._create_rct(objects.daemon_template(uid, self.namespace, self.settings.resource_version)):
-                created.append(f"ResourceClaimTemplate {self.namespace}/{daemon_object_name(uid)}")
-            try:
-                send_json(self.api, "POST", self._ds_path(), objects.daemon_set(uid, self.settings))
-                created.append(f"DaemonSet {self.namespace}/{daemon_object_name(uid)}")
-            except ApiException as err:
-                _ignore(err, 409)
         workload = objects.workload_template(cd, self.settings.resource_version)
-        if self._create_rct(workload):  # the usual case: one request, no GET first
+        workload_made = self._side.submit(self._create_rct, workload)  # the usual case: no GET first
+        created = []
+        try:
+            if new or self._get(self._ds_path(uid)) is None:
+                if self._create_rct(
+                    objects.daemon_template(uid, self.namespace, self.settings.resource_version)
+                ):
+                    created.append(f"ResourceClaimTemplate {self.namespace}/{daemon_object_name(uid)}")
+                try:
+                    send_json(self.api, "POST", self._ds_path(), objects.daemon_set(uid, self.settings))
+                    created.append(f"DaemonSet {self.namespace}/{daemon_object_name(uid)}")
+                except ApiException as err:
+                    _ignore(err, 409)
+        finally:
+            made = workload_made.result()  # its error, if any, after the daemon's
+        if made:
             created.append(
                 f"ResourceClaimTemplate {cd['metadata']['namespace']}/{workload['metadata']['name']}"
             )
