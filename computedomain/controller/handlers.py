@@ -13,10 +13,9 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from computedomain.api import FINALIZER, GROUP, PLURAL, VERSION
-from computedomain.controller.reconcile import ForeignObject, NotDoneYet, Reconciler
+from computedomain.controller.reconcile import HANDLER_WORKERS, ForeignObject, NotDoneYet, Reconciler
 
 PREFIX = "computedomain.dra-fake.dev"
-HANDLER_WORKERS = 32  # kopf's thread pool for the synchronous handlers
 # The API client's kept-alive connections: the handler threads, the status sync's three watches,
 # its worker and resync, the orphan cleanup and the leader's renewal. A pool smaller than the threads
 # using it at once opens a TLS connection for a request and drops it after (seen in a burst of 200

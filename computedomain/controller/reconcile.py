@@ -22,7 +22,9 @@ from dra_fake.core.kube import get_json, send_json
 
 log = logging.getLogger("computedomain.reconcile")
 
-SIDE_WORKERS = 32  # as many as kopf's handler threads (computedomain.controller.handlers)
+# kopf's thread pool for the synchronous handlers (computedomain.controller.handlers), and the
+# reconciler's pool for the second request a handler has in flight (ensure): one per handler.
+HANDLER_WORKERS = 32
 
 
 class NotDoneYet(Exception):
@@ -57,9 +59,8 @@ class Reconciler:
     def __init__(self, api: client.ApiClient, settings: objects.DaemonSettings) -> None:
         self.api = api
         self.settings = settings
-        # The workload template's create, beside the daemon's objects (ensure): one thread per
-        # handler thread at most.
-        self._side = ThreadPoolExecutor(SIDE_WORKERS, thread_name_prefix="cd-workload-template")
+        # The workload template's create, beside the daemon's objects (ensure).
+        self._side = ThreadPoolExecutor(HANDLER_WORKERS, thread_name_prefix="cd-workload-template")
         # ResourceClaimTemplates in the version the server serves (v1beta1 on 1.32, v1beta2 on 1.33).
         self.templates = f"/apis/resource.k8s.io/{settings.resource_version}"
 
@@ -127,7 +128,7 @@ class Reconciler:
                 except ApiException as err:
                     _ignore(err, 409)
         finally:
-            made = workload_made.result()  # its error, if any, after the daemon's
+            made = workload_made.result()  # also when the daemon's failed: then either error is raised
         if made:
             created.append(
                 f"ResourceClaimTemplate {cd['metadata']['namespace']}/{workload['metadata']['name']}"
