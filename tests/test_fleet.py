@@ -274,12 +274,12 @@ def test_every_node_publisher_of_a_fleet_is_the_fleet_process_instance(
     )
     from dra_fake.gpu.profiles import load_profiles
 
-    asked: list[publisher.Instance] = []
-    real = publisher.Instance.current.__func__  # type: ignore[attr-defined]
+    asked: list[type[publisher.Instance]] = []
+    instance = publisher.Instance("boot", 1, 1)
 
     def current(cls: type[publisher.Instance]) -> publisher.Instance:
-        asked.append(real(cls))
-        return asked[-1]
+        asked.append(cls)
+        return instance
 
     monkeypatch.setattr(publisher.Instance, "current", classmethod(current))
     fleet = Fleet(
@@ -287,4 +287,4 @@ def test_every_node_publisher_of_a_fleet_is_the_fleet_process_instance(
     )
     nodes = [_NodePublisher(fleet, f"fleet-{i}", f"uid-{i}") for i in range(3)]
     assert len(asked) == 1
-    assert all(p.instance is fleet.instance for p in nodes)
+    assert all(p.instance is instance for p in nodes)

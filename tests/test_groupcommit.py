@@ -8,7 +8,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ def wait_until(what: str, check: Callable[[], bool], timeout: float = 30) -> Non
 Started = tuple[list[threading.Thread], list[Any]]
 
 
-def in_threads(calls: list[Callable[[], Any]]) -> Started:
+def in_threads(calls: Sequence[Callable[[], Any]]) -> Started:
     """Start each call in its own thread (`join` gives their results)."""
     out: list[Any] = [None] * len(calls)
 
@@ -69,15 +69,27 @@ def queued(group: GroupCommit[Any]) -> int:
         return len(group._queue)
 
 
+def behind_a_leader(
+    serializer: NodeSerializer, group: GroupCommit[Any], calls: Sequence[Callable[[], Any]]
+) -> list[Any]:
+    """Run `calls` while another process holds the node lock: the first leads a batch of its own
+    (it has taken its batch and waits for the flock) before the others start, so that they all
+    queue for the next batch. Their outcomes, in order."""
+    with PrepareUnprepareLock(serializer.data_dir):
+        leader = in_threads(calls[:1])
+        wait_until("the first caller leads", lambda: serializer._mutex.locked() and queued(group) == 0)
+        others = in_threads(calls[1:])
+        wait_until("the others queued", lambda: queued(group) == len(calls) - 1)
+    return join(leader) + join(others)
+
+
 def test_callers_queued_behind_the_lock_run_as_one_batch(tmp_path: Path) -> None:
     batches: list[list[int]] = []
-    group: GroupCommit[int] = GroupCommit(NodeSerializer(tmp_path), batches.append)
-    with PrepareUnprepareLock(tmp_path):  # another process holds the node lock
-        started = in_threads([lambda i=i: group.submit(i) for i in range(6)])  # type: ignore[misc]
-        # one caller leads (its batch taken, waiting on the flock), five wait in the queue
-        wait_until("five callers queued", lambda: queued(group) == 5)
-    assert join(started) == [None] * 6
-    assert sorted(len(b) for b in batches) == [1, 5]
+    serializer = NodeSerializer(tmp_path)
+    group: GroupCommit[int] = GroupCommit(serializer, batches.append)
+    calls = [functools.partial(group.submit, i) for i in range(6)]
+    assert behind_a_leader(serializer, group, calls) == [None] * 6
+    assert [len(b) for b in batches] == [1, 5]
     assert sorted(i for b in batches for i in b) == list(range(6))
 
 
@@ -86,13 +98,11 @@ def test_a_failing_batch_fails_every_caller_in_it_and_no_other(tmp_path: Path) -
         if len(items) > 1:
             raise RuntimeError(f"batch {sorted(items)} failed")
 
-    group: GroupCommit[int] = GroupCommit(NodeSerializer(tmp_path), run)
-    with PrepareUnprepareLock(tmp_path):
-        started = in_threads([lambda i=i: group.submit(i) for i in range(3)])  # type: ignore[misc]
-        wait_until("two callers queued", lambda: queued(group) == 2)
-    outcomes = join(started)
+    serializer = NodeSerializer(tmp_path)
+    group: GroupCommit[int] = GroupCommit(serializer, run)
+    outcomes = behind_a_leader(serializer, group, [functools.partial(group.submit, i) for i in range(3)])
     failed = [o for o in outcomes if isinstance(o, RuntimeError)]
-    assert len(failed) == 2 and outcomes.count(None) == 1
+    assert outcomes[0] is None and len(failed) == 2
     assert all("failed" in str(f) for f in failed)
     group.submit(7)  # the group works on after a failed batch
 
@@ -118,7 +128,7 @@ def counting_saves(state: DeviceState) -> list[int]:
         saves.append(len(data.claims))
         real(data, **options)
 
-    state.store.save = save  # type: ignore[method-assign]
+    state.store.save = save  # type: ignore[method-assign,assignment]
     return saves
 
 
@@ -132,10 +142,8 @@ def test_concurrent_prepares_share_their_checkpoint_writes(tmp_path: Path) -> No
         make_claim(uid(3), [result("mig", "gpu-2-mig-1g10gb-19-0")]),
         make_claim(uid(3), [result("mig", "gpu-2-mig-1g10gb-19-0")]),  # the same claim twice
     ]
-    with PrepareUnprepareLock(state.data_dir):
-        started = in_threads([lambda c=c: state.prepare(c) for c in claims])  # type: ignore[misc]
-        wait_until("four prepares queued", lambda: queued(state._prepares) == 4)
-    outcomes = join(started)
+    calls = [functools.partial(state.prepare, c) for c in claims]
+    outcomes = behind_a_leader(state._serializer, state._prepares, calls)
 
     errors = [o for o in outcomes if isinstance(o, ClaimError)]
     assert len(errors) == 1
@@ -161,10 +169,9 @@ def test_a_batch_decides_the_device_nodes_once_for_all_its_claims(tmp_path: Path
 
     state = make_state(tmp_path, device_nodes=device_nodes)
     claims = [make_claim(uid(i), [result("gpu", f"gpu-{i}")]) for i in (0, 1, 3)]
-    with PrepareUnprepareLock(state.data_dir):
-        started = in_threads([lambda c=c: state.prepare(c) for c in claims])  # type: ignore[misc]
-        wait_until("two prepares queued", lambda: queued(state._prepares) == 2)
-    assert not any(isinstance(o, BaseException) for o in join(started))
+    calls = [functools.partial(state.prepare, c) for c in claims]
+    outcomes = behind_a_leader(state._serializer, state._prepares, calls)
+    assert not any(isinstance(o, BaseException) for o in outcomes)
     assert len(decisions) == 2  # the leader's batch of one, then the other two
     for i in (0, 1, 3):
         spec = state.cdi.path(uid(i)).read_text()
@@ -222,10 +229,8 @@ def test_concurrent_unprepares_share_their_checkpoint_writes(tmp_path: Path, und
     for claim in claims:
         state.prepare(claim)
     saves = counting_saves(state)
-    with PrepareUnprepareLock(state.data_dir):
-        started = in_threads([lambda i=i: state.unprepare(uid(i)) for i in range(4)])  # type: ignore[misc]
-        wait_until("three unprepares queued", lambda: queued(state._unprepare_begin) == 3)
-    assert join(started) == [None] * 4
+    calls = [functools.partial(state.unprepare, uid(i)) for i in range(4)]
+    assert behind_a_leader(state._serializer, state._unprepare_begin, calls) == [None] * 4
     assert state.prepared_claims() == {}
     assert state.cdi.claim_uids() == []
     if undo:
@@ -276,7 +281,7 @@ TOUCH_CLAIMS = [
     [result("gpu", "gpu-3")],
     [result("gpu", "gpu-0")],
 ]
-TOUCH_OPS = st.lists(
+TOUCH_OPS: st.SearchStrategy[list[tuple[str, Any]]] = st.lists(
     st.one_of(
         st.tuples(st.just("prepare"), st.sets(st.integers(0, 5), min_size=1, max_size=3)),
         st.tuples(st.just("unprepare"), st.sets(st.integers(0, 5), min_size=1, max_size=3)),
@@ -297,19 +302,9 @@ def in_one_batch(state: DeviceState, op: str, indexes: list[int]) -> list[Any]:
     def unprepare(i: int) -> Any:
         return state.unprepare(uid(i))
 
-    calls: list[Callable[[], Any]] = [
-        functools.partial(prepare if op == "prepare" else unprepare, i) for i in indexes
-    ]
+    calls = [functools.partial(prepare if op == "prepare" else unprepare, i) for i in indexes]
     group: GroupCommit[Any] = state._prepares if op == "prepare" else state._unprepare_begin
-    mutex = state._serializer._mutex
-    with PrepareUnprepareLock(state.data_dir):
-        # The first caller leads: it has taken its batch (the queue is empty again) and waits for
-        # the flock; only then do the others start, so they all queue for the next batch.
-        leader = in_threads(calls[:1])
-        wait_until("the first caller leads", lambda: mutex.locked() and queued(group) == 0)
-        others = in_threads(calls[1:])
-        wait_until("the others queued", lambda: queued(group) == len(calls) - 1)
-    return join(leader) + join(others)
+    return behind_a_leader(state._serializer, group, calls)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
