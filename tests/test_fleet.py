@@ -123,8 +123,8 @@ def test_queue_deduplicates_and_orders() -> None:
     got = [q.get(0), q.get(0), q.get(0)]
     assert got == ["a", "b", "c"]
     assert q.get(0) is None  # empty: times out
-    for key in got:
-        q.done(str(key))
+    for taken in got:
+        q.done(str(taken))
     assert q.idle()
 
 
