@@ -23,7 +23,7 @@ from typing import Any
 
 from bench import computedomain, fleet, prepare, publish
 from bench.common import REFDRIVER, REPO, cpu_ticks, loadavg, machine_facts, steal_percent, tree_facts
-from bench.report import history_line, render
+from bench.report import history_line, read_history, render
 from e2e.localcluster import LocalCluster
 
 ROOT = Path("/tmp/lc-bench")
@@ -156,10 +156,12 @@ def main() -> int:
     results["total_seconds"] = round(time.monotonic() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / "latest.md").write_text(render(results))
+    history: list[dict[str, Any]] = []
     if args.out.resolve() == RESULTS.resolve() and not args.only:
-        with HISTORY.open("a") as history:
-            history.write(json.dumps(history_line(results), sort_keys=True) + "\n")
+        with HISTORY.open("a") as lines:
+            lines.write(json.dumps(history_line(results), sort_keys=True) + "\n")
+        history = read_history(HISTORY)
+    (args.out / "latest.md").write_text(render(results, history))
     log.info(
         "wrote %s and %s in %.0fs", args.out / "latest.json", args.out / "latest.md", results["total_seconds"]
     )

@@ -1,9 +1,16 @@
-"""latest.json -> latest.md (every figure with its unit)."""
+"""latest.json -> latest.md (every figure with its unit), with the figures that have a target across
+the last runs of history.jsonl.
+
+    python -m bench.report    # render bench/results/latest.md again from latest.json and history.jsonl
+"""
 
 # ruff: noqa: E501  (table rows and prose of the report)
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -71,7 +78,8 @@ def _prepare(prep: dict[str, Any]) -> list[str]:
     return out
 
 
-def render(results: dict[str, Any]) -> str:
+def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None) -> str:
+    """`history`: the lines of history.jsonl, this run's included (none: no "Across runs")."""
     m = results["machine"]
     out = [
         "# dra-fake benchmarks (latest run)",
@@ -252,7 +260,83 @@ def render(results: dict[str, Any]) -> str:
             "",
             f"Slowest transition: {r['max_ms']} ms.",
         ]
+    out += across_runs(history or [])
     return "\n".join(out) + "\n"
+
+
+ACROSS_RUNS = 10  # lines of history.jsonl shown
+PREPARE_CASES = ("d1_c1", "d1_c16", "d8_c1", "d8_c16")
+
+
+def _p50_ratio(line: dict[str, Any], case: str) -> str:
+    ours, ref = line.get(f"prepare_disk_{case}_ours"), line.get(f"prepare_disk_{case}_reference")
+    if not ours or not ref or not ref.get("p50_ms"):
+        return "-"
+    return f"{ours['p50_ms'] / ref['p50_ms']:.2f}x"
+
+
+def _socket_s(line: dict[str, Any]) -> str:
+    """The slower of our two start-ups (8 GPUs, 8 GPUs with dynamic MIG) to the socket."""
+    times = [
+        r["socket_s"]
+        for name, r in line.items()
+        if name.startswith("publish_ours_") and isinstance(r, dict) and "socket_s" in r
+    ]
+    return f"{max(times):.3f}" if times else "-"
+
+
+def _or_dash(value: Any, fmt: str = "{}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def across_runs(history: list[dict[str, Any]]) -> list[str]:
+    """The figures with a target in the last runs from clean trees: one run's ratio moves with the
+    machine's hour (docs/benchmarks.md, the fourteenth round), so read it beside the runs before."""
+    lines = [h for h in history if not h.get("dirty")][-ACROSS_RUNS:]
+    if not lines:
+        return []
+    out = [
+        "",
+        "## Across runs",
+        "",
+        f"The figures with a target in the last {len(lines)} runs of `make bench` from clean trees "
+        "([history.jsonl](history.jsonl), this run last): prepare p50 on disk, ours / reference (the "
+        "ratio of the medians; target at most 1.0x), devices per claim x callers; fleet mode at 1000 "
+        "nodes / the bare client (at most 1.25x); the slower of our two start-ups to the registration "
+        "socket (at most 0.5 s); 200 ComputeDomains, p99 create -> objects (at most 1000 ms). "
+        "`-`: not measured by that run.",
+        "",
+        "| date (UTC) | commit | CPU steal % | prepare 1 x 1 | 1 x 16 | 8 x 1 | 8 x 16 | fleet 1000 / bare | start -> socket s | 200 CDs p99 ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for h in lines:
+        prepare = " | ".join(_p50_ratio(h, case) for case in PREPARE_CASES)
+        out.append(
+            f"| {str(h.get('date_utc', ''))[:16]} | `{str(h.get('commit') or '')[:7]}` "
+            f"| {_or_dash(h.get('cpu_steal_percent'))} | {prepare} "
+            f"| {_or_dash(h.get('fleet_1000_over_bare_wall'), '{}x')} | {_socket_s(h)} "
+            f"| {_or_dash(h.get('computedomain_p99_ms'), '{:.0f}')} |"
+        )
+    return out
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def main() -> int:
+    """Render latest.md again from latest.json and history.jsonl (after a change of this
+    report; the figures are the run's)."""
+    results = Path(__file__).resolve().parent / "results"
+    latest = json.loads((results / "latest.json").read_text())
+    (results / "latest.md").write_text(render(latest, read_history(results / "history.jsonl")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
 
 
 def history_line(results: dict[str, Any]) -> dict[str, Any]:

@@ -4,9 +4,11 @@ from their raw input. `make test` runs the bench itself only as a smoke run."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from bench.burst import kth_answers
 from bench.profile import summarize
+from bench.report import ACROSS_RUNS, across_runs
 
 
 def test_the_kth_answer_is_averaged_over_the_bursts_of_every_repetition() -> None:
@@ -38,3 +40,37 @@ def test_the_profile_counts_calls_being_served_inclusive_and_self(tmp_path: Path
     assert "75.0  prepare state.py" in inclusive and "25.0  info __init__.py" in inclusive
     assert "75.0  prepare state.py" in own and "NodePrepareResources" not in own
     assert "get queue.py" not in text and "poll server.py" not in text
+
+
+def _run(commit: str, dirty: bool = False, **figures: Any) -> dict[str, Any]:
+    return {"date_utc": "2026-12-03T15:16:32Z", "commit": commit, "dirty": dirty, **figures}
+
+
+def test_across_runs_shows_the_targets_of_the_last_clean_runs_and_a_dash_for_what_one_lacks() -> None:
+    full = _run(
+        "18de51c392a3",
+        cpu_steal_percent=0.4,
+        prepare_disk_d8_c16_ours={"p50_ms": 23.83},
+        prepare_disk_d8_c16_reference={"p50_ms": 20.94},
+        prepare_disk_d1_c1_ours={"p50_ms": 2.92},
+        prepare_disk_d1_c1_reference={"p50_ms": 4.70},
+        fleet_1000_over_bare_wall=1.14,
+        publish_ours_8_full_gpus={"socket_s": 0.368, "slices_s": 0.6},
+        publish_ours_8_gpus_dynamic_mig={"socket_s": 0.350, "slices_s": 0.8},
+        publish_reference_8_gpus={"socket_s": 0.049, "slices_s": 1.0},
+        computedomain_p99_ms=733.4,
+    )
+    old = _run("a96f3f47", prepare_disk_d8_c16_ours={"p50_ms": 78.37})  # before most figures existed
+    lines = across_runs([old, _run("dirty00", dirty=True, cpu_steal_percent=9.9), full])
+    rows = [line for line in lines if line.startswith("| 2026")]
+    assert len(rows) == 2  # the dirty tree's run is left out
+    assert rows[0] == "| 2026-12-03T15:16 | `a96f3f4` | - | - | - | - | - | - | - | - |"
+    assert rows[1] == ("| 2026-12-03T15:16 | `18de51c` | 0.4 | 0.62x | - | - | 1.14x | 1.14x | 0.368 | 733 |")
+
+
+def test_across_runs_keeps_the_last_runs_only_and_nothing_without_history() -> None:
+    history = [_run(f"{i:07d}", cpu_steal_percent=i) for i in range(ACROSS_RUNS + 3)]
+    rows = [line for line in across_runs(history) if line.startswith("| 2026")]
+    assert len(rows) == ACROSS_RUNS
+    assert f"`{ACROSS_RUNS + 2:07d}`" in rows[-1] and "`0000003`" in rows[0]
+    assert across_runs([]) == []
