@@ -23,12 +23,10 @@ from typing import Any
 
 from bench import computedomain, fleet, prepare, publish
 from bench.common import REFDRIVER, REPO, cpu_ticks, loadavg, machine_facts, steal_percent, tree_facts
-from bench.report import history_line, read_history, render
+from bench.report import HISTORY, RESULTS, history_line, read_history, render
 from e2e.localcluster import LocalCluster
 
 ROOT = Path("/tmp/lc-bench")
-RESULTS = REPO / "bench" / "results"
-HISTORY = RESULTS / "history.jsonl"
 
 
 def main() -> int:

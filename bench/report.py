@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+RESULTS = Path(__file__).resolve().parent / "results"
+HISTORY = RESULTS / "history.jsonl"  # one line per full run of make bench (history_line)
+
 
 def _lat(s: dict[str, Any]) -> str:
     return f"{s['p50_ms']:.2f} / {s['p95_ms']:.2f} / {s['p99_ms']:.2f}"
@@ -326,19 +329,6 @@ def read_history(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def main() -> int:
-    """Render latest.md again from latest.json and history.jsonl (after a change of this
-    report; the figures are the run's)."""
-    results = Path(__file__).resolve().parent / "results"
-    latest = json.loads((results / "latest.json").read_text())
-    (results / "latest.md").write_text(render(latest, read_history(results / "history.jsonl")))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def history_line(results: dict[str, Any]) -> dict[str, Any]:
     """One line of bench/results/history.jsonl: when, which commit, the load, and the headline
     medians of each section (a regression shows as a jump between lines)."""
@@ -379,3 +369,15 @@ def history_line(results: dict[str, Any]) -> dict[str, Any]:
             line[f"computedomain{suffix}_p99_ms"] = b["p99_ms"]["median"]
         line["computedomain_readiness_max_ms"] = cd["readiness"]["max_ms"]
     return line
+
+
+def main() -> int:
+    """Render latest.md again from latest.json and history.jsonl (after a change of this
+    report; the figures are the run's)."""
+    latest = json.loads((RESULTS / "latest.json").read_text())
+    (RESULTS / "latest.md").write_text(render(latest, read_history(HISTORY)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
