@@ -268,11 +268,17 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
 
 
 ACROSS_RUNS = 10  # lines of history.jsonl shown
-PREPARE_CASES = ("d1_c1", "d1_c16", "d8_c1", "d8_c16")
+PREPARE_CASES = ((1, 1), (1, 16), (8, 1), (8, 16))  # (devices per claim, callers)
 
 
-def _p50_ratio(line: dict[str, Any], case: str) -> str:
-    ours, ref = line.get(f"prepare_disk_{case}_ours"), line.get(f"prepare_disk_{case}_reference")
+def prepare_key(storage: str, devices_per_claim: int, callers: int) -> str:
+    """A prepare case's key in history.jsonl (then `_ours` / `_reference`)."""
+    return f"prepare_{storage}_d{devices_per_claim}_c{callers}"
+
+
+def _p50_ratio(line: dict[str, Any], devices_per_claim: int, callers: int) -> str:
+    key = prepare_key("disk", devices_per_claim, callers)
+    ours, ref = line.get(f"{key}_ours"), line.get(f"{key}_reference")
     if not ours or not ref or not ref.get("p50_ms"):
         return "-"
     return f"{ours['p50_ms'] / ref['p50_ms']:.2f}x"
@@ -313,11 +319,11 @@ def across_runs(history: list[dict[str, Any]]) -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for h in lines:
-        prepare = " | ".join(_p50_ratio(h, case) for case in PREPARE_CASES)
+        prepare = " | ".join(_p50_ratio(h, *case) for case in PREPARE_CASES)
         out.append(
             f"| {str(h.get('date_utc', ''))[:16]} | `{str(h.get('commit') or '')[:7]}` "
             f"| {_or_dash(h.get('cpu_steal_percent'))} | {prepare} "
-            f"| {_or_dash(h.get('fleet_1000_over_bare_wall'), '{}x')} | {_socket_s(h)} "
+            f"| {_or_dash(h.get('fleet_1000_over_bare_wall'), '{:.2f}x')} | {_socket_s(h)} "
             f"| {_or_dash(h.get('computedomain_p99_ms'), '{:.0f}')} |"
         )
     return out
@@ -343,7 +349,7 @@ def history_line(results: dict[str, Any]) -> dict[str, Any]:
         "failed": sorted(name for name, sec in sections.items() if "error" in sec),
     }
     for case in (sections.get("prepare", {}).get("result") or {}).get("cases", []):
-        key = f"prepare_{case['storage']}_d{case['devices_per_claim']}_c{case['callers']}"
+        key = prepare_key(case["storage"], case["devices_per_claim"], case["callers"])
         for kind in ("ours", "reference"):
             c = case[kind]
             line[f"{key}_{kind}"] = {

@@ -8,7 +8,7 @@ from typing import Any
 
 from bench.burst import kth_answers
 from bench.profile import summarize
-from bench.report import ACROSS_RUNS, across_runs
+from bench.report import ACROSS_RUNS, across_runs, history_line
 
 
 def test_the_kth_answer_is_averaged_over_the_bursts_of_every_repetition() -> None:
@@ -74,3 +74,30 @@ def test_across_runs_keeps_the_last_runs_only_and_nothing_without_history() -> N
     assert len(rows) == ACROSS_RUNS
     assert f"`{ACROSS_RUNS + 2:07d}`" in rows[-1] and "`0000003`" in rows[0]
     assert across_runs([]) == []
+
+
+def test_across_runs_reads_the_prepare_figures_history_line_writes() -> None:
+    def driver(p50_ms: float) -> dict[str, Any]:
+        return {
+            name: {"median": value}
+            for name, value in (
+                ("prepare_p50_ms", p50_ms),
+                ("prepare_claims_per_s", 1.0),
+                ("unprepare_p50_ms", 1.0),
+                ("cpu_ms_per_claim", 1.0),
+            )
+        }
+
+    case = {
+        "storage": "disk",
+        "devices_per_claim": 8,
+        "callers": 16,
+        "ours": driver(30.0),
+        "reference": driver(20.0),
+    }
+    results = {
+        "machine": {"date_utc": "2026-12-03T15:16:32Z", "git_commit": "18de51c392a3", "git_dirty": False},
+        "sections": {"prepare": {"result": {"cases": [case]}}},
+    }
+    [row] = [line for line in across_runs([history_line(results)]) if line.startswith("| 2026")]
+    assert row.split(" | ")[3:8] == ["-", "-", "-", "1.50x", "-"]
