@@ -16,11 +16,13 @@ from computedomain.api import FINALIZER, GROUP, PLURAL, VERSION
 from computedomain.controller.reconcile import HANDLER_WORKERS, ForeignObject, NotDoneYet, Reconciler
 
 PREFIX = "computedomain.dra-fake.dev"
-# The API client's kept-alive connections: the handler threads, the status sync's three watches,
-# its worker and resync, the orphan cleanup and the leader's renewal. A pool smaller than the threads
-# using it at once opens a TLS connection for a request and drops it after (seen in a burst of 200
-# domains: "Connection pool is full, discarding connection").
-API_CONNECTIONS = HANDLER_WORKERS + 8
+# The API client's kept-alive connections: the handler threads and the reconciler's threads for a
+# handler's second request (Reconciler.ensure), the status sync's three watches, its worker and
+# resync, the orphan cleanup and the leader's renewal. A pool smaller than the threads using it at
+# once opens a TLS connection for a request and drops it after (seen in a burst of 200 domains:
+# "Connection pool is full, discarding connection"). (Requests on DirectJson's connections, one per
+# thread, do not take from it; the pool serves the rest, and every request when DirectJson cannot.)
+API_CONNECTIONS = 2 * HANDLER_WORKERS + 8
 
 log = logging.getLogger(__name__)
 
