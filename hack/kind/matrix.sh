@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hack/kind/matrix.sh [VERSION...] (make kind-matrix): for each release (default: every pinned one)
-# a fresh 2-worker kind cluster, the e2e suite, the cluster deleted; one row per lane appended to
+# a fresh 3-worker kind cluster, the e2e suite, the cluster deleted; one row per lane appended to
 # .kind/matrix.tsv and the markdown table for docs/kind.md printed at the end.
 LOG_NAME=kind-matrix
 # shellcheck source=hack/kind/lib.sh
