@@ -112,6 +112,15 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
         help="kubeconfig file; in-cluster configuration when empty",
     )
     p.add_argument(
+        "--cpu-affinity",
+        action=_EnvDefault,
+        env="CPU_AFFINITY",
+        default="one",
+        choices=["one", "inherit"],
+        help="one: every thread of the plugin on the CPU it starts on (its Python threads share one "
+        "interpreter lock; handing it between CPUs costs CPU, docs/benchmarks.md); inherit: as started",
+    )
+    p.add_argument(
         "--log-level",
         action=_EnvDefault,
         env="LOG_LEVEL",

@@ -10,7 +10,14 @@ import yaml
 
 from e2e.kube import Kube, pod_with_claim_template, poll, workload_container
 from e2e.localcluster import LocalCluster
-from e2e.testbed import NODE_CDI_ROOT, TestBed, assert_sees_its_gpus, assert_sees_no_gpu
+from e2e.testbed import (
+    CD_DRIVER,
+    GPU_DRIVER,
+    NODE_CDI_ROOT,
+    TestBed,
+    assert_sees_its_gpus,
+    assert_sees_no_gpu,
+)
 
 GPU_TEMPLATE = """
 apiVersion: resource.k8s.io/v1
@@ -93,6 +100,18 @@ def test_two_pods_sharing_a_claim_get_the_same_device(kube: Kube, ns: str, bed: 
     assert assert_sees_its_gpus(bed, ns, "a") == assert_sees_its_gpus(bed, ns, "b")
     reserved = {r["name"] for r in kube.claim(ns, "shared-gpu")["status"]["reservedFor"]}
     assert reserved == {"a", "b"}
+
+
+@pytest.mark.needs("node")
+def test_each_kubelet_plugin_runs_every_thread_on_one_cpu(bed: TestBed) -> None:
+    """The default --cpu-affinity=one (dra_fake.core.cpuaffinity): a plugin's Python threads share
+    one interpreter lock, and handing it between CPUs costs CPU per claim. Its gRPC server's
+    threads, started after the pinning, inherit it; so must every other thread."""
+    node = bed.workers[0]
+    for driver in (GPU_DRIVER, CD_DRIVER):
+        cpus = bed.plugin_thread_cpus(node, driver)
+        assert len(cpus) > 2, f"{driver} plugin on {node}: threads {cpus}"
+        assert len(set(cpus)) == 1 and cpus[0].isdigit(), f"{driver} plugin on {node}: CPUs {cpus}"
 
 
 @pytest.mark.needs("node")

@@ -100,6 +100,11 @@ class TestBed(ABC):
         """The node's dcgm-exporter-compatible /metrics, as a scrape of it gets them."""
 
     @abstractmethod
+    def plugin_thread_cpus(self, node: str, driver: str = GPU_DRIVER) -> list[str]:
+        """The CPUs each thread of the driver's kubelet plugin on the node may run on
+        (`Cpus_allowed_list` of /proc/<pid>/task/<tid>/status, one entry per thread)."""
+
+    @abstractmethod
     def crash_imex_daemon(self, node: str, cd_uid: str) -> None:
         """SIGKILL the IMEX daemon of a ComputeDomain on the node (it is restarted)."""
 
@@ -200,6 +205,11 @@ class HarnessBed(TestBed):
         port = self.cluster.state.ports[f"dcgm-{node}"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
             return resp.read().decode()  # type: ignore[no-any-return]
+
+    def plugin_thread_cpus(self, node: str, driver: str = GPU_DRIVER) -> list[str]:
+        name = f"gpu-plugin-{node}" if driver == GPU_DRIVER else f"cd-plugin-{node}"
+        tasks = Path(f"/proc/{self.cluster.process(name).pid}/task")
+        return [_cpus_allowed((task / "status").read_text()) for task in tasks.iterdir()]
 
     def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
         if driver == GPU_DRIVER:
@@ -313,6 +323,13 @@ class KindBed(TestBed):
         statuses = self._plugin_pod(node)["status"].get("containerStatuses") or []
         return next((s["restartCount"] for s in statuses if s["name"] == container), 0)
 
+    def plugin_thread_cpus(self, node: str, driver: str = GPU_DRIVER) -> list[str]:
+        command = "gpu-kubelet-plugin" if driver == GPU_DRIVER else "compute-domain-kubelet-plugin"
+        script = f'for t in /proc/$(pgrep -of "dra-fake {command}")/task/*; do cat "$t/status"; done'
+        proc = self._docker(node, "sh", "-c", script)
+        assert proc.returncode == 0, f"no {command} process on {node}: {proc.stderr}"
+        return [_cpus_allowed(status) for status in proc.stdout.split("Name:")[1:]]
+
     def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
         command, container = (
             ("gpu-kubelet-plugin", "gpus")
@@ -387,6 +404,9 @@ class ApiOnlyBed(TestBed):
         raise NotImplementedError
 
     def gpu_metrics(self, node: str) -> str:
+        raise NotImplementedError
+
+    def plugin_thread_cpus(self, node: str, driver: str = GPU_DRIVER) -> list[str]:
         raise NotImplementedError
 
     def crash_imex_daemon(self, node: str, cd_uid: str) -> None:
@@ -549,3 +569,10 @@ def assert_sees_no_gpu(bed: TestBed, ns: str, pod_name: str, container: str) -> 
     assert nvidia_nodes(view) == set()
     leaked = [k for k in view.env() if k.startswith(("NVIDIA_", "DRA_FAKE_"))]
     assert not leaked, f"{container} without a claim has {leaked}"
+
+
+def _cpus_allowed(status: str) -> str:
+    """The `Cpus_allowed_list` line of a /proc status file."""
+    return next(
+        line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("Cpus_allowed_list:")
+    )

@@ -124,6 +124,18 @@ def test_daemonset_contract() -> None:
     ]
 
 
+def test_both_plugins_get_the_cpu_affinity_and_a_wrong_one_is_refused() -> None:
+    def affinity(**values: str) -> list[str]:
+        [ds] = of_kind(render(**values), "DaemonSet")
+        containers = ds["spec"]["template"]["spec"]["containers"]
+        return [next(e["value"] for e in c["env"] if e["name"] == "CPU_AFFINITY") for c in containers]
+
+    assert affinity() == ["one", "one"]
+    assert affinity(**{"kubeletPlugin.cpuAffinity": "inherit"}) == ["inherit", "inherit"]
+    with pytest.raises(AssertionError, match="cpuAffinity"):
+        render(**{"kubeletPlugin.cpuAffinity": "two"})
+
+
 def names(docs: list[dict[str, Any]], kind: str) -> list[str]:
     return [d["metadata"]["name"] for d in of_kind(docs, kind)]
 
