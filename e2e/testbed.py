@@ -15,6 +15,7 @@ the tests a bed or the server cannot run, so a skip in CI is always a failure.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -208,8 +209,11 @@ class HarnessBed(TestBed):
 
     def plugin_thread_cpus(self, node: str, driver: str = GPU_DRIVER) -> list[str]:
         name = f"gpu-plugin-{node}" if driver == GPU_DRIVER else f"cd-plugin-{node}"
-        tasks = Path(f"/proc/{self.cluster.process(name).pid}/task")
-        return [_cpus_allowed((task / "status").read_text()) for task in tasks.iterdir()]
+        statuses = []
+        for task in Path(f"/proc/{self.cluster.process(name).pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError):  # the thread ended meanwhile
+                statuses.append((task / "status").read_text())
+        return [_cpus_allowed(status) for status in statuses]
 
     def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
         if driver == GPU_DRIVER:
@@ -325,7 +329,10 @@ class KindBed(TestBed):
 
     def plugin_thread_cpus(self, node: str, driver: str = GPU_DRIVER) -> list[str]:
         command = "gpu-kubelet-plugin" if driver == GPU_DRIVER else "compute-domain-kubelet-plugin"
-        script = f'for t in /proc/$(pgrep -of "dra-fake {command}")/task/*; do cat "$t/status"; done'
+        script = (  # a thread that ends meanwhile is left out
+            f'pid=$(pgrep -of "dra-fake {command}") || exit 1; '
+            'for t in /proc/$pid/task/*; do cat "$t/status" 2>/dev/null; done; exit 0'
+        )
         proc = self._docker(node, "sh", "-c", script)
         assert proc.returncode == 0, f"no {command} process on {node}: {proc.stderr}"
         return [_cpus_allowed(status) for status in proc.stdout.split("Name:")[1:]]
