@@ -37,6 +37,11 @@ from e2e.localcluster.cluster import CD_NAMESPACE
 
 GPU_DRIVER = "gpu.nvidia.com"
 CD_DRIVER = "compute-domain.nvidia.com"
+# Each driver's kubelet plugin in the chart's pod: its `dra-fake` command and its container.
+KIND_PLUGINS = {
+    GPU_DRIVER: ("gpu-kubelet-plugin", "gpus"),
+    CD_DRIVER: ("compute-domain-kubelet-plugin", "compute-domains"),
+}
 # Paths on a real node (kind): the chart's defaults.
 NODE_CDI_ROOT = "/var/run/cdi"
 NODE_PLUGINS_DIR = "/var/lib/kubelet/plugins"
@@ -328,7 +333,7 @@ class KindBed(TestBed):
         return next((s["restartCount"] for s in statuses if s["name"] == container), 0)
 
     def plugin_thread_cpus(self, node: str, driver: str = GPU_DRIVER) -> list[str]:
-        command = "gpu-kubelet-plugin" if driver == GPU_DRIVER else "compute-domain-kubelet-plugin"
+        command, _ = KIND_PLUGINS[driver]
         script = (  # a thread that ends meanwhile is left out
             f'pid=$(pgrep -of "dra-fake {command}") || exit 1; '
             'for t in /proc/$pid/task/*; do cat "$t/status" 2>/dev/null; done; exit 0'
@@ -338,11 +343,7 @@ class KindBed(TestBed):
         return [_cpus_allowed(status) for status in proc.stdout.split("Name:")[1:]]
 
     def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
-        command, container = (
-            ("gpu-kubelet-plugin", "gpus")
-            if driver == GPU_DRIVER
-            else ("compute-domain-kubelet-plugin", "compute-domains")
-        )
+        command, container = KIND_PLUGINS[driver]
         before = self._restarts(node, container)
         proc = self._docker(node, "pkill", "-KILL", "-f", f"dra-fake {command}")
         assert proc.returncode == 0, f"no {command} process on {node}: {proc.stderr}"
