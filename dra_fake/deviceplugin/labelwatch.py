@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -58,11 +58,18 @@ class NodeLabel:
             yield value, str(obj["metadata"]["resourceVersion"])
 
 
+class LabelSource(Protocol):
+    key: str
+
+    def get(self) -> tuple[str, str]: ...
+    def changes(self, version: str) -> Iterator[tuple[str, str]]: ...
+
+
 class ConfigLabelWatch:
     """Calls `restart(name)` once when the label selects a config other than `current`."""
 
     def __init__(
-        self, label: NodeLabel, configs: ConfigSet, current: str, restart: Callable[[str], None]
+        self, label: LabelSource, configs: ConfigSet, current: str, restart: Callable[[str], None]
     ) -> None:
         self.label, self.configs, self.current, self.restart = label, configs, current, restart
         self.seen: str | None = None  # the label value last acted on
