@@ -1,5 +1,6 @@
 """`dra-fake device-plugin`: the process. Configuration (NVIDIA's flags, environment and config
-file), the node's resources, the nvidia-smi files and the CDI spec, then the DevicePlugin servers,
+file, or the named config its Node's label picks, followed as the label changes: labelwatch), the
+node's resources, the nvidia-smi files and the CDI spec, then the DevicePlugin servers,
 registered with the kubelet and re-registered when it restarts, GpuFaults turning devices
 unhealthy, and (as beside NVIDIA's plugin) dcgm-exporter's metrics and GFD's labels.
 """
