@@ -2,11 +2,18 @@
 runs `dra-fake device-plugin` from the chart (pool `classic`): an H100 shared by time-slicing with
 4 replicas and an A100 with pre-created MIG devices under the mixed strategy. The kubelet's device
 manager advertises, allocates and admits; containerd starts the containers; NVIDIA's names, IDs and
-env; nvidia-smi inside the pod; a GpuFault takes a device out of allocatable."""
+env; nvidia-smi inside the pod; a GpuFault takes a device out of allocatable; the node label
+nvidia.com/device-plugin.config switches the plugin's config.
+
+On the local harness (whose dra-kubelet has no device manager) the per-node config runs against the
+real API server with a stand-in for the kubelet's registration (e2e/standin_kubelet.py)."""
 
 from __future__ import annotations
 
 import contextlib
+import shutil
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +25,15 @@ from dra_fake.gpu.inventory import build_inventory, parse_config
 from dra_fake.gpu.profiles import load_profiles
 from e2e.kindcluster.cluster import CLASSIC, CLASSIC_INVENTORY, POOL_LABEL
 from e2e.kube import Kube, poll, workload_container
+from e2e.localcluster import LocalCluster
+from e2e.localcluster.processes import spawn
+from e2e.standin_kubelet import StandInKubelet
 from e2e.test_faults import GROUP, PLURAL, VERSION, inject
 from e2e.testbed import TestBed
 
-pytestmark = pytest.mark.needs("device-plugin")
+REPO = Path(__file__).resolve().parents[1]
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+kind_classic = pytest.mark.needs("device-plugin")
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +61,7 @@ def gpu_pod(name: str, node: str, resource: str = "nvidia.com/gpu", count: int =
     }
 
 
+@kind_classic
 def test_the_node_advertises_nvidias_resources(kube: Kube, classic: str) -> None:
     want = {"nvidia.com/gpu": "4", "nvidia.com/mig-1g.5gb": "2", "nvidia.com/mig-3g.20gb": "1"}
     assert poll(
@@ -64,6 +77,7 @@ def test_the_node_advertises_nvidias_resources(kube: Kube, classic: str) -> None
     assert labels["nvidia.com/mig.strategy"] == "mixed" and labels["nvidia.com/mig-1g.5gb.count"] == "2"
 
 
+@kind_classic
 def test_time_slicing_four_pods_share_the_gpu_and_a_fifth_pends(
     kube: Kube, bed: TestBed, ns: str, classic: str
 ) -> None:
@@ -92,6 +106,7 @@ def test_time_slicing_four_pods_share_the_gpu_and_a_fifth_pends(
     assert len(uuids) == 1  # four replicas of one GPU
 
 
+@kind_classic
 def test_mixed_strategy_mig_resource(kube: Kube, bed: TestBed, ns: str, classic: str) -> None:
     kube.create(gpu_pod("mig", classic, "nvidia.com/mig-3g.20gb"), ns)
     kube.wait_running(ns, "mig", timeout=120)
@@ -125,6 +140,7 @@ def fault(kube: Kube, bed: TestBed, classic: str) -> Iterator[list[str]]:
     )
 
 
+@kind_classic
 def test_an_unhealthy_device_leaves_allocatable(
     kube: Kube, kubeconfig: Path, ns: str, classic: str, fault: list[str]
 ) -> None:
@@ -143,3 +159,94 @@ def test_an_unhealthy_device_leaves_allocatable(
     assert got["nvidia.com/gpu"] == "4"  # the H100's replicas untouched
     capacity = kube.core.read_node(classic).status.capacity or {}
     assert capacity["nvidia.com/mig-1g.5gb"] == "2"  # still there, not allocatable
+
+
+def set_label(kube: Kube, node: str, value: str | None) -> None:
+    kube.core.patch_node(node, {"metadata": {"labels": {CONFIG_LABEL: value}}})
+
+
+@pytest.fixture
+def relabel(kube: Kube, classic: str) -> Iterator[None]:
+    """The classic node's config label removed afterwards, and its default config (ts-4) back."""
+    yield
+    set_label(kube, classic, None)
+    poll(
+        "the default config's 4 replicas",
+        lambda: allocatable(kube, classic).get("nvidia.com/gpu") == "4",
+        120,
+    )
+
+
+@kind_classic
+def test_node_label_switches_the_config(kube: Kube, bed: TestBed, classic: str, relabel: None) -> None:
+    """The chart's configs (e2e/kindcluster: default ts-4, and ts-2): the label picks ts-2, the
+    plugin restarts with it and re-registers; an unknown name is refused and the config kept."""
+    set_label(kube, classic, "ts-2")
+    poll("ts-2's 2 replicas", lambda: allocatable(kube, classic).get("nvidia.com/gpu") == "2", 120)
+    assert allocatable(kube, classic)["nvidia.com/mig-3g.20gb"] == "1"  # the rest of the node as it was
+    set_label(kube, classic, "nope")
+    [pod] = kube.core.list_namespaced_pod(
+        bed.driver_namespace, label_selector="app.kubernetes.io/component=device-plugin",
+        field_selector=f"spec.nodeName={classic}",
+    ).items  # fmt: skip
+
+    def refused() -> bool:
+        log = kube.core.read_namespaced_pod_log(pod.metadata.name, bed.driver_namespace)
+        return "specified config nope does not exist" in log
+
+    poll("the plugin refusing the unknown config", refused, 60)
+    assert allocatable(kube, classic).get("nvidia.com/gpu") == "2"
+
+
+@pytest.mark.needs("harness")
+def test_node_label_picks_the_config_and_relabelling_switches(
+    harness: LocalCluster, kube: Kube, tmp_path: Path
+) -> None:
+    """`dra-fake device-plugin` on node-1 with three named configs: the label's config is what it
+    registers; relabelling restarts it with the new one; an unknown name is logged with NVIDIA's
+    config-manager's error and the config kept; without the label the `named` fallback applies."""
+    node = "node-1"
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "default").write_text("version: v1\n")
+    replicas = "version: v1\nsharing: {timeSlicing: {%sresources: [{name: nvidia.com/gpu, replicas: %d}]}}\n"
+    (configs / "ts-4").write_text(replicas % ("", 4))
+    (configs / "shared-2").write_text(replicas % ("renameByDefault: true, ", 2))
+    short = Path(tempfile.mkdtemp(prefix="dpl", dir="/tmp"))  # unix socket paths are short
+    kubelet = StandInKubelet(short)
+    set_label(kube, node, "ts-4")
+    args = [
+        sys.executable, "-m", "dra_fake", "device-plugin", f"--node-name={node}",
+        f"--kubeconfig={harness.kubeconfig}", f"--kubelet-socket={short / 'kubelet.sock'}",
+        f"--kubelet-registrar-directory-path={short / 'registry'}", f"--cdi-root={short / 'cdi'}",
+        f"--data-dir={short / 'data'}", f"--config-file-srcdir={configs}",
+        "--fallback-strategies=named,single",
+    ]  # fmt: skip
+    proc = spawn("device-plugin-config-label", args, tmp_path / "logs", cwd=REPO)
+
+    def registered(resource: str, devices: int) -> bool:
+        proc.check_alive()
+        return kubelet.registrations()[-1:] == [(resource, devices)]
+
+    try:
+        poll("ts-4: 8 GPUs x 4 replicas", lambda: registered("nvidia.com/gpu", 32), 90)
+        set_label(kube, node, "shared-2")
+        poll(
+            "shared-2: nvidia.com/gpu.shared, 2 replicas", lambda: registered("nvidia.com/gpu.shared", 16), 90
+        )
+        count = len(kubelet.registrations())
+        set_label(kube, node, "nope")
+        poll(
+            "config-manager's error for an unknown config",
+            lambda: "specified config nope does not exist" in Path(proc.log).read_text(),
+            60,
+        )
+        assert len(kubelet.registrations()) == count and registered("nvidia.com/gpu.shared", 16)
+        set_label(kube, node, None)
+        poll("no label: the config named default", lambda: registered("nvidia.com/gpu", 8), 90)
+        assert proc.alive()  # restarted in place, never exited
+    finally:
+        proc.stop()
+        kubelet.stop()
+        set_label(kube, node, None)
+        shutil.rmtree(short, ignore_errors=True)

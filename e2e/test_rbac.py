@@ -889,6 +889,79 @@ def test_each_startup_rule_is_needed(
             )
 
 
+@pytest.mark.parametrize(
+    ("verb"), ["", "get", "watch"], ids=["all-rules-follow-the-label", "nodes-get", "nodes-watch"]
+)
+def test_device_plugin_config_label_rules(
+    admin: client.ApiClient, cluster: LocalCluster, rendered: list[dict[str, Any]], tmp_path: Path, verb: str
+) -> None:
+    """The device plugin's per-node config (NVIDIA's config-manager: docs/classic-requests.md) with
+    the chart's rules for a device-plugin pool with configs: the plugin role plus the label watch's
+    `nodes watch`. With all of them it follows its Node's label (GET, then WATCH by field selector);
+    without `nodes get` or `nodes watch` it runs into a 403; listing Nodes stays refused."""
+    [base] = [o for o in rendered if o["kind"] == "ClusterRole" and o["metadata"]["name"] == SA]
+    pool = helm_template(
+        client.VersionApi(admin).get_code().git_version.lstrip("v"),
+        served(admin),
+        *VALUES,
+        "--set", "mode=device-plugin", "--set", "devicePlugin.config.map.default=version: v1",
+    )  # fmt: skip
+    [label_role] = [
+        o for o in pool if o["kind"] == "ClusterRole" and o["metadata"]["name"] == f"{SA}-node-config-label"
+    ]
+    rules = base["rules"] + label_role["rules"]
+    rbac = client.RbacAuthorizationV1Api(admin)
+    core = client.CoreV1Api(admin)
+    name = f"probe-dp-label-{verb or 'all'}"
+    short = Path(tempfile.mkdtemp(prefix="rbdp", dir="/tmp"))  # unix socket paths are short
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "default").write_text("version: v1\n")
+    (configs / "ts-2").write_text(
+        "version: v1\nsharing: {timeSlicing: {resources: [{name: gpu, replicas: 2}]}}\n"
+    )
+    with contextlib.suppress(ApiException):
+        core.create_namespaced_service_account(NS, {"metadata": {"name": PROBE_SA}})
+    rbac.create_cluster_role(
+        {"metadata": {"name": name}, "rules": without(rules, "nodes", verb) if verb else rules}
+    )
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": PROBE_SA, "namespace": NS}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        }
+    )
+    token = core.create_namespaced_service_account_token(PROBE_SA, NS, {"spec": {"expirationSeconds": 600}})
+    kc = token_kubeconfig(cluster, str(token.status.token), tmp_path / "probe.kubeconfig")
+    args = [
+        sys.executable, "-m", "dra_fake", "device-plugin", "--node-name=node-1", f"--kubeconfig={kc}",
+        f"--kubelet-socket={short / 'kubelet.sock'}",
+        f"--kubelet-registrar-directory-path={short / 'registry'}", f"--cdi-root={short / 'cdi'}",
+        f"--data-dir={short / 'data'}", f"--config-file-srcdir={configs}",
+        "--fallback-strategies=named", "--log-format=json",
+    ]  # fmt: skip
+    proc = spawn(name, args, tmp_path / "logs", cwd=REPO)
+    log = Path(proc.log)
+    try:
+        if verb:
+            poll(f"an API call refused with 403 in {log}", lambda: forbidden(log), 60)
+        else:
+            poll("the label watch started", lambda: "Waiting for change" in log.read_text(), 60)
+            core.patch_node("node-1", {"metadata": {"labels": {"nvidia.com/device-plugin.config": "ts-2"}}})
+            poll("the relabel followed", lambda: "Updating to config: ts-2" in log.read_text(), 60)
+            assert not forbidden(log), forbidden(log)
+            with pytest.raises(ApiException) as err:
+                client.CoreV1Api(sa_api(kc)).list_node()
+            assert err.value.status == 403
+    finally:
+        proc.stop()
+        core.patch_node("node-1", {"metadata": {"labels": {"nvidia.com/device-plugin.config": None}}})
+        shutil.rmtree(short, ignore_errors=True)
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)
+
+
 def test_uninstall_hook_removes_the_gfd_labels_with_its_own_rights(
     installed: dict[str, Path], admin: client.ApiClient, cluster: LocalCluster, rendered: list[dict[str, Any]]
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -557,9 +558,18 @@ def test_device_plugin_pool() -> None:
         "envvar,cdi-cri",
         "uuid",
     )
-    assert (env["FAIL_ON_INIT_ERROR"], env["CONFIG_FILE"]) == (
-        "true",
-        "/etc/dra-fake/device-plugin/config.yaml",
+    assert env["FAIL_ON_INIT_ERROR"] == "true" and "CONFIG_FILE" not in env
+    # NVIDIA's config-manager's settings: the node label picks one of the ConfigMap's files
+    assert (
+        env["CONFIG_FILE_SRCDIR"],
+        env["NODE_LABEL"],
+        env["DEFAULT_CONFIG"],
+        env["FALLBACK_STRATEGIES"],
+    ) == (
+        "/etc/dra-fake/device-plugin-configs",
+        "nvidia.com/device-plugin.config",
+        "ts-4",
+        "named,single",
     )
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     mounts = {m["name"]: m for m in ctr["volumeMounts"]}
@@ -571,16 +581,52 @@ def test_device_plugin_pool() -> None:
         mounts[n]["mountPath"] == path for n, path in host.items()
     )  # host paths, as the plugin names them
     assert pod["serviceAccountName"] == "r-dra-fake-kubelet-plugin"
-    config = yaml.safe_load(
-        by_name(docs, "ConfigMap", "r-dra-fake-device-plugin-config")["data"]["config.yaml"]
-    )
-    assert config["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    configs = by_name(docs, "ConfigMap", "r-dra-fake-device-plugin-configs")["data"]
+    assert sorted(configs) == ["ts-4", "whole"]  # a mapping and a YAML string, each a file
+    ts4 = yaml.safe_load(configs["ts-4"])
+    assert ts4["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    assert yaml.safe_load(configs["whole"]) == {"version": "v1", "flags": {"migStrategy": "mixed"}}
+    assert {"name": "configs", "configMap": {"name": "r-dra-fake-device-plugin-configs"}} in pod["volumes"]
+    # the label watch's right, only where a device plugin has configs: watch its Node (get is there)
+    watch = by_name(docs, "ClusterRole", "r-dra-fake-kubelet-plugin-node-config-label")
+    assert watch["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["watch"]}]
+    binding = by_name(docs, "ClusterRoleBinding", "r-dra-fake-kubelet-plugin-node-config-label")
+    assert binding["subjects"][0]["name"] == "r-dra-fake-kubelet-plugin"
     assert ds["spec"]["template"]["metadata"]["labels"]["dra-fake.dev/gpu-metrics"] == "true"
     svc = by_name(docs, "Service", "r-dra-fake-dcgm-exporter")
     assert svc["spec"]["selector"]["dra-fake.dev/gpu-metrics"] == "true"  # both modes' plugins
     # the whole cluster in device-plugin mode: no DRA plugin DaemonSet at all
     only = render(mode="device-plugin")
     assert [d["metadata"]["name"] for d in of_kind(only, "DaemonSet")] == ["r-dra-fake-device-plugin"]
-    assert "r-dra-fake-device-plugin-config" not in names(only, "ConfigMap")
+    assert "r-dra-fake-device-plugin-configs" not in names(only, "ConfigMap")
+    assert "r-dra-fake-kubelet-plugin-node-config-label" not in names(only, "ClusterRole")  # no configs
     with pytest.raises(AssertionError, match="mode"):
         render(mode="both")
+
+
+def test_device_plugin_configs_as_nvidias_chart() -> None:
+    """`config.name` (an existing ConfigMap) or `config.map`, with NVIDIA's chart's checks."""
+    external = render(mode="device-plugin", **{"devicePlugin.config.name": "my-configs"})
+    [ds] = of_kind(external, "DaemonSet")
+    assert {"name": "configs", "configMap": {"name": "my-configs"}} in ds["spec"]["template"]["spec"][
+        "volumes"
+    ]
+    assert "r-dra-fake-device-plugin-configs" not in names(external, "ConfigMap")
+    assert "r-dra-fake-kubelet-plugin-node-config-label" in names(external, "ClusterRole")
+    assert "r-dra-fake-kubelet-plugin-node-config-label" not in names(
+        render(**{"devicePlugin.config.name": "my-configs"}), "ClusterRole"
+    )  # no device-plugin pool: no label watch
+    with pytest.raises(AssertionError, match=re.escape("Only one of 'config.name' or 'config.map'")):
+        render(
+            mode="device-plugin",
+            **{"devicePlugin.config.name": "x", "devicePlugin.config.map.a": "version: v1"},
+        )
+    two = {"devicePlugin.config.map.a": "version: v1", "devicePlugin.config.map.b": "version: v1"}
+    with pytest.raises(AssertionError, match="A default config must be provided"):
+        render(mode="device-plugin", **two)
+    assert render(mode="device-plugin", **two, **{"devicePlugin.config.default": "b"})
+    assert render(mode="device-plugin", **{"devicePlugin.config.map.a": "version: v1"})  # single
+    with pytest.raises(AssertionError, match=re.escape('devicePlugin.config.default: "c" is not a key')):
+        render(mode="device-plugin", **two, **{"devicePlugin.config.default": "c"})
+    with pytest.raises(AssertionError, match="fallbackStrategies"):
+        render(mode="device-plugin", **{"devicePlugin.config.fallbackStrategies": "{first}"})

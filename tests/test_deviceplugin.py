@@ -4,12 +4,14 @@ stand-in kubelet (the real kubelet: e2e/test_device_plugin.py on kind)."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
+import re
 import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -17,22 +19,29 @@ import grpc
 import pytest
 
 from dra_fake.core import cdi
-from dra_fake.deviceplugin.allocate import (
-    AllocationError,
-    cdi_spec,
-    container_response,
-    preferred,
+from dra_fake.deviceplugin.allocate import AllocationError, cdi_spec, container_response
+from dra_fake.deviceplugin.config import (
+    ConfigError,
+    Flags,
+    PluginConfig,
+    ReplicatedResource,
+    Sharing,
+    resolve,
 )
-from dra_fake.deviceplugin.config import ConfigError, Flags, PluginConfig, Sharing, resolve
-from dra_fake.deviceplugin.plugin import dra_plugin_registered, health_checks
-from dra_fake.deviceplugin.resources import build_resources
+from dra_fake.deviceplugin.configselect import ConfigSelectionError, ConfigSet, parse_fallbacks
+from dra_fake.deviceplugin.labelwatch import ConfigLabelWatch
+from dra_fake.deviceplugin.plugin import dra_plugin_registered, health_checks, load
+from dra_fake.deviceplugin.preferred import PreferredAllocationError, preferred
+from dra_fake.deviceplugin.resources import Resource, build_resources
 from dra_fake.deviceplugin.server import DeviceHealth, DevicePlugins, unhealthy_uuids
+from dra_fake.deviceplugin.topology import Link, best_effort, link_score
 from dra_fake.gpu.devices import gpu_uuid
 from dra_fake.gpu.inventory import Inventory, build_inventory, parse_config
 from dra_fake.gpu.nvidia_smi import NvidiaSmi, script_text
 from dra_fake.gpu.profiles import load_profiles
 from dra_fake.kubelet.pb.deviceplugin.v1beta1 import api_pb2 as pb
 from dra_fake.kubelet.pb.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from e2e.standin_kubelet import StandInKubelet
 
 NODE = "node-a"
 TIME_SLICING = """
@@ -294,19 +303,221 @@ def test_cdi_spec_is_valid_and_names_devices_by_id_strategy(smi: NvidiaSmi) -> N
     ]
 
 
-def test_preferred_allocation() -> None:
-    [gpus] = build_resources(inventory(), PluginConfig())
-    ids = [d.id for d in gpus.devices]
-    # GPUs 0,1 share a PCIe root, 2,3 the next: with 2 chosen, its root partner comes next
-    assert preferred(gpus, ids, [ids[2]], 2) == [ids[2], ids[3]]
-    assert preferred(gpus, ids[1:], [], 3) == [ids[1], ids[2], ids[3]]
-    shared = Sharing("time-slicing", False, False, resolve(Flags(), TIME_SLICING).sharing.resources)
-    [replicas] = build_resources(
-        inventory({"gpus": [{"profile": "t4", "count": 2}]}), PluginConfig(sharing=shared)
+# ---- preferred allocation (NVIDIA's, docs/reference/nvidia-device-plugin.md B.5) ------------------
+
+
+def ids_of(resource: Resource, *indices: int | str) -> list[str]:
+    """Device IDs by GPU index (whole GPUs) or "<gpu>::<replica>" (replicas)."""
+    by_key = {(d.index if d.replica is None else f"{d.index}::{d.replica}"): d.id for d in resource.devices}
+    return [by_key[str(i)] for i in indices]
+
+
+H100S = build_resources(inventory(), PluginConfig())[0]  # 8 GPUs, two per PCIe root: 0-1, 2-3, 4-5, 6-7
+
+
+@pytest.mark.parametrize(
+    ("available", "must", "size", "expected"),
+    [
+        pytest.param(range(8), [], 1, [0], id="one: the first"),
+        pytest.param(range(8), [], 2, [0, 1], id="two: a pair on one root"),
+        pytest.param([1, 2, 3, 5], [], 2, [2, 3], id="two: the split keeping 2-3 together wins"),
+        pytest.param([0, 2, 4, 6], [], 2, [0, 2], id="no pair shares a root: the first"),
+        pytest.param(range(8), [3], 2, [2, 3], id="must-include 3: its root partner"),
+        pytest.param(range(8), [1, 2], 2, [1, 2], id="must-include fills the size"),
+        pytest.param(range(8), [], 4, [0, 1, 2, 3], id="four: two whole roots"),
+        pytest.param(
+            [0, 2, 3, 5, 6, 7], [], 4, [0, 2, 3, 5], id="four of six: the split's padded pair 6-7 scores too"
+        ),
+        pytest.param(range(8), [5], 3, [3, 4, 5], id="three with padding, must-include 5: first best split"),
+        pytest.param(range(1, 8), [0], 2, [], id="must-include not available: nothing"),
+        pytest.param(range(8), [0, 1, 2], 2, [], id="more must-include than the size: nothing"),
+        pytest.param([0, 1], [], 3, [], id="fewer available than the size: nothing"),
+        pytest.param(range(8), [], 0, [], id="size 0: nothing"),
+    ],
+)
+def test_whole_gpus_aligned_by_pcie_links(
+    available: Any, must: list[int], size: int, expected: list[int]
+) -> None:
+    shuffled = list(reversed(ids_of(H100S, *available)))  # the kubelet's order is unspecified
+    got = preferred(H100S, shuffled, ids_of(H100S, *must), size)
+    assert got == ids_of(H100S, *expected)
+
+
+def test_best_effort_aligns_on_nvlink() -> None:
+    """The policy on NVIDIA's own example of a PCIe node with NVLink bridges (k8s-device-plugin
+    issue #546, `nvidia-smi topo -m`: NV12 between 0-2, 1-3, 4-5, 6-7, SYS elsewhere)."""
+    bridged = {frozenset(p) for p in ((0, 2), (1, 3), (4, 5), (6, 7))}
+
+    def score(a: str, b: str) -> int:
+        links = [Link.CROSS_CPU] + ([Link.nvlinks(12)] if frozenset((int(a), int(b))) in bridged else [])
+        return sum(link_score(link) for link in links)
+
+    gpus = [str(i) for i in range(8)]
+    assert best_effort(gpus, [], 2, score) == ["0", "2"]
+    assert best_effort(["0", "1", "4", "5"], [], 2, score) == ["4", "5"]
+    assert best_effort(gpus, ["3"], 2, score) == ["1", "3"]
+    assert best_effort(gpus, [], 4, score) == ["0", "1", "2", "3"]
+    assert link_score(Link.nvlinks(18)) == 1800 and link_score(Link.SAME_BOARD) == 60
+    with pytest.raises(ValueError, match="1 to 18"):
+        Link.nvlinks(19)
+
+
+def nvidia_best_effort(available: list[str], required: list[str], size: int, score: Any) -> list[str]:
+    """go-gpuallocator's search as it is written: every split in its order, the first best kept
+    (B.5), for checking our memoised one; padded sets are never answered (ours neither)."""
+    n = len(available)
+    if size <= 0 or n < size or len(required) > size or len(required) > n:
+        return []
+    places = list(range(n)) + [n] * ((-n) % size)  # n: an empty place
+    padding = places.count(n)
+
+    def set_score(group: list[int]) -> int:
+        real = [available[p] for p in group if p < n]
+        return sum(score(a, b) for i, a in enumerate(real) for b in real[i + 1 :])
+
+    def holds(group: list[int]) -> bool:
+        return all(available.index(r) in group for r in required) if required else True
+
+    best: tuple[int, list[list[int]]] | None = None
+
+    def walk(left: list[int], acc: list[list[int]]) -> None:
+        nonlocal best
+        if len(left) == size:
+            split = [*acc, left]
+            if any(holds(g) and n not in g for g in split):
+                total = sum(set_score(g) for g in split)
+                if best is None or total > best[0]:
+                    best = (total, split)
+            return
+        for partners in itertools.combinations(range(1, len(left)), size - 1):
+            group = [left[0], *(left[i] for i in partners)]
+            if group.count(n) not in (0, padding):
+                continue
+            walk([p for i, p in enumerate(left) if i and i not in partners], [*acc, group])
+
+    walk(places, [])
+    if best is None or any(r not in available for r in required):
+        return []
+    sets = [g for g in best[1] if holds(g) and n not in g]
+    return [available[p] for p in max(sets, key=set_score)] if sets else []
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_best_effort_matches_nvidias_search(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(2, 8)
+    gpus = [f"g{i}" for i in range(n)]
+    links = {
+        frozenset(p): rng.choice([10, 20, 30, 50, 100, 200, 1210]) for p in itertools.combinations(gpus, 2)
+    }
+
+    def score(a: str, b: str) -> int:
+        return links[frozenset((a, b))]
+
+    for size in range(1, n + 1):
+        required = rng.sample(gpus, rng.randint(0, min(size, 2)))
+        assert best_effort(gpus, required, size, score) == nvidia_best_effort(gpus, required, size, score), (
+            seed,
+            size,
+            required,
+        )
+
+
+def replicated(count: int, replicas: int, policy: str = "distributed") -> Resource:
+    sharing = Sharing("time-slicing", False, False, (ReplicatedResource("nvidia.com/gpu", replicas),))
+    config = PluginConfig(sharing=sharing, shared_devices_allocation_policy=policy)
+    [resource] = build_resources(inventory({"gpus": [{"profile": "t4", "count": count}]}), config)
+    return resource
+
+
+TWELVE = replicated(2, 12)  # 2 GPUs, 12 replicas each: IDs ::0 .. ::11
+
+
+@pytest.mark.parametrize(
+    ("available", "must", "size", "policy", "expected"),
+    [
+        pytest.param(None, [], 3, "distributed", ["0::0", "1::0", "0::1"], id="distributed: alternate GPUs"),
+        pytest.param(
+            [f"0::{r}" for r in range(10, 12)] + [f"1::{r}" for r in range(12)],
+            [],
+            3,
+            "distributed",
+            ["1::0", "1::1", "1::2"],
+            id="distributed: the least used GPU",
+        ),
+        pytest.param(["0::2", "0::10", "0::11"], [], 1, "distributed", ["0::2"], id="replica 2 before 10"),
+        pytest.param(
+            [f"0::{r}" for r in range(5, 12)] + [f"1::{r}" for r in range(12)],
+            [],
+            2,
+            "packed",
+            ["0::5", "0::6"],
+            id="packed: the most used GPU",
+        ),
+        pytest.param(None, [], 2, "packed", ["0::0", "0::1"], id="packed: none used, one GPU"),
+        pytest.param(
+            None, ["1::3"], 2, "distributed", ["1::3", "0::0"], id="must-include first, counts as used"
+        ),
+        pytest.param(
+            None,
+            ["1::3", "1::4", "0::1"],
+            2,
+            "distributed",
+            ["1::3", "1::4", "0::1"],
+            id="more must than size",
+        ),
+    ],
+)
+def test_replicas_greedy_as_nvidia(
+    available: list[str] | None, must: list[str], size: int, policy: str, expected: list[str]
+) -> None:
+    offered = list(reversed(ids_of(TWELVE, *available))) if available else [d.id for d in TWELVE.devices]
+    assert preferred(TWELVE, offered, ids_of(TWELVE, *must), size, policy) == ids_of(TWELVE, *expected)
+
+
+def test_numeric_order_past_ten() -> None:
+    """GPU 10 after 9 and replica ::10 after ::9: in ListAndWatch, preferred allocations, the CDI spec."""
+    assert [d.id.rsplit("::", 1)[1] for d in TWELVE.devices[:12]] == [str(r) for r in range(12)]
+    twelve_gpus = build_resources(inventory({"gpus": [{"profile": "t4", "count": 12}]}), PluginConfig())[0]
+    assert [d.index for d in twelve_gpus.devices] == [str(i) for i in range(12)]
+    # two replicas each, GPU 2 and 10 each with one in use: equal, so the lower index
+    pairs = replicated(12, 2)
+    assert preferred(pairs, ids_of(pairs, "10::1", "2::1"), [], 1) == ids_of(pairs, "2::1")
+    # t4s on four roots: 0-3 pci0000:00, 4-7 pci0001:00, 8-11 pci0002:00; 9 and 10 share one
+    assert preferred(twelve_gpus, ids_of(twelve_gpus, 10, 2, 9), [], 2) == ids_of(twelve_gpus, 9, 10)
+    spec = cdi_spec([twelve_gpus], PluginConfig(device_id_strategy="index"), None, None)
+    assert [d["name"] for d in spec["devices"]] == [str(i) for i in range(12)]
+    # Allocate keeps the kubelet's order, as NVIDIA does for UUIDs
+    answer = container_response(
+        twelve_gpus, ids_of(twelve_gpus, 10, 2), PluginConfig(device_id_strategy="index"), None
     )
-    r = [d.id for d in replicas.devices]  # 4 replicas of GPU 0, then of GPU 1
-    # distributed: GPU 0 has 2 replicas in use, GPU 1 none: both picks from GPU 1 first, then balance
-    assert preferred(replicas, r[2:4] + r[4:], [], 3) == [r[4], r[5], r[2]]
+    assert answer.envs["NVIDIA_VISIBLE_DEVICES"] == "10,2"
+
+
+def test_mig_devices_and_errors() -> None:
+    mixed = build_resources(inventory(A100_STATIC), PluginConfig(mig_strategy="mixed"))
+    small = next(r for r in mixed if r.name == "nvidia.com/mig-1g.5gb")
+    migs = [d.id for d in small.devices]
+    assert preferred(small, list(reversed(migs)), [], 1) == [migs[0]]  # MIG: greedy, not aligned
+    with pytest.raises(
+        PreferredAllocationError,
+        match=r"^error getting list of preferred allocation devices: "
+        r"not enough available devices to satisfy allocation$",
+    ):
+        preferred(small, migs, [], 3)
+    with pytest.raises(
+        PreferredAllocationError,
+        match="unable to retrieve list of available devices: no device with uuid: GPU-x",
+    ):
+        preferred(H100S, ["GPU-x"], [], 1)
+    with pytest.raises(ConfigError, match=r"^invalid --shared-devices-allocation-policy option: spread$"):
+        resolve(Flags(shared_devices_allocation_policy="spread"))
+    assert (
+        resolve(
+            Flags(), "flags: {plugin: {sharedDevicesAllocationPolicy: packed}}"
+        ).shared_devices_allocation_policy
+        == "packed"
+    )
 
 
 def test_health_checks_and_unhealthy_devices() -> None:
@@ -332,32 +543,6 @@ def test_refuses_a_node_whose_dra_plugin_is_registered(tmp_path: Path) -> None:
 # ---- the gRPC servers against a stand-in kubelet ------------------------------------------------
 
 
-class FakeKubelet(pb_grpc.RegistrationServicer):
-    """Registration as the kubelet serves it: records the request, dials the plugin back, reads its
-    options and the first ListAndWatch answer (as the kubelet's device manager does)."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.registered: list[Any] = []
-        self.first_list: dict[str, list[tuple[str, str]]] = {}
-        self.server = grpc.server(futures.ThreadPoolExecutor(4))
-        pb_grpc.add_RegistrationServicer_to_server(self, self.server)
-        self.server.add_insecure_port(f"unix://{directory / 'kubelet.sock'}")
-        self.server.start()
-
-    def Register(self, request: Any, context: Any) -> Any:
-        with grpc.insecure_channel(f"unix://{self.directory / request.endpoint}") as channel:
-            stub = pb_grpc.DevicePluginStub(channel)
-            options = stub.GetDevicePluginOptions(pb.Empty(), timeout=10)
-            first = next(stub.ListAndWatch(pb.Empty(), timeout=10))
-        self.first_list[request.resource_name] = [(d.ID, d.health) for d in first.devices]
-        self.registered.append((request.version, request.endpoint, request.resource_name, options))
-        return pb.Empty()
-
-    def stop(self) -> None:
-        self.server.stop(None).wait(5)
-
-
 @pytest.fixture
 def plugin_dir() -> Iterator[Path]:
     import tempfile
@@ -368,7 +553,7 @@ def plugin_dir() -> Iterator[Path]:
 
 
 def test_registers_serves_and_re_registers_after_a_kubelet_restart(plugin_dir: Path, smi: NvidiaSmi) -> None:
-    kubelet = FakeKubelet(plugin_dir)
+    kubelet = StandInKubelet(plugin_dir)
     health = DeviceHealth()
     resources = build_resources(inventory(A100_STATIC), PluginConfig(mig_strategy="mixed"))
     plugins = DevicePlugins(
@@ -416,11 +601,21 @@ def test_registers_serves_and_re_registers_after_a_kubelet_restart(plugin_dir: P
                 )
             )
             assert list(pref.container_responses[0].deviceIDs) == [mig0]
+            with pytest.raises(grpc.RpcError, match="not enough available devices to satisfy allocation"):
+                stub.GetPreferredAllocation(
+                    pb.PreferredAllocationRequest(
+                        container_requests=[
+                            pb.ContainerPreferredAllocationRequest(
+                                available_deviceIDs=[mig0], allocation_size=2
+                            )
+                        ]
+                    )
+                )
 
         # the kubelet restarts: its socket is re-created, the plugins serve and register again
         assert not plugins.kubelet_restarted()
         kubelet.stop()
-        kubelet = FakeKubelet(plugin_dir)
+        kubelet = StandInKubelet(plugin_dir)
         assert plugins.kubelet_restarted()
         plugins.start()
         assert len(kubelet.registered) == 3 and not plugins.kubelet_restarted()
@@ -463,7 +658,7 @@ def test_envvar_answer_gives_nvidia_smi_exactly_the_allocated_gpus(tmp_path: Pat
 
 
 def test_stream_ends_when_the_plugin_stops(plugin_dir: Path, smi: NvidiaSmi) -> None:
-    kubelet = FakeKubelet(plugin_dir)
+    kubelet = StandInKubelet(plugin_dir)
     health = DeviceHealth()
     resources = build_resources(inventory(), PluginConfig())
     plugins = DevicePlugins(resources, PluginConfig(), str(plugin_dir / "kubelet.sock"), health, smi)
@@ -501,3 +696,110 @@ def test_dra_plugin_refuses_a_node_a_device_plugin_serves() -> None:
     allowed = GpuDriver("gpu.nvidia.com", inventory(), FeatureGates(frozenset()), DeviceNodePolicy("never"),
                         allow_device_plugin=True)  # fmt: skip
     assert allowed.refusal(node) is None and driver.refusal({"metadata": {"name": NODE}}) is None
+
+
+# ---- per-node config: the node label, as NVIDIA's config-manager (B.9) ---------------------------
+
+
+@pytest.fixture
+def configs(tmp_path: Path) -> Path:
+    """A ConfigMap volume as the kubelet lays it out: files, and `..data` entries to skip."""
+    d = tmp_path / "configs"
+    (d / "..2026_01_01").mkdir(parents=True)
+    (d / "..data").symlink_to("..2026_01_01")
+    (d / "default").write_text("version: v1\n")
+    (d / "ts-4").write_text(TIME_SLICING)
+    return d
+
+
+def test_config_selection_as_config_manager(configs: Path) -> None:
+    named = ConfigSet(configs, fallbacks=("named", "single"))
+    assert named.names() == ["default", "ts-4"]
+    assert named.select("ts-4") == "ts-4" and named.select("") == "default"
+    assert ConfigSet(configs, default="ts-4").select("") == "ts-4"
+    for label in ("nope", "..data", ".."):  # only the directory's files are names
+        with pytest.raises(
+            ConfigSelectionError, match=f"^specified config {re.escape(label)} does not exist$"
+        ):
+            named.select(label)
+    with pytest.raises(ConfigSelectionError, match=r"^specified config gone does not exist$"):
+        ConfigSet(configs, default="gone").select("")
+    (configs / "default").unlink()
+    assert ConfigSet(configs, fallbacks=("named", "single")).select("") == "ts-4"  # the only one
+    (configs / "other").write_text("")
+    assert ConfigSet(configs, fallbacks=("named", "single", "empty")).select("") == ""
+    assert ConfigSet(configs).text("") is None and "timeSlicing" in (ConfigSet(configs).text("ts-4") or "")
+    with pytest.raises(
+        ConfigSelectionError, match=r"^no config was set, no default was provided, and all fallbacks failed$"
+    ):
+        ConfigSet(configs, fallbacks=("named", "single")).select("")
+    with pytest.raises(ConfigSelectionError, match=r"^unknown fallback strategy: first$"):
+        parse_fallbacks("named,first")
+    assert parse_fallbacks("named, single") == ("named", "single") and parse_fallbacks("") == ()
+    empty = configs.parent / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigSelectionError, match=r"^no configuration files available$"):
+        ConfigSet(empty).select("x")
+    with pytest.raises(ConfigSelectionError, match="error reading directory"):
+        ConfigSet(configs.parent / "missing").select("x")
+
+
+class FakeLabel:
+    """A node's label values as GET and WATCH would return them."""
+
+    key = "nvidia.com/device-plugin.config"
+
+    def __init__(self, first: str, changes: list[str]) -> None:
+        self.first, self.pending = first, changes
+
+    def get(self) -> tuple[str, str]:
+        return self.first, "1"
+
+    def changes(self, version: str) -> Iterator[tuple[str, str]]:
+        for i, value in enumerate(self.pending):
+            yield value, str(i + 2)
+
+
+def test_label_changes_restart_with_the_selected_config(configs: Path) -> None:
+    (configs / "ts-2").write_text(TIME_SLICING.replace("replicas: 4", "replicas: 2"))
+    restarts: list[str] = []
+    # started with ts-4; the label then names an unknown config (kept), ts-4 again (nothing to do),
+    # is removed (the default), and finally names ts-2
+    label = FakeLabel("ts-4", ["nope", "ts-4", "", "ts-2"])
+    watch = ConfigLabelWatch(
+        label,
+        ConfigSet(configs, fallbacks=("named",)),
+        "ts-4",
+        restarts.append,
+    )
+    watch.step(threading.Event())
+    assert restarts == ["default", "ts-2"] and watch.current == "ts-2"
+    # the first GET already differs from the config the plugin started with
+    first: list[str] = []
+    ConfigLabelWatch(FakeLabel("", []), ConfigSet(configs, default="ts-2"), "ts-4", first.append).step(
+        threading.Event()
+    )
+    assert first == ["ts-2"]
+
+
+def test_the_selected_config_is_loaded(configs: Path) -> None:
+    from dra_fake.cli import build_parser
+
+    args = build_parser().parse_args(
+        [
+            "device-plugin",
+            "--node-name",
+            NODE,
+            f"--config-file-srcdir={configs}",
+            "--config-file=/nonexistent",
+        ]
+    )
+    config, _, [gpus] = load(args, "ts-4")  # the label's config, not CONFIG_FILE
+    assert config.sharing.replicas("nvidia.com/gpu") == 4 and len(gpus.devices) == 32
+    config, _, [gpus] = load(args, "default")
+    assert config.sharing.strategy == "" and len(gpus.devices) == 8
+    assert (args.node_label, args.default_config, args.fallback_strategies) == (
+        "nvidia.com/device-plugin.config",
+        "",
+        "",
+    )  # config-manager's defaults

@@ -1,5 +1,5 @@
-"""What NVIDIA's device plugin answers to Allocate and GetPreferredAllocation, for simulated GPUs,
-and the CDI spec its CDI strategies name. Pure. Facts (sections B.4, B.5):
+"""What NVIDIA's device plugin answers to Allocate, for simulated GPUs, and the CDI spec its CDI
+strategies name (GetPreferredAllocation: dra_fake.deviceplugin.preferred). Pure. Facts (sections B.4, B.5):
 docs/reference/nvidia-device-plugin.md#b4-device-ids-allocate-responses.
 
 Per `DEVICE_LIST_STRATEGY` (several may be set): `envvar` puts the devices in
@@ -17,14 +17,13 @@ which only CDI can create: there are none on the host to pass as DeviceSpecs).
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra_fake.core.cdi import EARLIEST_VERSION, minimum_version
 from dra_fake.deviceplugin.config import PluginConfig
-from dra_fake.deviceplugin.resources import PluginDevice, Resource
+from dra_fake.deviceplugin.resources import PluginDevice, Resource, order_key
 from dra_fake.gpu.devnodes import DeviceNodes
 from dra_fake.gpu.edits import common_edits, gpu_edits
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
@@ -60,7 +59,8 @@ class ContainerResponse:
 
 def requested_devices(resource: Resource, ids: Sequence[str]) -> list[PluginDevice]:
     """The physical devices of a request (replicas of one device count once), validated as NVIDIA's
-    resource manager does."""
+    resource manager does; in the request's order, as NVIDIA keeps it for UUIDs (the kubelet's own
+    order is unspecified; for indices NVIDIA uses map order, ours is the request's too)."""
     known = resource.by_id()
     prefix = f'invalid allocation request for "{resource.name}": invalid request'
     for device_id in ids:
@@ -119,7 +119,8 @@ def container_response(
 def cdi_spec(resources: Sequence[Resource], config: PluginConfig, nvidia_smi: NvidiaSmi | None,
              device_nodes: DeviceNodes | None) -> dict[str, Any]:  # fmt: skip
     """The spec the CDI strategies name: one device per GPU / MIG device (named by the ID
-    strategy), with the simulated nvidia-smi and NVIDIA's device nodes where they reach nothing."""
+    strategy, in numeric order), with the simulated nvidia-smi and NVIDIA's device nodes where they
+    reach nothing."""
     physical: dict[str, PluginDevice] = {}
     for resource in resources:
         for device in resource.devices:
@@ -133,40 +134,11 @@ def cdi_spec(resources: Sequence[Resource], config: PluginConfig, nvidia_smi: Nv
     spec: dict[str, Any] = {
         "cdiVersion": EARLIEST_VERSION,
         "kind": CDI_KIND,
-        "devices": [{"name": device_ref(d, config), "containerEdits": edits(d)} for d in physical.values()],
+        "devices": [
+            {"name": device_ref(d, config), "containerEdits": edits(d)}
+            for d in sorted(physical.values(), key=order_key)
+        ],
         "containerEdits": common,
     }
     spec["cdiVersion"] = minimum_version(spec)
     return spec
-
-
-def preferred(
-    resource: Resource, available: Sequence[str], must_include: Sequence[str], size: int
-) -> list[str]:
-    """GetPreferredAllocation. Replicas: NVIDIA's `distributed` policy, the GPUs with the fewest
-    replicas in use first. Whole devices: the must-include ones, then devices sharing a PCIe root
-    with those chosen (a simplified form of NVIDIA's best-effort topology policy), then by index."""
-    known = resource.by_id()
-    chosen = [i for i in must_include if i in known][:size]
-    candidates = [i for i in available if i in known and i not in chosen]
-    if resource.replicas > 1:
-        free = Counter(known[i].uuid for i in available if i in known)
-        used = {uuid: resource.replicas - n for uuid, n in free.items()}
-        for device_id in chosen:
-            used[known[device_id].uuid] = used.get(known[device_id].uuid, 0) + 1
-        while len(chosen) < size and candidates:
-            best = min(candidates, key=lambda i: (used.get(known[i].uuid, 0), known[i].index, i))
-            chosen.append(best)
-            candidates.remove(best)
-            used[known[best].uuid] = used.get(known[best].uuid, 0) + 1
-        return chosen
-    while len(chosen) < size and candidates:
-        roots = {known[i].pcie_root for i in chosen}
-        best = min(candidates, key=lambda i: (known[i].pcie_root not in roots, _order(known[i])))
-        chosen.append(best)
-        candidates.remove(best)
-    return chosen
-
-
-def _order(device: PluginDevice) -> tuple[int, ...]:
-    return tuple(int(part) for part in device.index.split(":"))

@@ -34,7 +34,28 @@ def add_device_plugin_parser(sub: Any, env_default: type[argparse.Action]) -> No
     flag("--cdi-annotation-prefix", "CDI_ANNOTATION_PREFIX", help="NVIDIA default cdi.k8s.io/")
     flag("--pass-device-specs", "PASS_DEVICE_SPECS", help="accepted; there are no host device nodes to pass")
     flag("--mps-root", "MPS_ROOT", help="required with sharing.mps")
+    flag(
+        "--shared-devices-allocation-policy",
+        "SHARED_DEVICES_ALLOCATION_POLICY",
+        help="preferred allocation of replicas and MIG devices: distributed (NVIDIA default) or packed",
+    )
     flag("--config-file", "CONFIG_FILE", help="NVIDIA's config file (version v1: flags, sharing)")
+    # NVIDIA's config-manager (its chart's init container and sidecar), here in the plugin itself
+    flag(
+        "--config-file-srcdir",
+        "CONFIG_FILE_SRCDIR",
+        default="",
+        help="directory of named config files (a ConfigMap); the node label picks one, not CONFIG_FILE",
+    )
+    flag("--node-label", "NODE_LABEL", default="nvidia.com/device-plugin.config",
+         help="the node label whose value names the config")  # fmt: skip
+    flag("--default-config", "DEFAULT_CONFIG", default="", help="the config of a node without the label")
+    flag(
+        "--fallback-strategies",
+        "FALLBACK_STRATEGIES",
+        default="",
+        help="no label, no default: named (config 'default'), single (the only one), empty; in order",
+    )
     flag("--kubelet-socket", "KUBELET_SOCKET", default="/var/lib/kubelet/device-plugins/kubelet.sock",
          help="the kubelet's registration socket; the plugin's sockets go beside it")  # fmt: skip
     flag("--dp-disable-healthchecks", "DP_DISABLE_HEALTHCHECKS", default="",

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")
+ALLOCATION_POLICIES = ("distributed", "packed")  # sharedDevicesAllocationPolicy (replicas, MIG)
 TIME_SLICING, MPS = "time-slicing", "mps"
 SHARED_SUFFIX = ".shared"
 DEFAULT_CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
@@ -72,6 +73,7 @@ class PluginConfig:
     cdi_annotation_prefix: str = DEFAULT_CDI_ANNOTATION_PREFIX
     pass_device_specs: bool = False
     mps_root: str = ""
+    shared_devices_allocation_policy: str = "distributed"
     sharing: Sharing = field(default_factory=Sharing)
 
 
@@ -86,6 +88,7 @@ class Flags:
     cdi_annotation_prefix: str | None = None
     pass_device_specs: bool | None = None
     mps_root: str | None = None
+    shared_devices_allocation_policy: str | None = None
 
 
 def parse_bool(raw: str, what: str) -> bool:
@@ -199,6 +202,8 @@ def parse_config_file(text: str | None, source: str = "config file") -> dict[str
         out["device_id_strategy"] = str(plugin["deviceIDStrategy"])
     if "cdiAnnotationPrefix" in plugin:
         out["cdi_annotation_prefix"] = str(plugin["cdiAnnotationPrefix"])
+    if "sharedDevicesAllocationPolicy" in plugin:
+        out["shared_devices_allocation_policy"] = str(plugin["sharedDevicesAllocationPolicy"])
     if "passDeviceSpecs" in plugin:
         out["pass_device_specs"] = parse_bool(str(plugin["passDeviceSpecs"]), "flags.plugin.passDeviceSpecs")
     sharing = _mapping(doc.get("sharing"), "sharing")
@@ -223,6 +228,7 @@ def resolve(flags: Flags, file_text: str | None = None) -> PluginConfig:
         "cdi_annotation_prefix": flags.cdi_annotation_prefix,
         "pass_device_specs": flags.pass_device_specs,
         "mps_root": flags.mps_root,
+        "shared_devices_allocation_policy": flags.shared_devices_allocation_policy,
     }
     values |= {k: v for k, v in given.items() if v is not None}
     config = PluginConfig(**values)
@@ -230,6 +236,10 @@ def resolve(flags: Flags, file_text: str | None = None) -> PluginConfig:
         raise ConfigError(f"unknown MIG strategy: {config.mig_strategy}")
     if config.device_id_strategy not in DEVICE_ID_STRATEGIES:
         raise ConfigError(f"invalid --device-id-strategy option: {config.device_id_strategy}")
+    if config.shared_devices_allocation_policy not in ALLOCATION_POLICIES:
+        raise ConfigError(
+            f"invalid --shared-devices-allocation-policy option: {config.shared_devices_allocation_policy}"
+        )
     if config.sharing.strategy == MPS:
         if config.mig_strategy == "mixed":
             raise ConfigError("using --mig-strategy=mixed is not supported with MPS")

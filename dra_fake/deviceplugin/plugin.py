@@ -1,5 +1,6 @@
 """`dra-fake device-plugin`: the process. Configuration (NVIDIA's flags, environment and config
-file), the node's resources, the nvidia-smi files and the CDI spec, then the DevicePlugin servers,
+file, or the named config its Node's label picks, followed as the label changes: labelwatch), the
+node's resources, the nvidia-smi files and the CDI spec, then the DevicePlugin servers,
 registered with the kubelet and re-registered when it restarts, GpuFaults turning devices
 unhealthy, and (as beside NVIDIA's plugin) dcgm-exporter's metrics and GFD's labels.
 """
@@ -14,6 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
+from kubernetes.client import ApiClient
+
 from dra_fake.core import cdi, logs
 from dra_fake.core.atomic import atomic_write
 from dra_fake.core.kube import load_kube_client
@@ -21,6 +24,8 @@ from dra_fake.core.kubeconfig import StartupError
 from dra_fake.core.retry import run_forever, with_backoff
 from dra_fake.deviceplugin.allocate import CDI_SPEC_FILE, cdi_spec, names_cdi
 from dra_fake.deviceplugin.config import ConfigError, Flags, PluginConfig, parse_bool, resolve
+from dra_fake.deviceplugin.configselect import ConfigSelectionError, ConfigSet, parse_fallbacks
+from dra_fake.deviceplugin.labelwatch import ConfigLabelWatch, NodeLabel, reexec
 from dra_fake.deviceplugin.resources import Resource, build_resources
 from dra_fake.deviceplugin.server import DeviceHealth, DevicePlugins, unhealthy_uuids
 from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
@@ -52,6 +57,7 @@ def _flags(args: argparse.Namespace) -> Flags:
         cdi_annotation_prefix=args.cdi_annotation_prefix,
         pass_device_specs=boolean(args.pass_device_specs, "--pass-device-specs"),
         mps_root=args.mps_root,
+        shared_devices_allocation_policy=args.shared_devices_allocation_policy,
     )
 
 
@@ -68,9 +74,15 @@ def dra_plugin_registered(registrar_dir: str, driver: str) -> str | None:
     return found[0] if found else None
 
 
-def load(args: argparse.Namespace) -> tuple[PluginConfig, Inventory, list[Resource]]:
-    """Everything start-up reads; ConfigError, InventoryError, StartupError or OSError name the problem."""
-    text = Path(args.config_file).read_text(encoding="utf-8") if args.config_file else None
+def load(
+    args: argparse.Namespace, selected: str | None = None
+) -> tuple[PluginConfig, Inventory, list[Resource]]:
+    """Everything start-up reads; ConfigError, InventoryError, StartupError or OSError name the problem.
+    `selected`: the node label's config (None: CONFIG_FILE)."""
+    if selected is not None:
+        text = config_set(args).text(selected)
+    else:
+        text = Path(args.config_file).read_text(encoding="utf-8") if args.config_file else None
     config = resolve(_flags(args), text)
     profile_dirs = [Path(args.profiles_dir)] if args.profiles_dir else []
     inventory = load_inventory(Path(args.config) if args.config else None, args.node_name, profile_dirs)
@@ -84,6 +96,23 @@ def load(args: argparse.Namespace) -> tuple[PluginConfig, Inventory, list[Resour
             "exists): run the device plugin or the DRA driver on a node, not both"
         )
     return config, inventory, resources
+
+
+def config_set(args: argparse.Namespace) -> ConfigSet:
+    fallbacks = parse_fallbacks(args.fallback_strategies)
+    return ConfigSet(Path(args.config_file_srcdir), args.default_config, fallbacks)
+
+
+def select_config(args: argparse.Namespace, api: ApiClient) -> str | None:
+    """With CONFIG_FILE_SRCDIR: the config the node's label selects, as NVIDIA's config-manager init
+    container does before the plugin starts (it waits for the API server); else None."""
+    if not args.config_file_srcdir:
+        return None
+    label = NodeLabel(api, args.node_name, args.node_label)
+    value = with_backoff(f"read Node {args.node_name}", lambda: label.get()[0], threading.Event())
+    selected = config_set(args).select(value)
+    log.info("node label selects a config", extra={"label": f"{args.node_label}={value}", "config": selected})
+    return selected
 
 
 def write_files(
@@ -118,11 +147,16 @@ def run_device_plugin(args: argparse.Namespace) -> int:
         if not args.node_name:
             raise StartupError("--node-name (NODE_NAME) is required")
         fail_on_init_error = _flags(args).fail_on_init_error is not False
-        config, inventory, resources = load(args)
+        api = load_kube_client(args.kubeconfig)
+        selected = select_config(args, api)
+        config, inventory, resources = load(args, selected)
         fail_on_init_error = config.fail_on_init_error
         ignored = health_checks(args.dp_disable_healthchecks)
-        api = load_kube_client(args.kubeconfig)
         smi = write_files(config, inventory, resources, args)
+    except ConfigSelectionError as err:
+        # config-manager's failure, before the plugin: the pod does not start, whatever failOnInitError
+        print(f"dra-fake device-plugin: error: {err}", file=sys.stderr)
+        return 1
     except (ConfigError, InventoryError, StartupError, ValueError, OSError) as err:
         print(f"dra-fake device-plugin: error: {err}", file=sys.stderr)
         if fail_on_init_error:
@@ -133,6 +167,15 @@ def run_device_plugin(args: argparse.Namespace) -> int:
         return 0
 
     stop = threading.Event()
+    restart_to: list[str] = []  # the config the node label switched to
+    if selected is not None:
+
+        def restart(name: str) -> None:
+            restart_to.append(name)
+            stop.set()
+
+        label = NodeLabel(api, args.node_name, args.node_label)
+        ConfigLabelWatch(label, config_set(args), selected, restart).start(stop)
     health = DeviceHealth()
     plugins = DevicePlugins(resources, config, args.kubelet_socket, health, smi)
 
@@ -185,4 +228,6 @@ def run_device_plugin(args: argparse.Namespace) -> int:
             plugins.stop(grace)
 
     serve_forever(Closing(), stop_event=stop)
+    if restart_to:
+        reexec()
     return 0

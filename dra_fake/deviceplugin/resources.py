@@ -8,11 +8,13 @@ and #b4-device-ids-allocate-responses.
 - IDs are GPU or MIG UUIDs; a shared resource (time-slicing, MPS) advertises each device `replicas`
   times as `<UUID>::<n>`, renamed `<name>.shared` with `renameByDefault`.
 - The same UUIDs, bus IDs and minors as the DRA view of the inventory (dra_fake.gpu.inventory).
+- Each resource's devices (what ListAndWatch sends) are in numeric order (`order_key`); NVIDIA's
+  come in Go map order, which is no order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dra_fake.deviceplugin.config import SHARED_SUFFIX, ConfigError, PluginConfig
 from dra_fake.gpu.devices import AllocatableDevice
@@ -51,6 +53,13 @@ class Resource:
 
     def by_id(self) -> dict[str, PluginDevice]:
         return {d.id: d for d in self.devices}
+
+
+def order_key(device: PluginDevice) -> tuple[int, ...]:
+    """The numeric order of devices: GPU index, MIG index, replica (`<UUID>::10` after `::9`, GPU
+    10 after GPU 9). NVIDIA leaves most of its lists in Go map order; ours are in this order."""
+    replica = -1 if device.replica is None else device.replica
+    return (*(int(part) for part in device.index.split(":")), replica)
 
 
 def mig_resource_name(profile: str) -> str:
@@ -133,4 +142,6 @@ def build_resources(inventory: Inventory, config: PluginConfig) -> list[Resource
         out.append(
             Resource(renamed, shared, replicas, sharing.strategy, sharing.fail_requests_greater_than_one)
         )
-    return sorted(out, key=lambda r: r.name)  # a shared resource the node does not have is skipped
+    # a shared resource the node does not have is skipped
+    ordered = (replace(r, devices=tuple(sorted(r.devices, key=order_key))) for r in out)
+    return sorted(ordered, key=lambda r: r.name)

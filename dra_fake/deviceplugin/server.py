@@ -18,8 +18,9 @@ from typing import Any
 
 import grpc
 
-from dra_fake.deviceplugin.allocate import AllocationError, container_response, preferred
+from dra_fake.deviceplugin.allocate import AllocationError, container_response
 from dra_fake.deviceplugin.config import PluginConfig
+from dra_fake.deviceplugin.preferred import PreferredAllocationError, preferred
 from dra_fake.deviceplugin.resources import Resource
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.kubelet import sockets
@@ -93,17 +94,21 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 yield self.devices(unhealthy)
 
     def GetPreferredAllocation(self, request: Any, context: grpc.ServicerContext) -> Any:
-        responses = [
-            pb.ContainerPreferredAllocationResponse(
-                deviceIDs=preferred(
+        responses = []
+        for r in request.container_requests:
+            try:
+                ids = preferred(
                     self.resource,
                     list(r.available_deviceIDs),
                     list(r.must_include_deviceIDs),
                     r.allocation_size,
+                    self.config.shared_devices_allocation_policy,
                 )
-            )
-            for r in request.container_requests
-        ]
+            except PreferredAllocationError as err:
+                why = {"resource": self.resource.name, "error": str(err)}
+                log.warning("no preferred allocation", extra=why)
+                context.abort(grpc.StatusCode.UNKNOWN, str(err))
+            responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return pb.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: Any, context: grpc.ServicerContext) -> Any:

@@ -54,12 +54,19 @@ CLASSIC_INVENTORY: dict[str, Any] = {
         },
     ]
 }
+
+
+def _time_slicing(replicas: int) -> dict[str, Any]:
+    return {
+        "version": "v1",
+        "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}},
+    }
+
+
+# NVIDIA's chart's named configs: ts-4 by default, ts-2 where the node label asks for it.
 CLASSIC_DEVICE_PLUGIN: dict[str, Any] = {
     "migStrategy": "mixed",
-    "config": {
-        "version": "v1",
-        "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}},
-    },
+    "config": {"default": "ts-4", "map": {"ts-4": _time_slicing(4), "ts-2": _time_slicing(2)}},
 }
 MIG_INVENTORY = REPO / "examples" / "inventory" / "mixed-mig.yaml"
 # Every worker is in the local cluster's NVLink clique, so ComputeDomain channels are injected.

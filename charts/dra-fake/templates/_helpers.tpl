@@ -174,3 +174,25 @@ false
 {{- if .Values.nodeLabels.enabled -}}{{- $what = append $what "GPU Feature Discovery's nvidia.com/ labels and the annotation dra-fake.dev/gfd-labels" -}}{{- end -}}
 only {{ join " and " $what }} may change
 {{- end -}}
+
+{{/* The ConfigMap of the device plugin's named configs ("" when none), as NVIDIA's chart: `config.name`
+(an existing one) or the chart's own from `config.map`; both, or several configs without a way to a
+default, fail with NVIDIA's messages. */}}
+{{- define "dra-fake.devicePluginConfigMap" -}}
+{{- $c := .Values.devicePlugin.config -}}
+{{- if and $c.name $c.map -}}
+{{- fail "devicePlugin.config: Only one of 'config.name' or 'config.map' should ever be set for a given deployment." -}}
+{{- end -}}
+{{- if $c.map -}}
+{{- $fallbacks := $c.fallbackStrategies -}}
+{{- if not (or $c.default (and (has "named" $fallbacks) (hasKey $c.map "default")) (and (has "single" $fallbacks) (eq (len $c.map) 1)) (has "empty" $fallbacks)) -}}
+{{- fail "devicePlugin.config: A default config must be provided when more than one configuration is set in 'config.map'. Either set the default using 'config.default' or provide a list of fallback strategies to try in 'config.fallbackStrategies'." -}}
+{{- end -}}
+{{- if and $c.default (not (hasKey $c.map $c.default)) -}}
+{{- fail (printf "devicePlugin.config.default: %q is not a key of config.map" $c.default) -}}
+{{- end -}}
+{{- printf "%s-device-plugin-configs" (include "dra-fake.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $c.name -}}
+{{- end -}}
+{{- end -}}
