@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_fake.gpu.devicefile import gi_instance_id, serial
+from dra_fake.gpu.devicefile import device_keys, gi_instance_id, render, serial
 from dra_fake.gpu.inventory import Inventory, build_inventory, parse_config
 from dra_fake.gpu.monitor import GpuMonitor, live_state
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
@@ -81,8 +81,13 @@ def test_info_text_writes_only_documented_keys(tmp_path: Path, profile: str) -> 
     inventory, smi = node(tmp_path, gpus)
     assert {d.kind for d in inventory.devices.values()} == ({"gpu", "mig"} if complete else {"gpu"})
     for device in inventory.devices.values():
-        keys = read_keys(smi.info_text(device, device.uuid or "MIG-00000000-0000-0000-0000-000000000000"))
+        uuid = device.uuid or "MIG-00000000-0000-0000-0000-000000000000"
+        text = smi.info_text(device, uuid)
+        keys = read_keys(text)
         assert keys.keys() <= STATIC, sorted(keys.keys() - STATIC)
+        # NvidiaSmi keeps each GPU's lines: the file is still exactly its keys
+        gpu = inventory.gpu(device.minor)
+        assert text == render(device_keys(gpu, device, uuid), f"dra-fake device file: {device.name}")
         assert keys["kind"] == device.kind and keys["gpu_uuid"] == device.gpu_uuid
 
 

@@ -211,7 +211,21 @@ def device_keys(gpu: PhysicalGpu, device: AllocatableDevice, uuid: str) -> dict[
     return {k: v for k, v in keys.items() if v is not None}
 
 
+def device_text(gpu: PhysicalGpu, device: AllocatableDevice, uuid: str, gpu_text: str | None = None) -> str:
+    """The device file (device_keys as lines). `gpu_text`: lines(gpu_keys(gpu)), the same in every
+    file of the GPU, for a caller that keeps it (a prepare writes files of new MIG UUIDs often)."""
+    text = f"# dra-fake device file: {device.name}\n" + lines({"kind": device.kind})
+    text += lines(gpu_keys(gpu)) if gpu_text is None else gpu_text
+    if device.kind == "mig" and device.mig is not None:
+        text += lines(mig_keys(gpu, device, device.mig, uuid))
+    return text
+
+
+def lines(keys: Mapping[str, Value | float | None]) -> str:
+    """`key=value` lines, values quoted as POSIX sh reads them; None values left out."""
+    return "".join(f"{key}={shlex.quote(str(value))}\n" for key, value in keys.items() if value is not None)
+
+
 def render(keys: Mapping[str, Value | float], comment: str) -> str:
-    """`key=value` lines, values quoted as POSIX sh reads them, after a `#` comment line."""
-    lines = [f"# {comment}"] + [f"{key}={shlex.quote(str(value))}" for key, value in keys.items()]
-    return "\n".join(lines) + "\n"
+    """lines(keys) after a `#` comment line."""
+    return f"# {comment}\n" + lines(keys)

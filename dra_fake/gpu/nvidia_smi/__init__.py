@@ -75,6 +75,7 @@ class NvidiaSmi:
         self._info_prefix = f"{self.dir / 'devices'}/"  # of a spec's info file mounts
         self.devices = dict(devices)
         self.gpus = {gpu.minor: gpu for gpu in gpus}
+        self._gpu_text: dict[int, str] = {}  # minor -> its GPU's lines of every device file
         # path -> (inode, size, mtime) and the bytes that file held when this process last wrote or
         # read it: a prepare checks its spec's files with one stat instead of reading each.
         # Keyed by the path as a string: a prepare looks its spec's mounts up as they are written.
@@ -122,8 +123,11 @@ class NvidiaSmi:
 
     def info_text(self, device: AllocatableDevice, uuid: str) -> str:
         """The device file: the keys of docs/nvml.md (dra_fake.gpu.devicefile)."""
-        keys = devicefile.device_keys(self.gpus[device.minor], device, uuid)
-        return devicefile.render(keys, f"dra-fake device file: {device.name}")
+        gpu = self.gpus[device.minor]
+        gpu_text = self._gpu_text.get(device.minor)
+        if gpu_text is None:
+            gpu_text = self._gpu_text[device.minor] = devicefile.lines(devicefile.gpu_keys(gpu))
+        return devicefile.device_text(gpu, device, uuid, gpu_text)
 
     def write_info(self, device: AllocatableDevice, uuid: str) -> None:
         """Write the device's file (the device-plugin mode writes every device's at start)."""
