@@ -630,9 +630,11 @@ def test_envvar_answer_gives_nvidia_smi_exactly_the_allocated_gpus(tmp_path: Pat
     nvidia-smi list exactly the allocated GPUs."""
     [gpus] = build_resources(inventory(), PluginConfig())
     for d in gpus.devices:
-        path = smi.info_path(d.device.name, d.uuid)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(smi.info_text(d.device, d.uuid))
+        smi.write_info(d.device, d.uuid)
+    # the same device file as the DRA driver's (docs/nvml.md), from the same code
+    written = smi.info_path(gpus.devices[1].device.name, gpus.devices[1].uuid).read_text()
+    assert written == smi.info_text(gpus.devices[1].device, gpus.devices[1].uuid)
+    assert "vbios_version=96.00.99.00.01\n" in written and "temp_shutdown=95\n" in written
     answer = container_response(gpus, [gpus.devices[6].id, gpus.devices[1].id], PluginConfig(), smi)
     root = tmp_path / "ctr"
     for m in answer.mounts:

@@ -295,13 +295,22 @@ def test_gpu_state_for_nvidia_smi_follows_active_faults_only(inventory: Inventor
     ]
     tracker = FaultTracker(inventory.devices, DEFAULT_IGNORED_XIDS)
     gpu0, gpu_mig = inventory.devices[h0].gpu_uuid, inventory.devices[mig].gpu_uuid
-    # the Xid the driver logged: a double-bit ECC error is Xid 48, a lost GPU Xid 79
+    # the Xid the driver logged: a double-bit ECC error is Xid 48, a lost GPU Xid 79; its sequence
+    # number is the start (ms) of the latest Xid event, so the GPU lost 30 s later is a new event
+    seq = int(T0 * 1000)
     assert tracker.effects(faults, T0)[0].gpus == {
-        gpu0: {"temperature": 97, "ecc_sbe": 3, "ecc_dbe": 3, "xid": 48},
-        gpu_mig: {"xid": 79},
+        gpu0: {"temperature": 97, "ecc_sbe": 3, "ecc_dbe": 3, "xid": 48, "xid_seq": seq},
+        gpu_mig: {"xid": 79, "xid_seq": seq},
     }
     assert tracker.effects(faults, T0 + 60)[0].gpus == {
-        gpu0: {"temperature": 91, "ecc_sbe": 3, "ecc_dbe": 3, "xid": 48},
-        gpu_mig: {"lost": 1, "xid": 79},
+        gpu0: {"temperature": 91, "ecc_sbe": 3, "ecc_dbe": 3, "xid": 48, "xid_seq": seq},
+        gpu_mig: {"lost": 1, "xid": 79, "xid_seq": seq + 30_000},
+    }
+    # the same faults read by a restarted plugin (a new tracker) number the events the same
+    restarted = FaultTracker(inventory.devices, DEFAULT_IGNORED_XIDS)
+    assert restarted.effects(faults, T0 + 60)[0].gpus[gpu_mig] == {
+        "lost": 1,
+        "xid": 79,
+        "xid_seq": seq + 30_000,
     }
     assert tracker.effects([], T0 + 60)[0].gpus == {}  # the sticky Xid taint stays; the GPU state does not

@@ -484,7 +484,8 @@ def test_nvidia_smi_shows_the_sample_the_metrics_serve(tmp_path: Path) -> None:
     fields = "utilization.gpu,memory.used,memory.free,power.draw,clocks.sm,temperature.gpu"
     out = run_smi(root, f"--query-gpu={fields}", "--format=csv,noheader,nounits").stdout
     temp = values[("DCGM_FI_DEV_GPU_TEMP", "1")]
-    assert out == f"{int(util)}, 20480, {81559 - 480 - 20480}, {power:.2f}, 1980, {int(temp)}\n"
+    # nvidia-smi's free is one MiB above total - reserved - used (docs/nvml.md#free-memory)
+    assert out == f"{int(util)}, 20480, {81559 - 480 - 20480 + 1}, {power:.2f}, 1980, {int(temp)}\n"
     assert any(f"{int(util)}%      Default" in line for line in run_smi(root).stdout.splitlines())
 
 

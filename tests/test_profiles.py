@@ -9,15 +9,19 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from dra_fake.gpu.profiles import (
     BUILTIN_DIR,
     BUILTIN_PROFILE_IDS,
     GpuProfile,
+    MigProfile,
+    PcieLink,
     ProfileError,
     apply_overrides,
     load_profiles,
 )
+from dra_fake.gpu.profiles.models import Inforom, Telemetry
 from dra_fake.gpu.render import profiles_table
 
 
@@ -84,7 +88,7 @@ FULL_GPU = [
         "HMM",
         "580.105.08",
     ),
-    ("h200-sxm-141gb", "NVIDIA H200", "Hopper", "9.0", 143771, 132, 5, "0x233510DE", None, "550.54.15"),
+    ("h200-sxm-141gb", "NVIDIA H200", "Hopper", "9.0", 143771, 132, 5, "0x233510DE", "None", "580.159.04"),
     ("b200", "NVIDIA B200", "Blackwell", "10.0", 183359, 148, 5, "0x290110DE", "None", "580.105.08"),
     ("gb200", "NVIDIA GB200", "Blackwell", "10.0", 189471, 152, 5, "0x294110DE", "ATS", "580.173.02"),
     ("l40s", "NVIDIA L40S", "Ada Lovelace", "8.9", 46068, 142, 4, "0x26B910DE", "HMM", "595.91.07"),
@@ -154,8 +158,8 @@ MIG_ROWS = [
     ("h100-sxm5-80gb", "1g.20gb", 15, 20096, 26, 1, 1, 0, 1, 0, 4),
     ("h100-sxm5-80gb", "3g.40gb", 9, 40448, 60, 3, 3, 0, 3, 0, 2),
     ("h100-sxm5-80gb", "7g.80gb", 0, 81152, 132, 8, 7, 0, 7, 1, 1),
-    ("h200-sxm-141gb", "2g.35gb", 14, 33024, 32, 2, 2, 0, 2, 0, 3),
-    ("h200-sxm-141gb", "7g.141gb", 0, 143104, 132, 8, 7, 0, 7, 1, 1),
+    ("h200-sxm-141gb", "2g.35gb", 14, 33280, 32, 2, 2, 0, 2, 0, 3),
+    ("h200-sxm-141gb", "7g.141gb", 0, 143360, 132, 8, 7, 0, 7, 1, 1),
     ("b200", "2g.45gb", 14, 45312, 36, 4, 2, 0, 2, 0, 3),
     ("gb200", "1g.47gb", 15, 46592, 32, 2, 1, 0, 1, 0, 4),
 ]
@@ -219,6 +223,32 @@ def test_values_the_reference_lacks_are_null_not_invented(profiles: dict[str, Gp
     assert set(profiles["gb200"].incomplete_mig_profiles()) == {"3g.93gb", "4g.93gb", "7g.186gb"}
     for pid in ("a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb"):
         assert profiles[pid].incomplete_mig_profiles() == {}
+
+
+def aliases(model: type[BaseModel]) -> set[str]:
+    return {field.alias or name for name, field in model.model_fields.items()}
+
+
+@pytest.mark.parametrize("profile_id", BUILTIN_PROFILE_IDS)
+def test_builtin_files_state_every_field(profile_id: str) -> None:
+    """Optional fields default to null; a built-in file still writes each one, with its source or
+    the reason it is unknown in a comment (docs/reference/gpu-profiles.md)."""
+    raw = builtin_raw(profile_id)
+    optional_without_mig = {"migMemorySlices", "migProfiles"}
+    assert aliases(GpuProfile) - raw.keys() <= (optional_without_mig if "migProfiles" not in raw else set())
+    assert raw["telemetry"].keys() == aliases(Telemetry)
+    assert raw["pcie"].keys() == aliases(PcieLink)
+    assert raw["inforom"].keys() == aliases(Inforom)
+    for row in raw.get("migProfiles", []):
+        assert row.keys() == aliases(MigProfile), row["name"]
+
+
+def test_limits_and_clocks_are_ordered(tmp_path: Path) -> None:
+    data = builtin_raw("h100-sxm5-80gb") | {"id": "x"}
+    data["telemetry"] = dict(data["telemetry"], powerMinLimitW=800)
+    write(tmp_path, "x.yaml", data)
+    with pytest.raises(ProfileError, match=r"x\.yaml: telemetry.powerMinLimitW: must not exceed powerLimitW"):
+        load_profiles([tmp_path])
 
 
 def test_pci_topology_bus_ids_are_unique(profiles: dict[str, GpuProfile]) -> None:

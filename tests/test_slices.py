@@ -200,9 +200,8 @@ def test_full_gpu_attributes_and_capacity(tmp_path: Path) -> None:
 
 
 def test_addressing_mode_is_omitted_when_unknown_and_published_as_none_string(tmp_path: Path) -> None:
-    h200 = all_devices(
-        desired_slices(inventory(tmp_path, {"gpus": [{"profile": "h200-sxm-141gb"}]}), DRIVER, (1, 34))
-    )
+    unknown = {"gpus": [{"profile": "h200-sxm-141gb", "overrides": {"addressingMode": None}}]}
+    h200 = all_devices(desired_slices(inventory(tmp_path, unknown), DRIVER, (1, 34)))
     assert "addressingMode" not in h200["gpu-0"]["attributes"]
     a100 = all_devices(
         desired_slices(inventory(tmp_path, {"gpus": [{"profile": "a100-sxm4-80gb"}]}), DRIVER, (1, 34))

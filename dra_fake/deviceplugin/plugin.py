@@ -128,9 +128,7 @@ def write_files(
         for device in resource.devices:
             if device.uuid not in written:
                 written.add(device.uuid)
-                path = smi.info_path(device.device.name, device.uuid)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write(path, smi.info_text(device.device, device.uuid).encode(), 0o644)
+                smi.write_info(device.device, device.uuid)
     if names_cdi(config.device_list_strategy):
         nodes = DeviceNodePolicy(args.device_nodes).current()
         spec = cdi_spec(resources, config, smi, nodes)

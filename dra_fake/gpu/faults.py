@@ -274,19 +274,27 @@ class Effects:
 def add_gpu_state(state: dict[str, int], fault: Fault) -> None:
     """What an active fault does to its GPU as nvidia-smi and DCGM report it: lost, ECC counters
     (volatile, summed), temperature (the hottest fault), and the Xid the driver logged (the latest
-    fault's; DCGM_FI_DEV_XID_ERRORS, docs/reference/dcgm-exporter-and-gfd.md#a4-value-semantics)."""
+    fault's; DCGM_FI_DEV_XID_ERRORS, docs/reference/dcgm-exporter-and-gfd.md#a4-value-semantics)
+    with `xid_seq`, which grows with each new Xid event (faults come here in start order)."""
     if fault.kind == "gpu-lost":
         state["lost"] = 1
-        state["xid"] = XID_FALLEN_OFF_BUS
+        _set_xid(state, XID_FALLEN_OFF_BUS, fault)
     elif fault.kind == "xid" and fault.xid is not None:
-        state["xid"] = fault.xid
+        _set_xid(state, fault.xid, fault)
     elif fault.kind == "ecc":
         key = "ecc_dbe" if fault.ecc_type == "double" else "ecc_sbe"
         state[key] = state.get(key, 0) + fault.ecc_count
         if fault.ecc_type == "double":
-            state["xid"] = XID_DOUBLE_BIT_ECC
+            _set_xid(state, XID_DOUBLE_BIT_ECC, fault)
     elif fault.kind == "thermal":
         state["temperature"] = max(state.get("temperature", 0), fault.temperature)
+
+
+def _set_xid(state: dict[str, int], xid: int, fault: Fault) -> None:
+    """The Xid event and its sequence number: the start time in milliseconds, the same in every
+    plugin process (a restart delivers no event twice, docs/nvml.md `fault_xid_seq`)."""
+    state["xid"] = xid
+    state["xid_seq"] = max(state.get("xid_seq", 0), round(fault.starts_at * 1000))
 
 
 _SEVERITY = {UNHEALTHY: 2, UNKNOWN: 1}

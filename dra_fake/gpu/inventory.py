@@ -100,6 +100,7 @@ class PhysicalGpu:
     profile: GpuProfile
     mig_mode: MigMode
     static_mig: tuple[MigPlacement, ...] = ()  # pre-created MIG devices (mig: static)
+    module_id: int | None = None  # the board's module ID, from its topology slot (None = N/A)
 
     @property
     def name(self) -> str:
@@ -168,7 +169,8 @@ def build_inventory(
         static = tuple(_static_placements(group, profile, source, where))
         for _ in range(group.count):
             index = len(gpus)
-            bus_id, root = _pci_location(profile, per_profile[profile.id], used_bus_ids)
+            ordinal = per_profile[profile.id]
+            bus_id, root = _pci_location(profile, ordinal, used_bus_ids)
             per_profile[profile.id] += 1
             used_bus_ids.add(bus_id)
             gpus.append(
@@ -181,6 +183,7 @@ def build_inventory(
                     profile=profile,
                     mig_mode=group.mig,
                     static_mig=static,
+                    module_id=profile.pci_topology[ordinal % len(profile.pci_topology)].module_id,
                 )
             )
     devices: dict[str, AllocatableDevice] = {}

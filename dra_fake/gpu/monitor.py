@@ -30,6 +30,7 @@ from dra_fake.gpu.workloads import ClaimHolding, users_by_device
 log = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL = 5.0  # seconds between samples (dcgm-exporter collects every 30 s by default)
+KIB = 1024  # NVML's PCIe throughput unit, KB/s, is 1024 bytes per second
 
 
 def boot_time(stat: Path = Path("/proc/stat")) -> float:
@@ -44,19 +45,28 @@ def boot_time(stat: Path = Path("/proc/stat")) -> float:
 
 
 def live_state(reading: Reading, faults: Mapping[str, int]) -> dict[str, int | float | str]:
-    """What nvidia-smi reads from a GPU's live file."""
-    state: dict[str, int | float | str] = {f"fault_{k}": v for k, v in faults.items() if k != "xid"}
+    """A GPU's live keys (docs/nvml.md, "Live keys") but `energy_mj` and
+    `memory_used`, which GpuMonitor.sample adds: the reading, and its active faults as
+    `fault_<kind>` (dra_fake.gpu.faults.add_gpu_state). A value the GPU does not report (memory
+    temperature of a GDDR board) is left out; a lost GPU has nothing but its faults."""
+    state: dict[str, int | float | str] = {f"fault_{k}": v for k, v in faults.items()}
     if reading.lost:
         return state
-    state |= {
+    values: dict[str, int | float | str | None] = {
         "utilization": reading.gpu_util or 0,
         "memory_util": reading.mem_copy_util or 0,
+        "enc_util": reading.enc_util or 0,
+        "dec_util": reading.dec_util or 0,
         "power_draw": f"{reading.power_w or 0:.2f}",
         "temperature": reading.gpu_temp or 0,
+        "memory_temperature": reading.memory_temp,
         "sm_clock": reading.sm_clock or 0,
         "mem_clock": reading.mem_clock or 0,
+        "video_clock": reading.video_clock,
+        "pcie_tx": None if reading.pcie_tx_bytes is None else reading.pcie_tx_bytes // KIB,
+        "pcie_rx": None if reading.pcie_rx_bytes is None else reading.pcie_rx_bytes // KIB,
     }
-    return state
+    return state | {k: v for k, v in values.items() if v is not None}
 
 
 class GpuMonitor:

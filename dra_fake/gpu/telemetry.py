@@ -7,8 +7,8 @@ How values move (docs/observability.md#how-the-values-move):
 - a used device's utilization is drawn every SAMPLE_PERIOD from each pod's range (deterministic:
   a hash of device, pod and period), summed over the pods sharing it, capped at 100; memory used is
   the sum of what the pods ask for, capped at what the device has;
-- power, temperatures and the SM clock follow the GPU's utilization between the profile's idle and
-  limit figures; the energy counter integrates power and never goes back;
+- power, temperatures and the SM and video clocks follow the GPU's utilization between the
+  profile's idle and limit figures; the energy counter integrates power and never goes back;
 - faults: a lost GPU reads nothing but its Xid, a thermal fault sets the temperature and throttles
   the SM clock, the last Xid stays after recovery (as DCGM's).
 """
@@ -20,8 +20,8 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from dra_fake.gpu.devicefile import gi_instance_id, nvidia_bus_id
 from dra_fake.gpu.inventory import Inventory, PhysicalGpu
-from dra_fake.gpu.nvidia_smi import gi_instance_id, nvidia_bus_id
 from dra_fake.gpu.workloads import Load, User
 
 SAMPLE_PERIOD = 5.0  # seconds a drawn utilization holds
@@ -87,6 +87,7 @@ class Reading:
     memory_temp: int | None = None
     sm_clock: int | None = None
     mem_clock: int | None = None
+    video_clock: int | None = None
     pcie_replay: int | None = None
     nvlink_total: int | None = None
     vgpu_license: int | None = None
@@ -229,6 +230,7 @@ class Simulator:
         counters.last_sample = now
         hot = state.get("temperature")
         sm_clock = t.sm_clock_max_mhz if util else t.sm_clock_idle_mhz
+        video_clock = (t.video_clock_max_mhz or t.video_clock_idle_mhz) if util else t.video_clock_idle_mhz
         if hot:
             sm_clock = round(t.sm_clock_max_mhz * THROTTLED_SM_CLOCK)
         remap = None if gpu.profile.architecture in NO_ROW_REMAPPING else 0
@@ -242,6 +244,7 @@ class Simulator:
             else t.memory_temperature_idle_c + round(MEMORY_TEMPERATURE_RISE_C * busy),
             sm_clock=sm_clock,
             mem_clock=t.memory_clock_mhz,
+            video_clock=video_clock,
             pcie_replay=0,
             nvlink_total=int(counters.nvlink) if t.nvlink else None,
             vgpu_license=0,

@@ -3,11 +3,12 @@
 Host side (the plugin's data dir, `<kubelet plugins dir>/<driver>/nvidia-smi/`):
 
 - `nvidia-smi`: the script (`nvidia-smi.sh` of this package), mode 0755;
-- `devices/<device>_<uuid>`: one file per device and UUID (a dynamic MIG device has a new UUID per
-  claim), shell assignments the script sources;
-- `live/<GPU or MIG UUID>`: the device's readings now (utilization, memory used, power, clocks,
-  temperature; dra_fake.gpu.telemetry, the numbers the metrics endpoint serves) and what active
-  GpuFaults change (lost, ECC counters; docs/faults.md), rewritten while the containers run.
+- `devices/<device>_<uuid>`: one device file per device and UUID (a dynamic MIG device has a new
+  UUID per claim): the static keys of docs/nvml.md (dra_fake.gpu.devicefile), which the script
+  sources and the in-pod NVML library reads;
+- `live/<GPU or MIG UUID>`: the device's readings now (the live keys of docs/nvml.md:
+  dra_fake.gpu.monitor.live_state, the numbers the metrics endpoint serves) and what active
+  GpuFaults change (lost, ECC counters, Xid; docs/faults.md), rewritten while the containers run.
 
 Container side (CDI mounts of the claim's spec, read-only bind mounts):
 
@@ -30,13 +31,15 @@ import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from dra_fake.core.atomic import TEMP_SUFFIX, atomic_write, file_identity, remove_durably
+from dra_fake.gpu import devicefile
+from dra_fake.gpu.devicefile import gi_instance_id, nvidia_bus_id
 from dra_fake.gpu.devices import AllocatableDevice
+from dra_fake.gpu.inventory import Inventory, PhysicalGpu
 
 _log = logging.getLogger(__name__)
 
@@ -57,81 +60,6 @@ def script_bytes() -> bytes:
     return script_text().encode()
 
 
-def nvidia_bus_id(pci_bus_id: str) -> str:
-    """`0000:18:00.0` -> `00000000:18:00.0` (nvidia-smi: 8-digit domain, upper-case hex)."""
-    domain, rest = pci_bus_id.split(":", 1)
-    return f"{int(domain, 16):08X}:{rest.upper()}"
-
-
-def gi_instance_id(size: int, start: int) -> int:
-    """A GPU-instance ID like the ones NVML hands out (simulated, deterministic, unique per
-    placement): 0 for the whole GPU, then the larger instances first."""
-    base = {8: 0, 7: 0, 4: 1, 3: 1, 2: 3, 1: 7}.get(size, 7)
-    return base + start // max(size, 1)
-
-
-@dataclass(frozen=True)
-class GpuFacts:
-    """What NVML would report about a physical GPU (from the node inventory)."""
-
-    name: str
-    memory_mib: int
-    driver_version: str
-    cuda_version: str
-    compute_cap: str
-    mig_enabled: bool
-    power_cap_w: int
-    power_idle_w: float
-    temperature_idle_c: int
-    sm_clock_idle_mhz: int
-    memory_clock_mhz: int
-    fb_reserved_mib: int
-    bar1_mib: int
-
-
-@dataclass(frozen=True)
-class MigFacts:
-    multiprocessors: int
-    copy_engines: int
-    decoders: int
-    encoders: int
-    ofa_engines: int
-    jpeg_engines: int
-
-
-def facts_from_inventory(inventory: Any) -> tuple[dict[int, GpuFacts], dict[tuple[int, str], MigFacts]]:
-    """GPU facts by minor and MIG facts by (minor, profile name) from a dra_fake.inventory.Inventory."""
-    gpus: dict[int, GpuFacts] = {}
-    migs: dict[tuple[int, str], MigFacts] = {}
-    for gpu in inventory.gpus:
-        p = gpu.profile
-        gpus[gpu.minor] = GpuFacts(
-            name=p.product_name,
-            memory_mib=p.memory_mib,
-            driver_version=p.driver_version,
-            cuda_version=p.cuda_driver_version,
-            compute_cap=p.cuda_compute_capability,
-            mig_enabled=gpu.mig_mode != "none",
-            power_cap_w=p.telemetry.power_limit_w,
-            power_idle_w=p.telemetry.power_idle_w,
-            temperature_idle_c=p.telemetry.temperature_idle_c,
-            sm_clock_idle_mhz=p.telemetry.sm_clock_idle_mhz,
-            memory_clock_mhz=p.telemetry.memory_clock_mhz,
-            fb_reserved_mib=p.telemetry.fb_reserved_mib,
-            bar1_mib=131072 if p.memory_mib > 65536 else 65536,
-        )
-        for m in p.mig_profiles:
-            migs[(gpu.minor, m.name)] = MigFacts(
-                multiprocessors=m.multiprocessors or 0,
-                copy_engines=m.copy_engines or 0,
-                decoders=m.decoders or 0,
-                encoders=m.encoders or 0,
-                ofa_engines=m.ofa_engines or 0,
-                jpeg_engines=m.jpeg_engines or 0,
-            )
-    return gpus, migs
-
-
 class NvidiaSmi:
     """The host files behind the in-container nvidia-smi of one driver on one node."""
 
@@ -139,25 +67,23 @@ class NvidiaSmi:
         self,
         plugin_data_dir: Path,
         devices: Mapping[str, AllocatableDevice],
-        gpus: Mapping[int, GpuFacts],
-        migs: Mapping[tuple[int, str], MigFacts] | None = None,
+        gpus: Iterable[PhysicalGpu],
     ) -> None:
         self.dir = Path(plugin_data_dir) / "nvidia-smi"
         self.script_path = self.dir / "nvidia-smi"
         self.live_dir = self.dir / "live"
         self._info_prefix = f"{self.dir / 'devices'}/"  # of a spec's info file mounts
         self.devices = dict(devices)
-        self.gpus = dict(gpus)
-        self.migs = dict(migs or {})
+        self.gpus = {gpu.minor: gpu for gpu in gpus}
+        self._gpu_text: dict[int, str] = {}  # minor -> its GPU's lines of every device file
         # path -> (inode, size, mtime) and the bytes that file held when this process last wrote or
         # read it: a prepare checks its spec's files with one stat instead of reading each.
         # Keyed by the path as a string: a prepare looks its spec's mounts up as they are written.
         self._verified: dict[str, tuple[tuple[int, int, int], bytes]] = {}
 
     @classmethod
-    def from_inventory(cls, plugin_data_dir: Path, inventory: Any) -> NvidiaSmi:
-        gpus, migs = facts_from_inventory(inventory)
-        return cls(plugin_data_dir, inventory.devices, gpus, migs)
+    def from_inventory(cls, plugin_data_dir: Path, inventory: Inventory) -> NvidiaSmi:
+        return cls(plugin_data_dir, inventory.devices, inventory.gpus)
 
     def info_path(self, device: str, uuid: str) -> Path:
         return Path(self._info_name(device, uuid))
@@ -196,44 +122,18 @@ class NvidiaSmi:
     # --- files -------------------------------------------------------------------------------
 
     def info_text(self, device: AllocatableDevice, uuid: str) -> str:
+        """The device file: the keys of docs/nvml.md (dra_fake.gpu.devicefile)."""
         gpu = self.gpus[device.minor]
-        fields: dict[str, str | int] = {
-            "kind": device.kind,
-            "gpu_uuid": device.gpu_uuid,
-            "name": gpu.name,
-            "bus_id": nvidia_bus_id(device.pci_bus_id),
-            "memory_mib": gpu.memory_mib,
-            "driver_version": gpu.driver_version,
-            "cuda_version": gpu.cuda_version,
-            "compute_cap": gpu.compute_cap,
-            "power_cap": gpu.power_cap_w,
-            # an idle GPU's readings, until the live file says otherwise
-            "power_draw": f"{gpu.power_idle_w:.2f}",
-            "temperature": gpu.temperature_idle_c,
-            "sm_clock": gpu.sm_clock_idle_mhz,
-            "mem_clock": gpu.memory_clock_mhz,
-            "fb_reserved": gpu.fb_reserved_mib,
-            "mig_mode": "Enabled" if gpu.mig_enabled else "Disabled",
-        }
-        if device.kind == "mig" and device.mig is not None:
-            mig = self.migs.get((device.minor, device.mig.profile)) or MigFacts(0, 0, 0, 0, 0, 0)
-            fields |= {
-                "mig_uuid": uuid,
-                "mig_profile": device.mig.profile,
-                "gi_id": gi_instance_id(device.mig.size, device.mig.start),
-                "ci_id": 0,
-                "mig_memory_mib": device.memory_bytes // (1024 * 1024),
-                "sm": mig.multiprocessors,
-                "ce": mig.copy_engines,
-                "enc": mig.encoders,
-                "dec": mig.decoders,
-                "ofa": mig.ofa_engines,
-                "jpg": mig.jpeg_engines,
-                "bar1_mib": gpu.bar1_mib * device.mig.size // 8,
-            }
-        lines = [f"# dra-fake nvidia-smi device info: {device.name}"]
-        lines += [f"{key}={shlex.quote(str(value))}" for key, value in fields.items()]
-        return "\n".join(lines) + "\n"
+        gpu_text = self._gpu_text.get(device.minor)
+        if gpu_text is None:
+            gpu_text = self._gpu_text[device.minor] = devicefile.lines(devicefile.gpu_keys(gpu))
+        return devicefile.device_text(gpu, device, uuid, gpu_text)
+
+    def write_info(self, device: AllocatableDevice, uuid: str) -> None:
+        """Write the device's file (the device-plugin mode writes every device's at start)."""
+        path = self.info_path(device.name, uuid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._write(path, self.info_text(device, uuid).encode(), 0o644)
 
     def ensure_script(self) -> None:
         """The script and the (maybe empty) live directory every spec mounts."""
@@ -249,9 +149,7 @@ class NvidiaSmi:
         devices not named are removed. Only changed files are rewritten."""
         self.live_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         for uuid, state in states.items():
-            lines = [f"# dra-fake nvidia-smi live state: {uuid}"]
-            lines += [f"{key}={shlex.quote(str(value))}" for key, value in sorted(state.items())]
-            text = ("\n".join(lines) + "\n").encode()
+            text = devicefile.render(dict(sorted(state.items())), f"dra-fake live state: {uuid}").encode()
             path = self.live_dir / uuid
             if _read(path) != text:
                 atomic_write(path, text, 0o644, durable=False)  # rewritten every few seconds

@@ -27,7 +27,7 @@ die() { printf '%s\n' "$1" >&2; exit "${2:-2}"; }
 reset_fields() {
   kind=; gpu_uuid=; name=; bus_id=; memory_mib=; driver_version=; cuda_version=; compute_cap=
   power_cap=; mig_mode=; mig_uuid=; mig_profile=; gi_id=; ci_id=; mig_memory_mib=; sm=; ce=; enc=
-  dec=; ofa=; jpg=; bar1_mib=; power_draw=; temperature=; sm_clock=; mem_clock=; fb_reserved=0
+  dec=; ofa=; jpg=; mig_bar1_mib=; power_draw=; temperature=; sm_clock=; mem_clock=; fb_reserved=0
   utilization=0; memory_util=0; memory_used=0; mig_memory_used=0
   fault_lost=; fault_ecc_sbe=0; fault_ecc_dbe=0; fault_temperature=
 }
@@ -105,7 +105,7 @@ gpu_rows() { # uses the fields of the current device; $1 = index
   [ "$mig_mode" = Enabled ] && usage=$((mig_count * 13 + memory_used))MiB
   printf '|%4s%6s%6s%16s / %5s |%11s / %9s |%8s%13s |\n' N/A "$(temperature)C" P0 "${power_draw%%.*}W" "${power_cap}W" \
     "$usage" "${memory_mib}MiB" "$util" Default
-  printf '|%41s|%24s|%21s |\n' '' '' "$mig_mode"
+  printf '|%41s|%24s|%21s |\n' '' '' "${mig_mode:-N/A}"
   printf '%s\n' "$GPU_SEP"
 }
 
@@ -156,7 +156,7 @@ table() {
       load "$f"
       printf '|%3d%5d%4d%4d  |%19s / %8s    |%3d%7s |%3d%4d%5d%5d%5d |\n' "$gpu" "$gi_id" "$ci_id" "$dev" \
         "$((13 + mig_memory_used))MiB" "${mig_memory_mib}MiB" "$sm" 0 "$ce" "$enc" "$dec" "$ofa" "$jpg"
-      printf '|                  |%19s / %8s    |           |                       |\n' 0MiB "${bar1_mib}MiB"
+      printf '|                  |%19s / %8s    |           |                       |\n' 0MiB "${mig_bar1_mib}MiB"
       printf '%s\n' "$MIG_SEP"
       dev=$((dev + 1))
     done
@@ -243,7 +243,7 @@ query_gpu() { # $1 = fields, $2 = format options
         uuid|gpu_uuid) v=$gpu_uuid ;;
         memory.total) v="$memory_mib$mib" ;;
         memory.used) v="$memory_used$mib" ;;
-        memory.free) v="$((memory_mib - fb_reserved - memory_used))$mib" ;;
+        memory.free) v="$((memory_mib - fb_reserved - memory_used + 1))$mib" ;; # docs/nvml.md
         memory.reserved) v="$fb_reserved$mib" ;;
         utilization.gpu) if [ "$mig_mode" = Enabled ]; then v="[N/A]"; else v="$utilization$pct"; fi ;;
         utilization.memory) if [ "$mig_mode" = Enabled ]; then v="[N/A]"; else v="$memory_util$pct"; fi ;;
@@ -256,7 +256,7 @@ query_gpu() { # $1 = fields, $2 = format options
         index) v=$index ;;
         count) v=$count ;;
         compute_cap) v=$compute_cap ;;
-        mig.mode.current) v=$mig_mode ;;
+        mig.mode.current) v=${mig_mode:-[N/A]} ;;
         temperature.gpu) v=$(temperature) ;;
         ecc.errors.corrected.volatile.total) v=$fault_ecc_sbe ;;
         ecc.errors.uncorrected.volatile.total) v=$fault_ecc_dbe ;;

@@ -10,6 +10,7 @@ Every result is validated; errors name the file and the field, e.g.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,9 @@ BUILTIN_PROFILE_IDS = (
 )
 
 
+_FIELD_PATH = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\.[A-Za-z0-9]+)*$")
+
+
 class ProfileError(ValueError):
     """A profile file is unreadable or invalid; the message names the file and the field."""
 
@@ -59,10 +63,10 @@ def format_validation_error(source: str, error: ValidationError, prefix: str = "
         # A key with a newline or control character must not break the one-line-per-error form.
         path = ".".join(str(part) if str(part).isprintable() else repr(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
-        if not path:
-            # Model-level validators put the field path at the start of the message themselves.
-            field, sep, rest = message.partition(": ")
-            path, message = (field, rest) if sep and " " not in field else ("", message)
+        # Model-level validators put the field path (below their model's) at the start of the message.
+        field, sep, rest = message.partition(": ")
+        if sep and _FIELD_PATH.match(field):
+            path, message = (f"{path}.{field}" if path else field), rest
         location = prefix + path if path else prefix.rstrip(".") or "<root>"
         lines.append(f"{source}: {location}: {message}")
     return "\n".join(lines)

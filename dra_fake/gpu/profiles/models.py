@@ -49,6 +49,7 @@ class StrictModel(BaseModel):
 
 NonNegInt = Annotated[int, Field(ge=0)]
 PosInt = Annotated[int, Field(ge=1)]
+PciId = Annotated[str, Field(pattern=r"^0x[0-9A-F]{8}$")]  # "0x<device><vendor>", NVML's upper case
 
 
 class Placement(StrictModel):
@@ -63,6 +64,9 @@ class MigProfile(StrictModel):
 
     name: Annotated[str, Field(pattern=r"^\d+g\.\d+gb(\+me)?$")]  # e.g. "1g.10gb", "1g.10gb+me"
     gi_profile_id: NonNegInt  # the ID column of -lgip (19, 20, 15, 14, 9, 5, 0)
+    # The GPU_INSTANCE_PROFILE_* value NVML looks the profile up by (0, 7, 9, 1, 2, 3, 4); None =
+    # not known: the profile is then left out of the device files' GI profile list.
+    nvml_index: NonNegInt | None = None
     memory_mib: NonNegInt | None  # memorySizeMB; None = not in the reference
     multiprocessors: NonNegInt | None
     copy_engines: NonNegInt | None
@@ -84,10 +88,27 @@ class MigProfile(StrictModel):
     def placement_at(self, start: int) -> Placement | None:
         return next((p for p in self.placements if p.start == start), None)
 
+    @property
+    def compute_slices(self) -> int:
+        """NVML's `sliceCount`: the `<G>` of `<G>g.<M>gb` (the 7g profile has 7 although it spans
+        8 memory slices; docs/reference/gpu-profiles.md#placements-and-gi-profile-ids)."""
+        return int(self.name.split("g.", 1)[0])
+
 
 class PcieLink(StrictModel):
-    max_generation: PosInt
+    max_generation: PosInt  # nvmlDeviceGetMaxPcieLinkGeneration (the link's: GPU and host)
     max_width: PosInt
+    gpu_max_generation: PosInt | None = None  # nvmlDeviceGetGpuMaxPcieLinkGeneration (the GPU's own)
+
+
+class Inforom(StrictModel):
+    """nvmlDeviceGetInforomImageVersion and nvmlDeviceGetInforomVersion of the OEM, ECC and power
+    objects; None = N/A on the board."""
+
+    image: str | None = None
+    oem: str | None = None
+    ecc: str | None = None
+    pwr: str | None = None
 
 
 class PciSlot(StrictModel):
@@ -95,28 +116,52 @@ class PciSlot(StrictModel):
 
     bus_id: Annotated[str, Field(pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$")]
     pcie_root: Annotated[str, Field(pattern=r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")]
+    module_id: PosInt | None = None  # nvmlDeviceGetModuleId of the board in this slot; None = N/A
 
 
 class Telemetry(StrictModel):
     """An idle GPU's readings and the model's limits (`nvidia-smi -q` of the card): the simulated
-    metrics and nvidia-smi move between these (dra_fake.gpu.telemetry)."""
+    metrics and nvidia-smi move between these (dra_fake.gpu.telemetry). The optional values are
+    None where no source gives them: NVML then answers NOT_SUPPORTED, nvidia-smi N/A."""
 
-    power_limit_w: PosInt  # default power limit
-    power_idle_w: Annotated[float, Field(gt=0)]  # instant power draw at idle
+    power_limit_w: PosInt  # default power limit (also the enforced one)
+    power_min_limit_w: PosInt | None = None  # nvmlDeviceGetPowerManagementLimitConstraints
+    power_max_limit_w: PosInt | None = None
+    power_idle_w: Annotated[float, Field(gt=0)]  # power draw at idle
     temperature_idle_c: PosInt
     memory_temperature_idle_c: PosInt | None  # None: NVML reports N/A (GDDR boards)
-    sm_clock_idle_mhz: PosInt
+    sm_clock_idle_mhz: PosInt  # graphics clock too: equal on every capture
     sm_clock_max_mhz: PosInt
-    memory_clock_mhz: PosInt
+    memory_clock_mhz: PosInt  # current memory clock, idle or busy
+    memory_clock_max_mhz: PosInt | None = None
+    video_clock_idle_mhz: PosInt | None = None
+    video_clock_max_mhz: PosInt | None = None
+    # default applications clocks (nvmlDeviceGetDefaultApplicationsClock), graphics and memory
+    app_clock_graphics_mhz: PosInt | None = None
+    app_clock_memory_mhz: PosInt | None = None
+    # nvmlDeviceGetTemperatureThreshold: SHUTDOWN, SLOWDOWN, GPU_MAX, MEM_MAX (absolute degrees C)
+    shutdown_temperature_c: PosInt | None = None
+    slowdown_temperature_c: PosInt | None = None
+    gpu_max_temperature_c: PosInt | None = None
+    memory_max_temperature_c: PosInt | None = None
     fb_reserved_mib: NonNegInt
     nvlink: bool
 
     @model_validator(mode="after")
     def _ordered(self) -> Telemetry:
         if self.power_idle_w >= self.power_limit_w:
-            raise ValueError("telemetry.powerIdleW: must be below powerLimitW")
+            raise ValueError("powerIdleW: must be below powerLimitW")
         if self.sm_clock_idle_mhz > self.sm_clock_max_mhz:
-            raise ValueError("telemetry.smClockIdleMHz: must not exceed smClockMaxMHz")
+            raise ValueError("smClockIdleMHz: must not exceed smClockMaxMHz")
+        for low, high in (
+            ("power_min_limit_w", "power_limit_w"),
+            ("power_limit_w", "power_max_limit_w"),
+            ("memory_clock_mhz", "memory_clock_max_mhz"),
+            ("video_clock_idle_mhz", "video_clock_max_mhz"),
+        ):
+            below, above = getattr(self, low), getattr(self, high)
+            if below is not None and above is not None and below > above:
+                raise ValueError(f"{camel_alias(low)}: must not exceed {camel_alias(high)}")
         return self
 
 
@@ -136,10 +181,21 @@ class GpuProfile(StrictModel):
     jpeg_engines: NonNegInt | None
     ofa_engines: NonNegInt | None
     pcie: PcieLink
-    pci_device_id: Annotated[str, Field(pattern=r"^0x[0-9A-F]{8}$")]  # e.g. 0x233010DE
+    pci_device_id: PciId  # e.g. 0x233010DE
+    pci_subsystem_id: PciId | None = None  # e.g. 0x18BF10DE
     driver_version: str  # NVML driver string, e.g. "580.105.08"
     cuda_driver_version: str  # "<major>.<minor>", e.g. "13.0"
     addressing_mode: Literal["HMM", "ATS", "None"] | None  # None: NVML reports nothing -> omitted
+    # Board identity (nvidia-smi -q); None = not in any capture of the model -> N/A.
+    serial_prefix: Annotated[str, Field(pattern=r"^\d{1,12}$")] | None = None  # of the 13-digit serial
+    vbios_version: Annotated[str, Field(min_length=1, max_length=32)] | None = None
+    board_part_number: Annotated[str, Field(min_length=1, max_length=32)] | None = None
+    gpu_part_number: Annotated[str, Field(min_length=1, max_length=32)] | None = None
+    inforom: Inforom = Field(default_factory=Inforom)
+    bar1_mib: PosInt | None = None  # BAR1 total
+    memory_bus_width: PosInt | None = None  # bits (nvmlDeviceGetMemoryBusWidth)
+    persistence_mode: bool | None = None  # as the captured node ran it
+    ecc_mode: bool | None = None  # ECC enabled (current = default)
     telemetry: Telemetry
     mig_memory_slices: PosInt | None = None  # required when migProfiles is not empty
     mig_profiles: list[MigProfile] = Field(default_factory=list)
