@@ -189,8 +189,12 @@ class LocalCluster:
             raise
 
     def down(self) -> None:
-        # Nodes and plugins first (they talk to the API server), etcd last.
-        order = sorted(self.state.processes, key=lambda n: (n.startswith("etcd"), n.startswith("kube-"), n))
+        # Nodes and plugins first, then the scheduler and controller manager, the API server after its
+        # clients (with their watches open it takes 15 s to stop instead of 1), etcd last.
+        order = sorted(
+            self.state.processes,
+            key=lambda n: (n.startswith("etcd"), n == "kube-apiserver", n.startswith("kube-"), n),
+        )
         for name in order:
             self.process(name).stop()
             del self.state.processes[name]
