@@ -268,6 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def env_flags(command: str) -> dict[str, str]:
+    """{environment variable: its flag} of a command, e.g. {"FEATURE_GATES": "--feature-gates"}: what
+    a chart sets as env, a command line can set as flags (e2e/localcluster/values.py)."""
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    actions = subparsers.choices[command]._actions
+    return {a.env: a.option_strings[0] for a in actions if isinstance(a, _EnvDefault)}
+
+
 def parse_server_version(raw: str) -> tuple[int, int]:
     try:
         major, minor = raw.removeprefix("v").split(".")[:2]
