@@ -121,7 +121,6 @@ class LocalCluster:
         self.controllers = CONTROLLERS + (",node-lifecycle-controller" if node_lifecycle else "")
         # A running cluster is described by its saved state (reused by the e2e suite and the demo);
         # `up` starts exactly what was asked for here, never an earlier cluster's inventories.
-        self.state = State.load(self.root) or State(root=str(self.root))
         # Bad values fail here, before anything starts (ValuesError, naming the value).
         chart_values.check(values or {})
         self._requested = State(
@@ -131,6 +130,8 @@ class LocalCluster:
             node_labels=dict(node_labels or {}),
             values=dict(values or {}),
         )
+        # Until one is started here, a cluster is what was asked for.
+        self.state = State.load(self.root) or State(**asdict(self._requested))
 
     # ---- paths -------------------------------------------------------------------------
     @property

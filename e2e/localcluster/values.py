@@ -250,7 +250,8 @@ def check(user: Values) -> Values:
     )
     if errors:
         first = errors[0]
-        where = ".".join(str(p) for p in first.absolute_path) or "(top level)"
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.absolute_path)
+        where = where.lstrip(".") or "(top level)"
         raise ValuesError(f"{where}: {first.message} (the chart's values.schema.json)")
     _refuse_what_it_cannot_run(values)
     defaults = chart_defaults()
