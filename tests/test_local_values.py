@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from dra_fake.cli import build_parser
+from e2e.kindcluster.cluster import user_helm_args
 from e2e.localcluster import values as chart_values
 from e2e.localcluster.cluster import LocalCluster
 from e2e.localcluster.values import ValuesError, check, effective, user_values
@@ -255,8 +256,14 @@ def helm() -> Path:
     return HELM
 
 
-def rendered(helm: Path, values: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]]:
-    path = write(tmp_path, values, "effective.yaml")
+GATES = "TimeSlicingSettings=true,MPSSupport=false"
+
+
+def rendered(helm: Path, tmp_path: Path, user: dict[str, Any], gates: str) -> list[dict[str, Any]]:
+    """What the chart renders as `make kind-up VALUES=... FEATURE_GATES=...` installs it: the test
+    bed's values, then the user's file and gates, merged by Helm itself."""
+    test_bed = write(tmp_path, chart_values.TEST_BED_VALUES, "test-bed.yaml")
+    users = user_helm_args(write(tmp_path, user, "user.yaml"), gates)
     out = subprocess.run(
         [
             str(helm),
@@ -265,9 +272,10 @@ def rendered(helm: Path, values: dict[str, Any], tmp_path: Path) -> list[dict[st
             str(REPO / "charts" / "dra-fake"),
             "-n",
             "dra-fake",
-            "-f",
-            str(path),
             *KUBE,
+            "-f",
+            str(test_bed),
+            *users,
         ],
         capture_output=True,
         text=True,
@@ -285,25 +293,25 @@ def rendered(helm: Path, values: dict[str, Any], tmp_path: Path) -> list[dict[st
 def test_the_plugins_get_what_the_chart_gives_its_containers(
     helm: Path, tmp_path: Path, user: dict[str, Any]
 ) -> None:
-    """Every env of the chart's plugin containers is either rendered from the values by CHART_ENV,
-    with the chart's text, or one the local cluster sets itself (LOCAL_ENV): a new one in the
-    template fails here until it is one or the other."""
-    values = check(user)
-    docs = rendered(helm, values, tmp_path)
-    for ds in (d for d in docs if d["kind"] == "DaemonSet"):
+    """Every env of the chart's plugin containers is either what the local cluster renders from the
+    same file and gates (CHART_ENV), or one it sets itself (LOCAL_ENV): a new one in the template
+    fails here until it is one or the other."""
+    values = check(user_values(write(tmp_path, user), GATES))
+    for ds in (d for d in rendered(helm, tmp_path, user, GATES) if d["kind"] == "DaemonSet"):
         for container in ds["spec"]["template"]["spec"]["containers"]:
             env = {e["name"]: e.get("value") for e in container["env"]}
             ours = {name: text for name, text in env.items() if name not in chart_values.LOCAL_ENV}
             assert ours == chart_values.plugin_env(values, container["name"]), container["name"]
+            assert "TimeSlicingSettings=true" in ours["FEATURE_GATES"]  # the gates took that path
 
 
 def test_the_nodes_get_the_inventories_of_the_charts_config_maps(helm: Path, tmp_path: Path) -> None:
-    values = check(KNOBS)
     maps = {
         d["metadata"]["name"]: yaml.safe_load(d["data"]["inventory.yaml"])
-        for d in rendered(helm, values, tmp_path)
+        for d in rendered(helm, tmp_path, KNOBS, "")
         if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-inventory")
     }
+    values = check(KNOBS)
     ours = {
         f"r-dra-fake{'-' + pool if pool else ''}-inventory": document
         for pool, document in (
@@ -312,3 +320,15 @@ def test_the_nodes_get_the_inventories_of_the_charts_config_maps(helm: Path, tmp
         )
     }
     assert maps == ours
+
+
+def test_kind_gets_the_users_values_after_its_own() -> None:
+    assert user_helm_args(Path("my.yaml"), "A=true,B=false") == [
+        "--values",
+        "my.yaml",
+        "--set",
+        "featureGates.A=true",
+        "--set",
+        "featureGates.B=false",
+    ]
+    assert user_helm_args(None, "") == []

@@ -38,10 +38,9 @@ CHART = Path(__file__).resolve().parents[2] / "charts" / "dra-fake"
 CD_CLIQUE_ID = "0b0f0c2d-6c67-4bba-9b6b-2a2f1e7ef7a1.32766"
 # What our test beds run with beyond the chart's defaults: the local cluster and our kind clusters
 # (e2e/kindcluster/cluster.py) alike.
+# NVMLDeviceHealthCheck: faults taint devices (e2e/test_faults.py).
 TEST_BED_VALUES: Values = {
-    "featureGates": {
-        featuregates.NVML_DEVICE_HEALTH_CHECK: True
-    },  # faults taint devices (e2e/test_faults.py)
+    "featureGates": {featuregates.NVML_DEVICE_HEALTH_CHECK: True},
     "computeDomains": {"imexCliqueID": CD_CLIQUE_ID},
 }
 
