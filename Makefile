@@ -5,6 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODES ?= 1
 CONFIG ?=
+# The chart's values for the plugins (docs/local-cluster.md): a values file, and feature gates on top.
+VALUES ?=
+FEATURE_GATES ?=
+KNOBS = $(if $(VALUES),--values $(VALUES)) $(if $(FEATURE_GATES),--feature-gates $(FEATURE_GATES))
 KEEP ?=
 BIN := e2e/cluster/bin
 # make demo and the kind targets default to 2 nodes (node 2 holds the MIG GPUs); NODES=n overrides.
@@ -29,14 +33,14 @@ venv: $(VENV)/.installed ## create .venv with the driver and its dev tools
 cluster-build: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, dra-kubelet
 	hack/cluster-build.sh
 
-cluster-up: venv cluster-build ## start the local cluster: NODES=N CONFIG=inventory.yaml
-	$(PY) -m e2e.localcluster up --nodes $(NODES) $(if $(CONFIG),--config $(CONFIG))
+cluster-up: venv cluster-build ## start the local cluster: NODES=N CONFIG=inventory.yaml VALUES=values.yaml FEATURE_GATES=A=true
+	$(PY) -m e2e.localcluster up --nodes $(NODES) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS)
 
 cluster-down: ## stop everything cluster-up started
 	@if [ -x $(PY) ]; then $(PY) -m e2e.localcluster down; fi
 
 demo: venv cluster-build ## the main job: cluster, driver, example workloads, summary (KEEP=1 keeps it up)
-	$(PY) -m e2e.demo $(if $(KEEP),--keep) --nodes $(NODES_OR_2) $(if $(CONFIG),--config $(CONFIG))
+	$(PY) -m e2e.demo $(if $(KEEP),--keep) --nodes $(NODES_OR_2) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS)
 
 lint: venv ## ruff, mypy, and the import layers (import-linter; docs/architecture.md)
 	$(VENV)/bin/ruff check .
@@ -93,9 +97,9 @@ kind-host-reset: ## undo everything kind-host changed on this host
 kind-images: venv ## node image of K8S, driver and shell images, offline (seconds when up to date)
 	PYTHON=$(PY) hack/kind/images.sh $(K8S)
 
-kind-up: kind-images ## kind cluster dra-fake-<minor>, chart installed by Helm: K8S=1.33 NODES=3 CONFIG=inventory.yaml
+kind-up: kind-images ## kind cluster dra-fake-<minor>, chart installed by Helm: K8S=1.33 NODES=3 CONFIG=inventory.yaml VALUES=values.yaml FEATURE_GATES=A=true
 	hack/install-tools.sh helm
-	$(PY) -m e2e.kindcluster up --k8s $(K8S) --nodes $(KIND_NODES) $(if $(CONFIG),--config $(CONFIG))
+	$(PY) -m e2e.kindcluster up --k8s $(K8S) --nodes $(KIND_NODES) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS)
 
 kind-down: ## delete the kind cluster of K8S
 	@if [ -x $(PY) ]; then $(PY) -m e2e.kindcluster down --k8s $(K8S); fi
@@ -111,7 +115,7 @@ kind-matrix: venv ## e2e-kind on a fresh cluster of every pinned release (or K8S
 
 demo-kind: kind-images ## make demo's workloads on a kind cluster: what nvidia-smi -L printed in each pod
 	hack/install-tools.sh helm
-	$(PY) -m e2e.demo --kind $(K8S) $(if $(KEEP),--keep)
+	$(PY) -m e2e.demo --kind $(K8S) $(if $(KEEP),--keep) $(KNOBS)
 
 proto: venv ## regenerate the gRPC stubs from proto/dra
 	PYTHON=$(PY) hack/gen-proto.sh

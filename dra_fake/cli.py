@@ -27,6 +27,7 @@ class _EnvDefault(argparse.Action):
             f" (default {default})" if default not in (None, "") else ""
         )
         super().__init__(default=default, required=required, **kwargs)
+        self.env = env
 
     def __call__(
         self,
@@ -121,6 +122,14 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
         "interpreter lock; handing it between CPUs costs CPU, docs/benchmarks.md); inherit: as started",
     )
     p.add_argument(
+        "--feature-gates",
+        action=_EnvDefault,
+        env="FEATURE_GATES",
+        default="",
+        help="NVIDIA driver feature gates, one set for both plugins as NVIDIA's, e.g. "
+        "TimeSlicingSettings=true,NVMLDeviceHealthCheck=true",
+    )
+    p.add_argument(
         "--log-level",
         action=_EnvDefault,
         env="LOG_LEVEL",
@@ -161,13 +170,6 @@ def build_parser() -> argparse.ArgumentParser:
         env="DRA_FAKE_PROFILES_DIR",
         default="",
         help="extra directory of GPU profile files (added to / overriding the built-in ones)",
-    )
-    gpu.add_argument(
-        "--feature-gates",
-        action=_EnvDefault,
-        env="FEATURE_GATES",
-        default="",
-        help="NVIDIA driver feature gates, e.g. TimeSlicingSettings=true,NVMLDeviceHealthCheck=true",
     )
     gpu.add_argument(
         "--additional-xids-to-ignore",
@@ -264,6 +266,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_device_plugin_parser(sub, _EnvDefault)
     return parser
+
+
+def env_flags(command: str) -> dict[str, str]:
+    """{environment variable: its flag} of a command, e.g. {"FEATURE_GATES": "--feature-gates"}: what
+    a chart sets as env, a command line can set as flags (e2e/localcluster/values.py)."""
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    actions = subparsers.choices[command]._actions
+    return {a.env: a.option_strings[0] for a in actions if isinstance(a, _EnvDefault)}
 
 
 def parse_server_version(raw: str) -> tuple[int, int]:

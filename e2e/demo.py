@@ -22,6 +22,7 @@ import yaml
 
 from e2e.kube import Kube, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
+from e2e.localcluster.values import user_values
 from e2e.testbed import GPU_DRIVER, NODE_CDI_ROOT, HarnessBed, KindBed, TestBed, pod_claims
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,6 +37,8 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--config", type=Path)
     parser.add_argument("--kind", metavar="K8S", help="on the kind cluster of this release (make demo-kind)")
+    parser.add_argument("--values", type=Path, help="the chart's values file (docs/local-cluster.md)")
+    parser.add_argument("--feature-gates", default="", help="A=true,B=false, on top of the values' gates")
     args = parser.parse_args()
     if args.nodes < 2 and not args.kind:
         parser.error(
@@ -51,7 +54,7 @@ def main() -> int:
         started = not (kind.exists() and kind.kubeconfig.exists())
         if started:
             print(f"==> creating kind cluster {kind.name}: 2 GPU workers, chart installed with Helm")
-            kind.up(workers=2)
+            kind.up(workers=2, values=args.values, feature_gates=args.feature_gates)
         kube = Kube(kind.kubeconfig)
         bed: TestBed = KindBed(kube, kind.name)
         stop, where = kind.down, f"export KUBECONFIG={kind.kubeconfig}; delete it with `make kind-down`"
@@ -67,6 +70,7 @@ def main() -> int:
             inventory_config=args.config,
             node_configs=node_configs,
             node_labels=labels,
+            values=user_values(args.values, args.feature_gates),
         )
         started = not cluster.is_up()
         if started:

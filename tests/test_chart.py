@@ -450,14 +450,19 @@ def test_chart_crds_are_the_repositorys() -> None:
     assert crds == repo
 
 
-def test_feature_gates_reach_the_gpu_plugin_and_unknown_ones_are_refused() -> None:
+def test_feature_gates_reach_both_plugins_and_unknown_ones_are_refused() -> None:
     docs = render(
         **{"featureGates.NVMLDeviceHealthCheck": "true", "featureGates.TimeSlicingSettings": "true"}
     )
     ds = by_name(docs, "DaemonSet", "r-dra-fake-kubelet-plugin")
-    ctr = ds["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e.get("value") for e in ctr["env"]}
-    assert env["FEATURE_GATES"] == "NVMLDeviceHealthCheck=true,TimeSlicingSettings=true"
+    containers = ds["spec"]["template"]["spec"]["containers"]
+    # both, as NVIDIA's chart: one registry (docs/reference/nvidia-compute-domains.md#9-driver-feature-gates)
+    assert [
+        (c["name"], next(e["value"] for e in c["env"] if e["name"] == "FEATURE_GATES")) for c in containers
+    ] == [
+        ("gpus", "NVMLDeviceHealthCheck=true,TimeSlicingSettings=true"),
+        ("compute-domains", "NVMLDeviceHealthCheck=true,TimeSlicingSettings=true"),
+    ]
     with pytest.raises(AssertionError, match="additional properties 'Bogus' not allowed"):
         render(**{"featureGates.Bogus": "true"})
 

@@ -22,7 +22,7 @@ from computedomain.plugin.edits import (
     write_channel_placeholders,
 )
 from computedomain.plugin.state import ComputeDomainState
-from dra_fake.core import logs, yamlio
+from dra_fake.core import featuregates, logs, yamlio
 from dra_fake.core.kubeconfig import StartupError, check_config_source
 from dra_fake.core.resourceapi import ServerInfo
 from dra_fake.core.serving import ClaimState, PluginContext, run_plugin
@@ -109,9 +109,13 @@ def run_cd_plugin(args: argparse.Namespace) -> int:
     try:
         if not args.node_name:
             raise StartupError("--node-name (NODE_NAME) is required")
+        # Gates of the GPU side are accepted and unused here, as in NVIDIA's plugin: one registry.
+        gates = featuregates.parse_feature_gates(args.feature_gates)
         clique_id = resolve_clique_id(args)
         check_config_source(args.kubeconfig)
     except (StartupError, ValueError, OSError) as err:
         print(f"dra-fake compute-domain-kubelet-plugin: error: {err}", file=sys.stderr)
         return 2
+    featuregates.export(gates)
+    log.info("feature gates", extra={"enabled": sorted(gates)})
     return run_plugin(args, ComputeDomainDriver(args, clique_id))

@@ -9,7 +9,8 @@ own ``CollectorRegistry``. Who updates what:
   with an error (including whole-call failures, counted per requested claim);
 * the drivers: ``dra_fake_prepared_claims``, ``dra_fake_prepared_devices``,
   ``dra_fake_checkpoint_errors_total{reason}``;
-* the ResourceSlice publisher: ``dra_fake_published_devices``.
+* the ResourceSlice publisher: ``dra_fake_published_devices``;
+* both plugins at start: ``dra_fake_feature_enabled{name}`` (dra_fake.core.featuregates).
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ class DriverMetrics:
             "Claims answered with an error by NodeUnprepareResources.",
             registry=r,
         )
+        self.feature_enabled = Gauge(
+            "dra_fake_feature_enabled",
+            "1 if the driver feature gate is enabled (--feature-gates), else 0; every gate the plugin knows.",
+            ["name"],
+            registry=r,
+        )
 
 
 METRICS = DriverMetrics(REGISTRY)
@@ -99,6 +106,7 @@ PUBLISHED_DEVICES = METRICS.published_devices
 CHECKPOINT_ERRORS_TOTAL = METRICS.checkpoint_errors_total
 NODE_PREPARE_ERRORS_TOTAL = METRICS.node_prepare_errors_total
 NODE_UNPREPARE_ERRORS_TOTAL = METRICS.node_unprepare_errors_total
+FEATURE_ENABLED = METRICS.feature_enabled
 
 
 def record_checkpoint_error(reason: str) -> None:

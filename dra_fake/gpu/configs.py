@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Protocol
 
-from dra_fake.core import opaque
+from dra_fake.core import featuregates, opaque
 from dra_fake.core.opaque import select_config
 
 API_VERSION = "resource.nvidia.com/v1beta1"
@@ -29,9 +29,9 @@ INTERVAL_DEFAULT = "Default"
 TIME_SLICE_INTERVALS = ("Default", "Short", "Medium", "Long")
 IOMMU_BACKEND_POLICIES = ("LegacyOnly", "PreferIommuFD")
 
-GATE_TIME_SLICING_SETTINGS = "TimeSlicingSettings"
-GATE_MPS_SUPPORT = "MPSSupport"
-GATE_DYNAMIC_MIG = "DynamicMIG"
+GATE_TIME_SLICING_SETTINGS = featuregates.TIME_SLICING_SETTINGS
+GATE_MPS_SUPPORT = featuregates.MPS_SUPPORT
+GATE_DYNAMIC_MIG = featuregates.DYNAMIC_MIG
 
 MIB = 1024 * 1024
 

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dra_fake.core import logs
+from dra_fake.core import featuregates, logs
 from dra_fake.core.kubeconfig import StartupError, check_config_source
 from dra_fake.core.retry import with_backoff
 from dra_fake.core.serving import ClaimState, PluginContext, run_plugin
 from dra_fake.core.slices import DesiredSlice
-from dra_fake.gpu.configs import GATE_DYNAMIC_MIG, FeatureGates
+from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
 from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, FaultTracker, servable_taints
 from dra_fake.gpu.gfd import MIG_STRATEGIES, gfd_labels
@@ -29,31 +29,14 @@ from dra_fake.gpu.state import DeviceState
 if TYPE_CHECKING:
     from dra_fake.core.resourceapi import ServerInfo
 
-GATE_HEALTH_CHECK = "NVMLDeviceHealthCheck"
-KNOWN_GATES = ("TimeSlicingSettings", "MPSSupport", "DynamicMIG", GATE_HEALTH_CHECK)
-# NVIDIA's driver refuses these together at start
-# (docs/reference/nvidia-gpu-driver.md#72-driver-feature-gates).
-EXCLUSIVE_GATES = ((GATE_DYNAMIC_MIG, GATE_HEALTH_CHECK),)
+GATE_HEALTH_CHECK = featuregates.NVML_DEVICE_HEALTH_CHECK
 DEVICE_ORDERS = ("sorted", "shuffled")
 log = logging.getLogger(__name__)
 
 
 def parse_feature_gates(raw: str) -> FeatureGates:
-    enabled = set()
-    for item in filter(None, (s.strip() for s in raw.split(","))):
-        name, _, value = item.partition("=")
-        if name not in KNOWN_GATES:
-            raise StartupError(
-                f"--feature-gates: unknown feature gate {name!r} (known: {', '.join(KNOWN_GATES)})"
-            )
-        if value.lower() not in ("true", "false"):
-            raise StartupError(f"--feature-gates: {name}={value!r}: the value must be true or false")
-        if value.lower() == "true":
-            enabled.add(name)
-    for first, second in EXCLUSIVE_GATES:
-        if {first, second} <= enabled:
-            raise StartupError(f"feature gate {first} is currently mutually exclusive with {second}")
-    return FeatureGates(frozenset(enabled))
+    """--feature-gates, by the parser both plugins share (dra_fake.core.featuregates)."""
+    return FeatureGates(featuregates.parse_feature_gates(raw))
 
 
 def parse_additional_xids(raw: str) -> frozenset[int]:
@@ -217,6 +200,8 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
     except (StartupError, InventoryError, ValueError, OSError) as err:
         print(f"dra-fake gpu-kubelet-plugin: error: {err}", file=sys.stderr)
         return 2
+    featuregates.export(gates.enabled_gates)
+    log.info("feature gates", extra={"enabled": sorted(gates.enabled_gates)})
     policy = DeviceNodePolicy(args.device_nodes)
     policy.current()  # logs the decision at start
     seed = None

@@ -30,6 +30,12 @@ def main() -> int:
         help="GPU workers (default 3: H100, MIG, and one through the device plugin)",
     )
     up.add_argument("--config", type=Path, help="inventory file for every worker (default: see docs/kind.md)")
+    up.add_argument(
+        "--values", type=Path, help="a values file for helm install, after ours (docs/local-cluster.md)"
+    )
+    up.add_argument(
+        "--feature-gates", default="", help="A=true,B=false: --set featureGates.A=true ... after it"
+    )
     up.add_argument("--if-missing", action="store_true", help="keep a running cluster of that release")
     up.add_argument("--node-image", help="a public kindest/node image instead of ours (e2e/kind/run.sh)")
     cfg.add_argument("--nodes", type=int, default=1)
@@ -60,7 +66,9 @@ def main() -> int:
         print(f"kind cluster {cluster.name} is running: export KUBECONFIG={cluster.kubeconfig}")
         return 0
     start = time.monotonic()
-    cluster.up(workers=args.nodes, inventory=args.config)
+    cluster.up(
+        workers=args.nodes, inventory=args.config, values=args.values, feature_gates=args.feature_gates
+    )
     print(
         f"\nkind cluster {cluster.name} ({release}, {args.nodes} GPU worker(s)) up in "
         f"{time.monotonic() - start:.0f}s, dra-fake installed with Helm in namespace dra-fake\n\n"

@@ -12,19 +12,22 @@ release has partitionable devices), as the local e2e cluster and `make demo` hav
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from dra_fake.core.featuregates import gate_map
 from e2e.kindcluster.config import HostFacts, dump, kind_config
 from e2e.kindcluster.versions import REPO, Release, partitionable_devices
-from e2e.localcluster.cluster import CD_CLIQUE_ID
+from e2e.localcluster.values import TEST_BED_VALUES
 
 log = logging.getLogger("kindcluster")
 
@@ -69,9 +72,16 @@ CLASSIC_DEVICE_PLUGIN: dict[str, Any] = {
     "config": {"default": "ts-4", "map": {"ts-4": _time_slicing(4), "ts-2": _time_slicing(2)}},
 }
 MIG_INVENTORY = REPO / "examples" / "inventory" / "mixed-mig.yaml"
-# Every worker is in the local cluster's NVLink clique, so ComputeDomain channels are injected.
-IMEX_CLIQUE_ID = CD_CLIQUE_ID
 GPU_DRIVER = "gpu.nvidia.com"
+
+
+def user_helm_args(values: Path | None, feature_gates: str) -> list[str]:
+    """The user's values for helm, after ours: a values file, then each gate of FEATURE_GATES
+    ("A=true,B=false") as --set featureGates.A=true; Helm merges maps, so the gates add to ours."""
+    args = ["--values", str(values)] if values else []
+    for name, on in gate_map(feature_gates).items():
+        args += ["--set", f"featureGates.{name}={str(on).lower()}"]
+    return args
 
 
 def run(*cmd: str | Path, timeout: float = 600, input: bytes | None = None, check: bool = True) -> str:
@@ -131,7 +141,15 @@ class KindCluster:
         return ROOT / "k8s" / self.release.tag / "bin" / "kubectl"
 
     # ---- lifecycle ------------------------------------------------------------------------
-    def up(self, workers: int = 2, inventory: Path | None = None) -> None:
+    def up(
+        self,
+        workers: int = 2,
+        inventory: Path | None = None,
+        values: Path | None = None,
+        feature_gates: str = "",
+    ) -> None:
+        """`values` and `feature_gates`: the user's, on top of ours (`helm install -f ours -f values
+        --set featureGates.A=true`); the local cluster takes the same (e2e/localcluster/values.py)."""
         t0 = time.monotonic()
         images = (
             (self.node_image, ":".join(DRIVER_IMAGE), SHELL_IMAGE)
@@ -180,7 +198,7 @@ class KindCluster:
             SHELL_IMAGE,
             timeout=600,
         )
-        self.helm_install(inventory, workers)
+        self.helm_install(inventory, workers, user=user_helm_args(values, feature_gates))
         self.wait_slices()
         log.info("cluster %s ready in %.0fs", self.name, time.monotonic() - t0)
 
@@ -230,8 +248,7 @@ class KindCluster:
     def helm_values(self, inventory: Path | None, workers: int) -> dict[str, Any]:
         values: dict[str, Any] = {
             "image": {"repository": DRIVER_IMAGE[0], "tag": DRIVER_IMAGE[1], "pullPolicy": "Never"},
-            "computeDomains": {"imexCliqueID": IMEX_CLIQUE_ID},
-            "featureGates": {"NVMLDeviceHealthCheck": True},  # faults taint devices (e2e/test_faults.py)
+            **copy.deepcopy(TEST_BED_VALUES),  # as the local cluster's
         }
         if inventory:
             values["inventory"] = {"config": yaml.safe_load(inventory.read_text())}
@@ -255,7 +272,9 @@ class KindCluster:
                 values["devicePlugin"] = CLASSIC_DEVICE_PLUGIN
         return values
 
-    def helm_install(self, inventory: Path | None, workers: int, *, upgrade: bool = False) -> None:
+    def helm_install(
+        self, inventory: Path | None, workers: int, *, upgrade: bool = False, user: Sequence[str] = ()
+    ) -> None:
         """`helm install` (or `upgrade`) of charts/dra-fake, as a user would run it."""
         values_path = self.dir / "values.yaml"
         values_path.write_text(yaml.safe_dump(self.helm_values(inventory, workers), sort_keys=False))
@@ -268,6 +287,7 @@ class KindCluster:
             *([] if upgrade else ["--create-namespace"]),
             "--values",
             str(values_path),
+            *user,
             "--wait",
             "--timeout",
             "5m",

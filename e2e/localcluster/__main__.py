@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from e2e.localcluster.cluster import DEFAULT_ROOT, LocalCluster
+from e2e.localcluster.values import ValuesError, user_values
 
 
 def main() -> int:
@@ -20,21 +21,39 @@ def main() -> int:
     up = sub.add_parser("up", help="start etcd, the control plane, N harness nodes and their GPU plugins")
     up.add_argument("--nodes", type=int, default=1)
     up.add_argument("--config", type=Path, help="node inventory file for every node's GPU plugin")
+    up.add_argument(
+        "--values",
+        type=Path,
+        help="the chart's values file (helm install -f): featureGates, the plugins' settings, inventory, "
+        "nodePools (docs/local-cluster.md)",
+    )
+    up.add_argument(
+        "--feature-gates",
+        default="",
+        help="A=true,B=false: the plugins' feature gates, added to the values' (these win on the same gate)",
+    )
     up.add_argument("--no-plugins", action="store_true", help="start nodes without the GPU plugin")
     sub.add_parser("down", help="stop everything started by up")
     sub.add_parser("status", help="show the processes of the running cluster")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
-    cluster = LocalCluster(
-        args.root,
-        nodes=getattr(args, "nodes", 1),
-        inventory_config=getattr(args, "config", None),
-        with_plugins=not getattr(args, "no_plugins", False),
-    )
+    try:
+        cluster = LocalCluster(
+            args.root,
+            nodes=getattr(args, "nodes", 1),
+            inventory_config=getattr(args, "config", None),
+            with_plugins=not getattr(args, "no_plugins", False),
+            values=user_values(getattr(args, "values", None), getattr(args, "feature_gates", "")),
+        )
+        if args.cmd == "up":
+            start = time.monotonic()
+            cluster.up()
+    except (ValuesError, RuntimeError, TimeoutError) as err:
+        # What the user got wrong, or a component's own error (its last log lines): no traceback.
+        print(f"\nlocalcluster {args.cmd}: {err}", file=sys.stderr)
+        return 1
     if args.cmd == "up":
-        start = time.monotonic()
-        cluster.up()
         print(
             f"\nlocal cluster up in {time.monotonic() - start:.0f}s: {len(cluster.state.nodes)} node(s), "
             f"logs in {cluster.logs}\n\n  export KUBECONFIG={cluster.kubeconfig}\n"

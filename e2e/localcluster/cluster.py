@@ -18,9 +18,16 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from dra_fake.core.featuregates import gate_string
+from e2e.localcluster import values as chart_values
 from e2e.localcluster.pki import write_service_account_key
 from e2e.localcluster.processes import Process, free_port, spawn, wait_for
+from e2e.localcluster.values import CD_CLIQUE_ID as CD_CLIQUE_ID  # where the test beds import it from
+from e2e.localcluster.values import Values
 
 log = logging.getLogger("localcluster")
 
@@ -50,7 +57,6 @@ CONTROLLERS = ",".join(
     ]
 )
 CD_NAMESPACE = "nvidia-dra-driver-gpu"  # the driver namespace of NVIDIA's docs
-CD_CLIQUE_ID = "0b0f0c2d-6c67-4bba-9b6b-2a2f1e7ef7a1.32766"
 # Every CDI spec the plugins write in the tests is schema-checked (dra_fake.core.cdi.checked).
 CHECKED_SPECS = {"DRA_FAKE_CHECK_CDI_SPECS": "1"}
 STARTUP_TIMEOUT = float(os.environ.get("LOCAL_CLUSTER_STARTUP_TIMEOUT", "120"))
@@ -71,6 +77,9 @@ class State:
     inventory_config: str | None = None  # every node's GPU plugin, unless node_configs names the node
     node_configs: dict[str, str] = field(default_factory=dict)
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # extra labels per node
+    # The user's chart values (VALUES, FEATURE_GATES) for the plugins, on top of the chart's
+    # defaults and the test bed's (e2e/localcluster/values.py).
+    values: Values = field(default_factory=dict)
     admin_token: str = ""
 
     @classmethod
@@ -99,6 +108,7 @@ class LocalCluster:
         with_plugins: bool = True,
         exec_kubeconfig: Path | None = None,
         node_lifecycle: bool = False,
+        values: Values | None = None,
     ) -> None:
         self.root = root.resolve()
         # The credentials of exec'd containers (the IMEX daemon pods): admin unless given, e.g. a
@@ -111,13 +121,17 @@ class LocalCluster:
         self.controllers = CONTROLLERS + (",node-lifecycle-controller" if node_lifecycle else "")
         # A running cluster is described by its saved state (reused by the e2e suite and the demo);
         # `up` starts exactly what was asked for here, never an earlier cluster's inventories.
-        self.state = State.load(self.root) or State(root=str(self.root))
+        # Bad values fail here, before anything starts (ValuesError, naming the value).
+        chart_values.check(values or {})
         self._requested = State(
             root=str(self.root),
             inventory_config=str(inventory_config.resolve()) if inventory_config else None,
             node_configs={node: str(path.resolve()) for node, path in (node_configs or {}).items()},
             node_labels=dict(node_labels or {}),
+            values=dict(values or {}),
         )
+        # Until one is started here, a cluster is what was asked for.
+        self.state = State.load(self.root) or State(**asdict(self._requested))
 
     # ---- paths -------------------------------------------------------------------------
     @property
@@ -134,6 +148,11 @@ class LocalCluster:
 
     def node_dir(self, node: str) -> Path:
         return self.root / "nodes" / node
+
+    @property
+    def values(self) -> Values:
+        """The chart values the plugins run with: the chart's defaults, the test bed's, the user's."""
+        return chart_values.effective(self.state.values)
 
     def process(self, name: str) -> Process:
         p = self.state.processes[name]
@@ -171,7 +190,14 @@ class LocalCluster:
             inventory_config=self._requested.inventory_config,
             node_configs=dict(self._requested.node_configs),
             node_labels=dict(self._requested.node_labels),
+            values=dict(self._requested.values),
         )
+        if self.with_plugins:
+            log.info(
+                "feature gates of the plugins: %s (the test bed's %s with yours on top)",
+                gate_string(self.values["featureGates"]),
+                gate_string(chart_values.TEST_BED_VALUES["featureGates"]),
+            )
         try:
             self._start_etcd()
             self._start_apiserver()
@@ -189,8 +215,12 @@ class LocalCluster:
             raise
 
     def down(self) -> None:
-        # Nodes and plugins first (they talk to the API server), etcd last.
-        order = sorted(self.state.processes, key=lambda n: (n.startswith("etcd"), n.startswith("kube-"), n))
+        # Nodes and plugins first, then the scheduler and controller manager, the API server after its
+        # clients (with their watches open it takes 15 s to stop instead of 1), etcd last.
+        order = sorted(
+            self.state.processes,
+            key=lambda n: (n.startswith("etcd"), n == "kube-apiserver", n.startswith("kube-"), n),
+        )
         for name in order:
             self.process(name).stop()
             del self.state.processes[name]
@@ -305,8 +335,6 @@ class LocalCluster:
             return bool(resp.status == 200)
 
     def _write_kubeconfig(self) -> None:
-        import yaml
-
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -414,22 +442,54 @@ class LocalCluster:
     def stop_harness(self, node: str) -> None:
         self._stop(f"dra-kubelet-{node}")
 
-    def _node_ready(self, node: str) -> bool:
+    def _node(self, node: str) -> dict[str, Any]:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
         req = urllib.request.Request(
             f"{self.api_url}/api/v1/nodes/{node}",
             headers={"Authorization": f"Bearer {self.state.admin_token}"},
         )
         with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
-            obj = json.load(resp)
+            obj: dict[str, Any] = json.load(resp)
+        return obj
+
+    def _node_ready(self, node: str) -> bool:
+        obj = self._node(node)
         conds = obj.get("status", {}).get("conditions", [])
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conds) and not obj["spec"].get(
             "taints"
         )
 
+    def inventory_file(self, node: str) -> Path:
+        """The node's inventory: its own file (node_configs), else its node pool's of the values, else
+        CONFIG, else the values' `inventory`; the last two are the chart's `inventory.config` and
+        `inventory`, so a pool wins over either, as in the chart."""
+        if node in self.state.node_configs:
+            return Path(self.state.node_configs[node])
+        values = self.values
+        labels = self._node(node)["metadata"].get("labels", {}) if values["nodePools"] else {}
+        pool, document = chart_values.node_inventory(values, labels)
+        if not pool and self.state.inventory_config:
+            return Path(self.state.inventory_config)
+        path = self.root / "inventories" / f"{pool or 'default'}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        source = f"nodePools {pool}" if pool else "inventory"
+        path.write_text(
+            f"# the chart values' {source}, as the chart's ConfigMap\n"
+            + yaml.safe_dump(document, sort_keys=False)
+        )
+        return path
+
     def plugin_args(self, node: str) -> list[str]:
+        """The GPU plugin's command line: the node's paths and ports, then what the chart's values
+        set (e2e/localcluster/values.py)."""
         nd = self.node_dir(node)
-        args = [
+        values = self.values
+        dcgm = (
+            self.state.ports.setdefault(f"dcgm-{node}", free_port())
+            if values["dcgmExporter"]["enabled"]
+            else -1
+        )
+        return [
             sys.executable,
             "-m",
             "dra_fake",
@@ -440,16 +500,12 @@ class LocalCluster:
             f"--kubelet-plugins-directory-path={nd / 'plugins'}",
             f"--cdi-root={nd / 'cdi'}",
             "--healthcheck-port=0",  # the plugin binds a free port itself: no race with a port picked here
-            "--feature-gates=NVMLDeviceHealthCheck=true",  # faults taint devices (e2e/test_faults.py)
             f"--metrics-port={self.state.ports.setdefault(f'metrics-{node}', free_port())}",
-            # dcgm-exporter's metrics and GFD's labels (e2e/test_observability.py)
-            f"--dcgm-exporter-port={self.state.ports.setdefault(f'dcgm-{node}', free_port())}",
-            "--node-labels=true",
+            # dcgm-exporter's metrics (e2e/test_observability.py)
+            f"--dcgm-exporter-port={dcgm}",
+            f"--config={self.inventory_file(node)}",
+            *chart_values.as_flags("gpu-kubelet-plugin", chart_values.plugin_env(values, "gpus")),
         ]
-        config = self.state.node_configs.get(node) or self.state.inventory_config
-        if config:
-            args.append(f"--config={config}")
-        return args
 
     def start_plugin(self, node: str, wait: bool = True) -> Process:
         proc = self._track(
@@ -496,6 +552,7 @@ class LocalCluster:
 
     def cd_plugin_args(self, node: str) -> list[str]:
         nd = self.node_dir(node)
+        env = chart_values.plugin_env(self.values, "compute-domains")
         return [
             sys.executable,
             "-m",
@@ -507,7 +564,9 @@ class LocalCluster:
             f"--kubelet-plugins-directory-path={nd / 'plugins'}",
             f"--cdi-root={nd / 'cdi'}",
             f"--namespace={CD_NAMESPACE}",
-            f"--imex-clique-id={CD_CLIQUE_ID}",  # every node in one NVL72-like clique
+            f"--metrics-port={self.state.ports.setdefault(f'cd-metrics-{node}', free_port())}",
+            f"--config={self.inventory_file(node)}",  # the clique ID, unless computeDomains.imexCliqueID
+            *chart_values.as_flags("compute-domain-kubelet-plugin", env),
         ]
 
     def start_cd_plugin(self, node: str, wait: bool = True) -> Process:

@@ -70,10 +70,13 @@ class Process:
             return False
 
     def tail(self, lines: int = 30) -> str:
+        """The last lines this run wrote (the log keeps earlier runs' before spawn's `====` line)."""
         try:
-            return "\n".join(Path(self.log).read_text(errors="replace").splitlines()[-lines:])
+            text = Path(self.log).read_text(errors="replace").splitlines()
         except OSError:
             return ""
+        starts = [i for i, line in enumerate(text) if line.startswith("==== ")]
+        return "\n".join(text[starts[-1] + 1 if starts else 0 :][-lines:])
 
     def check_alive(self) -> None:
         if not self.alive():
