@@ -37,6 +37,8 @@ HELM = REPO / ".tools" / "bin" / "helm"
 NODE_IMAGE = "dra-fake-kind/node"
 DRIVER_IMAGE = ("dra-fake", "kind")
 SHELL_IMAGE = "dra-fake-shell:e2e"
+# NVML consumers for e2e/test_nvml.py: nvidia-ml-py, gpustat, nvitop, a go-nvml program.
+NVML_CONSUMERS_IMAGE = "dra-fake-nvml-consumers:e2e"
 RELEASE = "dra-fake"
 NAMESPACE = "dra-fake"
 POOL_LABEL = "dra-fake.dev/gpu-pool"  # h100 | mig | classic: which inventory a worker has
@@ -152,9 +154,9 @@ class KindCluster:
         --set featureGates.A=true`); the local cluster takes the same (e2e/localcluster/values.py)."""
         t0 = time.monotonic()
         images = (
-            (self.node_image, ":".join(DRIVER_IMAGE), SHELL_IMAGE)
+            (self.node_image, ":".join(DRIVER_IMAGE), SHELL_IMAGE, NVML_CONSUMERS_IMAGE)
             if self.offline
-            else (":".join(DRIVER_IMAGE), SHELL_IMAGE)
+            else (":".join(DRIVER_IMAGE), SHELL_IMAGE, NVML_CONSUMERS_IMAGE)
         )
         for image in images:
             if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode:
@@ -187,7 +189,7 @@ class KindCluster:
         self.wait_nodes_ready()
         if self.offline:  # public node images route with kindnetd
             self.add_routes()
-        log.info("loading images %s, %s", ":".join(DRIVER_IMAGE), SHELL_IMAGE)
+        log.info("loading images %s, %s, %s", ":".join(DRIVER_IMAGE), SHELL_IMAGE, NVML_CONSUMERS_IMAGE)
         run(
             KIND,
             "load",
@@ -196,6 +198,7 @@ class KindCluster:
             self.name,
             ":".join(DRIVER_IMAGE),
             SHELL_IMAGE,
+            NVML_CONSUMERS_IMAGE,
             timeout=600,
         )
         self.helm_install(inventory, workers, user=user_helm_args(values, feature_gates))

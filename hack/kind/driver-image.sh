@@ -72,3 +72,20 @@ if ! image_exists "$shell" || ! fresh image-shell "$(files_key "$0")"; then
   stamp image-shell "$(files_key "$0")"
   log "built $shell ($(docker run --rm "$shell" sh -c 'busybox | head -1'))"
 fi
+
+# The NVML consumers (e2e/test_nvml.py): nvidia-ml-py, gpustat, nvitop and a go-nvml program on the
+# Python base. The wheels' versions are pinned in hack/nvml/consumers.txt.
+consumers=dra-fake-nvml-consumers:e2e
+consumers_key=$(files_key "$REPO/hack/nvml/consumers.txt" "$REPO/hack/kind/nvml-consumers/Dockerfile" \
+  "$REPO/hack/nvml/gonvml/main.go" "$REPO/hack/nvml/gonvml/go.mod" "$REPO/hack/nvml/probe.py")
+if ! image_exists "$consumers" || ! fresh image-consumers "$consumers_key"; then
+  cwork=$(mktemp -d)
+  log "pip download the NVML consumers; go build hack/nvml/gonvml"
+  "$PYTHON" -m pip wheel -q --no-deps -w "$cwork/wheels" -r "$REPO/hack/nvml/consumers.txt" >/dev/null
+  (cd "$REPO/hack/nvml/gonvml" && CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations go build -trimpath -o "$cwork/gonvml" .)
+  cp "$REPO/hack/kind/nvml-consumers/Dockerfile" "$REPO/hack/nvml/probe.py" "$cwork/"
+  docker_build -q -t "$consumers" --build-arg BASE="$python_base" "$cwork" >/dev/null
+  rm -rf "$cwork"
+  stamp image-consumers "$consumers_key"
+  log "built $consumers"
+fi

@@ -13,4 +13,4 @@ here=$(dirname "$0")
 for version in "$@"; do "$here/node-image.sh" "$version"; done
 "$here/driver-image.sh"
 log "images ready: $(docker images --format '{{.Repository}}:{{.Tag}} ({{.Size}})' \
-  | grep -E "^($IMAGE_PREFIX/node:|dra-fake:kind|dra-fake-shell:)" | tr '\n' ' ')"
+  | grep -E "^($IMAGE_PREFIX/node:|dra-fake:kind|dra-fake-shell:|dra-fake-nvml-consumers:)" | tr '\n' ' ')"
