@@ -21,7 +21,7 @@ import grpc
 from dra_fake.deviceplugin.allocate import AllocationError, container_response, preferred
 from dra_fake.deviceplugin.config import PluginConfig
 from dra_fake.deviceplugin.resources import Resource
-from dra_fake.gpu.nvidia_smi import NvidiaSmi
+from dra_fake.gpu.api import NvidiaSmi
 from dra_fake.kubelet import sockets
 from dra_fake.kubelet.pb.deviceplugin.v1beta1 import api_pb2 as pb
 from dra_fake.kubelet.pb.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
