@@ -366,17 +366,13 @@ class Fleet:
         )
 
     def _adopt(self, name: str, uid: str) -> None:
-        runtime = None
         with self._lock:
             current = self._publishers.get(name)
             if current is not None and current.node_uid == uid:
                 return
             self._publishers[name] = _NodePublisher(self, name, uid)
             self._synced.discard(name)
-            if name not in self._runtimes:
-                node = Node(name, lambda: self._inventory(name))
-                runtime = self._runtimes[name] = self.host.node(node)
-                runtime.on_faults(self._taint_applier(name))
+            runtime = self._new_runtime(name) if name not in self._runtimes else None
         self.leases.track(name, uid)
         self.queue.add(name)
         if runtime is not None:
@@ -385,6 +381,16 @@ class Fleet:
                 forgotten = self._runtimes.get(name) is not runtime
             if forgotten:  # deleted while starting
                 runtime.stop()
+
+    def _new_runtime(self, name: str) -> NodeRuntime | None:
+        """Lock held. A new node's runtime, kept if it runs a service (it runs none without
+        health checks and metrics: nothing is kept per node then)."""
+        runtime = self.host.node(Node(name, lambda: self._inventory(name)))
+        if not runtime.services:
+            return None
+        runtime.on_faults(self._taint_applier(name))
+        self._runtimes[name] = runtime
+        return runtime
 
     def _forget(self, name: str) -> NodeRuntime | None:
         """Lock held. The slices go with the Node (owner reference, garbage collector). Returns the

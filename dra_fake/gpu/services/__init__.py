@@ -13,5 +13,5 @@ from dra_fake.gpu.services.faults import Faults
 from dra_fake.gpu.services.labels import NodeLabels
 from dra_fake.gpu.services.telemetry import Telemetry
 
-# In start order. Telemetry is built before faults start, so it hears of the first ones.
+# In start order. A node's services are all built (and listening for faults) before any starts.
 SERVICES = (Telemetry, NodeLabels, Faults)
