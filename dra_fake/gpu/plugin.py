@@ -79,7 +79,7 @@ class GpuDriver:
         gates: FeatureGates,
         device_nodes: DeviceNodePolicy,
         shuffle_seed: int | None = None,
-        services: NodeSettings | None = None,
+        node_settings: NodeSettings | None = None,
         allow_device_plugin: bool = False,
     ) -> None:
         self.driver = driver_name
@@ -87,8 +87,8 @@ class GpuDriver:
         self.gates = gates
         self.device_nodes = device_nodes
         self.shuffle_seed = shuffle_seed  # None: sorted devices
-        # The node's services (dra_fake.gpu.runtime): faults, telemetry, GFD's labels.
-        self.services = services if services is not None else NodeSettings(driver_name)
+        # What the node's services (dra_fake.gpu.runtime: faults, telemetry, GFD's labels) do.
+        self.node_settings = node_settings if node_settings is not None else NodeSettings(driver_name)
         self.allow_device_plugin = allow_device_plugin
         self.nvidia_smi: NvidiaSmi | None = None  # set by create_state
         self.state: DeviceState | None = None
@@ -145,7 +145,7 @@ class GpuDriver:
         if self.nvidia_smi is None or self.state is None:
             raise RuntimeError("start_background before create_state")
         node = Node(ctx.node, self.inventory, holdings=self.state.holdings, nvidia_smi=self.nvidia_smi)
-        runtime = Host(self.services, lambda: ctx.api, ctx.stop).node(node)
+        runtime = Host(self.node_settings, lambda: ctx.api, ctx.stop).node(node)
 
         def apply(effects: Effects) -> None:
             with self._lock:
@@ -198,7 +198,7 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
     if args.device_order == "shuffled":
         seed = secrets.randbits(32)
         log.info("slice devices shuffled (--device-order=shuffled)", extra={"seed": seed})
-    services = NodeSettings(
+    node_settings = NodeSettings(
         args.driver_name,
         ignored_xids=ignored_xids,
         dcgm_port=args.dcgm_exporter_port,
@@ -206,6 +206,6 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         mig_strategy=args.mig_strategy,
     )
     driver = GpuDriver(
-        args.driver_name, inventory, gates, policy, seed, services, args.allow_device_plugin == "true"
+        args.driver_name, inventory, gates, policy, seed, node_settings, args.allow_device_plugin == "true"
     )
     return run_plugin(args, driver)
