@@ -125,7 +125,8 @@ def test_the_kubelet_serving_path_does_not_import_the_kubernetes_client() -> Non
     """The sockets serve before the client is imported (~0.3 s of start-up): the CLI, the GPU
     plugin and the kubelet servers load without it (docs/benchmarks.md#start-up)."""
     code = (
-        "import sys, dra_fake.cli, dra_fake.gpu.plugin, dra_fake.kubelet.server, dra_fake.kubelet.health; "
+        "import sys, dra_fake.cli, dra_fake.gpu.plugin, dra_fake.gpu.services, dra_fake.kubelet.server, "
+        "dra_fake.kubelet.health; "
         "dra_fake.cli.build_parser(); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))"
     )

@@ -3,10 +3,11 @@
 ``METRICS`` (on the default registry) is what the plugins use; tests build a ``DriverMetrics`` on their
 own ``CollectorRegistry``. Who updates what:
 
-* the kubelet gRPC layer (``dra_fake.kubelet.server``): ``dra_fake_requests_total``,
-  ``dra_fake_request_duration_seconds``, ``dra_fake_requests_inflight``, and one increment of
-  ``dra_fake_node_prepare_errors_total`` / ``dra_fake_node_unprepare_errors_total`` per claim answered
-  with an error (including whole-call failures, counted per requested claim);
+* the kubelet gRPC layer (``dra_fake.kubelet.server``; they are defined in ``dra_fake.kubelet.metrics``):
+  ``dra_fake_requests_total``, ``dra_fake_request_duration_seconds``, ``dra_fake_requests_inflight``,
+  ``dra_fake_kubelet_registered``, and one increment of ``dra_fake_node_prepare_errors_total`` /
+  ``dra_fake_node_unprepare_errors_total`` per claim answered with an error (including whole-call
+  failures, counted per requested claim);
 * the drivers: ``dra_fake_prepared_claims``, ``dra_fake_prepared_devices``,
   ``dra_fake_checkpoint_errors_total{reason}``;
 * the ResourceSlice publisher: ``dra_fake_published_devices``;
@@ -16,56 +17,27 @@ own ``CollectorRegistry``. Who updates what:
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
 
-# gRPC call durations: kubelet calls time out after 45 s
-# (docs/reference/kubernetes-dra.md#discovery-and-registration-sequence).
-DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 45.0)
-
-# Values of the ``result`` label of dra_fake_requests_total.
-RESULT_SUCCESS = "success"  # every claim succeeded
-RESULT_CLAIM_ERROR = "claim_error"  # call succeeded, at least one claim carries an error
-RESULT_ERROR = "error"  # whole call failed with a gRPC error
+from dra_fake.kubelet.metrics import RequestMetrics
 
 
 @dataclass
-class DriverMetrics:
-    """All dra-fake metrics, registered on ``registry``."""
-
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+class DriverMetrics(RequestMetrics):
+    """All dra-fake metrics, registered on ``registry``: the kubelet layer's (RequestMetrics) and
+    the drivers' and the publisher's."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         r = self.registry
-        self.requests_total = Counter(
-            "dra_fake_requests_total",
-            "gRPC calls served to the kubelet, by method (e.g. v1.NodePrepareResources, GetInfo) and result "
-            "(success, claim_error, error).",
-            ["method", "result"],
-            registry=r,
-        )
-        self.request_duration_seconds = Histogram(
-            "dra_fake_request_duration_seconds",
-            "Duration of gRPC calls served to the kubelet.",
-            ["method"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
-        )
-        self.requests_inflight = Gauge(
-            "dra_fake_requests_inflight", "gRPC calls currently being served.", ["method"], registry=r
-        )
         self.prepared_claims = Gauge(
             "dra_fake_prepared_claims", "Claims currently prepared on this node.", registry=r
         )
         self.prepared_devices = Gauge(
             "dra_fake_prepared_devices", "Devices in currently prepared claims on this node.", registry=r
-        )
-        self.kubelet_registered = Gauge(
-            "dra_fake_kubelet_registered",
-            "1 while the kubelet reports this plugin registered (NotifyRegistrationStatus), else 0.",
-            registry=r,
         )
         self.published_devices = Gauge(
             "dra_fake_published_devices", "Devices published in this node's ResourceSlices.", registry=r
@@ -74,16 +46,6 @@ class DriverMetrics:
             "dra_fake_checkpoint_errors_total",
             "Failures reading or writing the checkpoint.",
             ["reason"],
-            registry=r,
-        )
-        self.node_prepare_errors_total = Counter(
-            "dra_fake_node_prepare_errors_total",
-            "Claims answered with an error by NodePrepareResources.",
-            registry=r,
-        )
-        self.node_unprepare_errors_total = Counter(
-            "dra_fake_node_unprepare_errors_total",
-            "Claims answered with an error by NodeUnprepareResources.",
             registry=r,
         )
         self.feature_enabled = Gauge(

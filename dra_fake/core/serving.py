@@ -249,6 +249,7 @@ def run_plugin(args: argparse.Namespace, driver: KubeletDriver) -> int:
         args.kubelet_registrar_directory_path,
         args.kubelet_plugins_directory_path,
         args.pod_uid or None,
+        metrics=metrics.METRICS,
         device_health=board,
     )
     kubelet.start()

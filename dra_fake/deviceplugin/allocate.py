@@ -24,9 +24,7 @@ from typing import Any
 from dra_fake.core.cdi import EARLIEST_VERSION, minimum_version
 from dra_fake.deviceplugin.config import PluginConfig
 from dra_fake.deviceplugin.resources import PluginDevice, Resource, order_key
-from dra_fake.gpu.devnodes import DeviceNodes
-from dra_fake.gpu.edits import common_edits, gpu_edits
-from dra_fake.gpu.nvidia_smi import NvidiaSmi
+from dra_fake.gpu.api import DeviceNodes, NvidiaSmi, common_edits, gpu_edits
 
 CDI_VENDOR = "k8s.device-plugin.nvidia.com"
 CDI_CLASS = "gpu"

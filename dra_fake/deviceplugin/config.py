@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from dra_fake.core import yamlio
-from dra_fake.gpu.gfd import MIG_STRATEGIES  # GFD's and the device plugin's are one setting
+from dra_fake.gpu.api import MIG_STRATEGIES  # GFD's and the device plugin's are one setting
 
 log = logging.getLogger(__name__)
 

@@ -28,15 +28,21 @@ from dra_fake.deviceplugin.configselect import ConfigSelectionError, ConfigSet, 
 from dra_fake.deviceplugin.labelwatch import ConfigLabelWatch, NodeLabel, reexec
 from dra_fake.deviceplugin.resources import Resource, build_resources
 from dra_fake.deviceplugin.server import DeviceHealth, DevicePlugins, unhealthy_uuids
-from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
-from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, Effects, FaultTracker
-from dra_fake.gpu.faultwatch import FaultWatcher, NodeFaults
-from dra_fake.gpu.gfd import Shared, gfd_labels
-from dra_fake.gpu.inventory import Inventory, InventoryError, load_inventory
-from dra_fake.gpu.monitor import GpuMonitor
-from dra_fake.gpu.nodelabels import apply_labels, machine_type
-from dra_fake.gpu.nvidia_smi import NvidiaSmi
-from dra_fake.gpu.plugin import parse_additional_xids
+from dra_fake.gpu.api import (
+    DEFAULT_IGNORED_XIDS,
+    DEVICE_NODE_MODES,
+    DeviceNodePolicy,
+    Effects,
+    Host,
+    Inventory,
+    InventoryError,
+    Node,
+    NodeSettings,
+    NvidiaSmi,
+    Shared,
+    load_inventory,
+    parse_additional_xids,
+)
 from dra_fake.kubelet.server import serve_forever
 
 log = logging.getLogger(__name__)
@@ -87,8 +93,10 @@ def load(
     profile_dirs = [Path(args.profiles_dir)] if args.profiles_dir else []
     inventory = load_inventory(Path(args.config) if args.config else None, args.node_name, profile_dirs)
     resources = build_resources(inventory, config)
-    if args.device_nodes not in MODES:
-        raise StartupError(f"--device-nodes: {args.device_nodes!r} is not one of {', '.join(MODES)}")
+    if args.device_nodes not in DEVICE_NODE_MODES:
+        raise StartupError(
+            f"--device-nodes: {args.device_nodes!r} is not one of {', '.join(DEVICE_NODE_MODES)}"
+        )
     dra = dra_plugin_registered(args.kubelet_registrar_directory_path, args.driver_name)
     if dra is not None:
         raise StartupError(
@@ -191,27 +199,25 @@ def run_device_plugin(args: argparse.Namespace) -> int:
         daemon=True,
     ).start()
 
-    monitor = GpuMonitor(inventory, list, smi, args.node_name, args.driver_name)
-    monitor.start(stop, None, args.node_name, args.dcgm_exporter_port)
+    # The node's services (dra_fake.gpu.runtime): telemetry, GpuFaults, GFD's labels.
+    replicas = {r.name.removesuffix(".shared"): r.replicas for r in resources if r.replicas > 1}
+    strategy = next((r.sharing for r in resources if r.sharing), "none")
+    settings = NodeSettings(
+        args.driver_name,
+        ignored_xids=ignored or DEFAULT_IGNORED_XIDS,
+        dcgm_port=args.dcgm_exporter_port,
+        node_labels=args.node_labels == "true",
+        mig_strategy=config.mig_strategy,
+        sharing=Shared(strategy, replicas, config.sharing.rename_by_default),
+    )
+    runtime = Host(settings, lambda: api, stop).node(Node(args.node_name, inventory, nvidia_smi=smi))
 
     def apply(effects: Effects) -> None:
         if ignored is not None:
             health.mark(unhealthy_uuids(effects.health, inventory.devices))
-        monitor.set_faults(effects.gpus)
 
-    tracker = FaultTracker(inventory.devices, ignored or DEFAULT_IGNORED_XIDS)
-    FaultWatcher(NodeFaults(api, args.node_name, tracker, apply), stop).start()
-    if args.node_labels == "true":
-        replicas = {r.name.removesuffix(".shared"): r.replicas for r in resources if r.replicas > 1}
-        strategy = next((r.sharing for r in resources if r.sharing), "none")
-        shared = Shared(strategy, replicas, config.sharing.rename_by_default)
-        labels = gfd_labels(inventory, config.mig_strategy, machine_type(), shared)
-        threading.Thread(
-            target=with_backoff,
-            args=(f"label Node {args.node_name}", lambda: apply_labels(api, args.node_name, labels), stop),
-            name="node-labels",
-            daemon=True,
-        ).start()
+    runtime.on_faults(apply)
+    runtime.start()
     log.info(
         "device plugin started",
         extra={

@@ -17,9 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dra_fake.deviceplugin.config import SHARED_SUFFIX, ConfigError, PluginConfig
-from dra_fake.gpu.devices import AllocatableDevice
-from dra_fake.gpu.gfd import profile_in_resource_name
-from dra_fake.gpu.inventory import Inventory, PhysicalGpu, whole_gpu
+from dra_fake.gpu.api import AllocatableDevice, Inventory, PhysicalGpu, profile_in_resource_name, whole_gpu
 
 PREFIX = "nvidia.com/"
 GPU_RESOURCE = PREFIX + "gpu"

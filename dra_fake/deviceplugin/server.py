@@ -22,7 +22,7 @@ from dra_fake.deviceplugin.allocate import AllocationError, container_response
 from dra_fake.deviceplugin.config import PluginConfig
 from dra_fake.deviceplugin.preferred import PreferredAllocationError, preferred
 from dra_fake.deviceplugin.resources import Resource
-from dra_fake.gpu.nvidia_smi import NvidiaSmi
+from dra_fake.gpu.api import NvidiaSmi
 from dra_fake.kubelet import sockets
 from dra_fake.kubelet.pb.deviceplugin.v1beta1 import api_pb2 as pb
 from dra_fake.kubelet.pb.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc

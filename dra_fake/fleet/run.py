@@ -65,29 +65,30 @@ from dra_fake.fleet.core import (
     untaint_patch,
 )
 from dra_fake.fleet.leases import NodeLeases
-from dra_fake.fleet.metrics import FleetMetrics
-from dra_fake.gpu.faults import (
+from dra_fake.gpu.api import (
     DEFAULT_IGNORED_XIDS,
-    GROUP,
-    PLURAL,
-    VERSION,
+    GATE_HEALTH_CHECK,
+    MIG_STRATEGIES,
     Effects,
-    FaultTracker,
-    servable_taints,
-)
-from dra_fake.gpu.faultwatch import NodeFaults
-from dra_fake.gpu.gfd import MIG_STRATEGIES, gfd_labels
-from dra_fake.gpu.inventory import (
+    GpuProfile,
+    Host,
+    Inventory,
     InventoryConfig,
     InventoryError,
+    Node,
+    NodeRuntime,
+    NodeSettings,
     build_inventory,
     default_config,
+    desired_slices,
+    gfd_labels,
+    load_profiles,
+    new_node_labels,
+    parse_additional_xids,
     parse_config,
+    parse_feature_gates,
+    servable_taints,
 )
-from dra_fake.gpu.nodelabels import new_node_labels
-from dra_fake.gpu.plugin import GATE_HEALTH_CHECK, parse_additional_xids, parse_feature_gates
-from dra_fake.gpu.profiles import GpuProfile, load_profiles
-from dra_fake.gpu.slices import desired_slices
 
 log = logging.getLogger("dra_fake.fleet")
 
@@ -226,17 +227,19 @@ class Fleet:
         self.pods_marked = 0
         self.phases: dict[str, float] = {}  # how long start-up steps took
         self._threads: list[threading.Thread] = []
-        # Faults (--feature-gates=NVMLDeviceHealthCheck=true): objects per node, their appliers,
-        # the taints they give, and when each node's faults change next.
-        self._fault_objects: dict[str, dict[str, dict[str, Any]]] = {}
-        self._node_faults: dict[str, NodeFaults] = {}
-        self._taints: dict[str, dict[str, list[dict[str, str]]]] = {}
-        self._next_fault_change: dict[str, float] = {}
-        self._fault_lock = threading.Lock()  # one reconciliation at a time
-        self._fault_wake = threading.Event()
-        self.metrics: FleetMetrics | None = None
-        if options.dcgm_port >= 0:
-            self.metrics = FleetMetrics(inventory, profiles, options.driver, self.managed)
+        # Each node's services (dra_fake.gpu.runtime) over the fleet's shared parts: one GpuFault
+        # informer (--feature-gates=NVMLDeviceHealthCheck=true), one metrics endpoint. Nodes are
+        # created with their GFD labels (node_template).
+        settings = NodeSettings(
+            options.driver,
+            faults=options.health_check,
+            ignored_xids=options.ignored_xids,
+            dcgm_port=options.dcgm_port,
+            mig_strategy=options.mig_strategy,
+        )
+        self.host = Host(settings, lambda: api, self.stop_event, many_nodes=True)
+        self._runtimes: dict[str, NodeRuntime] = {}
+        self._taints: dict[str, dict[str, list[dict[str, str]]]] = {}  # what each node's faults give
 
     # ---- what each node should publish -------------------------------------------------------
     def desired(self, node: str) -> list[DesiredSlice]:
@@ -245,13 +248,16 @@ class Fleet:
         if cached is None:
             if self.info is None:
                 raise RuntimeError("fleet: slices asked for before API discovery")
-            inv = build_inventory(self.inventory, node, self.profiles, source=f"node {node}")
+            inv = self._inventory(node)
             with self._lock:
                 taints = servable_taints(self._taints.get(node, {}), self.info.version)
             cached = desired_slices(inv, self.options.driver, self.info.version, taints)
             with self._lock:
                 self._desired[node] = cached
         return cached
+
+    def _inventory(self, node: str) -> Inventory:
+        return build_inventory(self.inventory, node, self.profiles, source=f"node {node}")
 
     @property
     def selector(self) -> str:
@@ -277,11 +283,8 @@ class Fleet:
         loops += [(self._worker, f"fleet-worker-{i}") for i in range(self.options.workers)]
         if self.options.mark_pods_running:
             loops.append((self._pod_loop, "fleet-pods"))
-        if self.options.health_check:
-            loops += [(self._fault_informer, "fleet-faults"), (self._fault_timer, "fleet-fault-timer")]
         loops.append((self._resync_loop, "fleet-resync"))
-        if self.metrics is not None:
-            self.metrics.start(self.stop_event, self.options.dcgm_port)
+        self.host.start()
         for target, name in loops:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -335,8 +338,10 @@ class Fleet:
         def on_list(items: list[dict[str, Any]]) -> None:
             names = {n["metadata"]["name"]: n["metadata"]["uid"] for n in items}
             with self._lock:
-                for gone in set(self._publishers) - set(names):
-                    self._forget(gone)
+                stopped = [self._forget(gone) for gone in set(self._publishers) - set(names)]
+            for runtime in stopped:
+                if runtime is not None:
+                    runtime.stop()
             for name, uid in names.items():
                 self._adopt(name, uid)
             self.nodes_listed.set()
@@ -345,7 +350,9 @@ class Fleet:
             name, uid = obj["metadata"]["name"], obj["metadata"]["uid"]
             if kind == "DELETED":
                 with self._lock:
-                    self._forget(name)
+                    runtime = self._forget(name)
+                if runtime is not None:
+                    runtime.stop()
             else:
                 self._adopt(name, uid)
 
@@ -365,20 +372,36 @@ class Fleet:
                 return
             self._publishers[name] = _NodePublisher(self, name, uid)
             self._synced.discard(name)
+            runtime = self._new_runtime(name) if name not in self._runtimes else None
         self.leases.track(name, uid)
         self.queue.add(name)
-        if self.options.health_check:
-            self._reconcile_faults(name)  # faults listed before their node was
+        if runtime is not None:
+            runtime.start()  # its services: faults listed before the node was are applied now
+            with self._lock:
+                forgotten = self._runtimes.get(name) is not runtime
+            if forgotten:  # deleted while starting
+                runtime.stop()
 
-    def _forget(self, name: str) -> None:
-        """Lock held. The slices go with the Node (owner reference, garbage collector)."""
+    def _new_runtime(self, name: str) -> NodeRuntime | None:
+        """Lock held. A new node's runtime, kept if it runs a service (it runs none without
+        health checks and metrics: nothing is kept per node then)."""
+        runtime = self.host.node(Node(name, lambda: self._inventory(name)))
+        if not runtime.services:
+            return None
+        runtime.on_faults(self._taint_applier(name))
+        self._runtimes[name] = runtime
+        return runtime
+
+    def _forget(self, name: str) -> NodeRuntime | None:
+        """Lock held. The slices go with the Node (owner reference, garbage collector). Returns the
+        node's runtime, for the caller to stop once the lock is released (its services may be
+        applying the node's faults, which takes the lock)."""
         self._publishers.pop(name, None)
         self.leases.forget(name)
         self._desired.pop(name, None)
         self._synced.discard(name)
         self._taints.pop(name, None)
-        self._next_fault_change.pop(name, None)
-        self._node_faults.pop(name, None)
+        return self._runtimes.pop(name, None)
 
     # ---- slices --------------------------------------------------------------------------------
     def _slice_informer(self) -> None:
@@ -445,83 +468,16 @@ class Fleet:
                 self.queue.add(node)
 
     # ---- faults --------------------------------------------------------------------------------
-    def _fault_informer(self) -> None:
-        def on_list(items: list[dict[str, Any]]) -> None:
-            by_node: dict[str, dict[str, dict[str, Any]]] = {}
-            for obj in items:
-                by_node.setdefault(obj.get("spec", {}).get("nodeName", ""), {})[obj["metadata"]["name"]] = obj
-            with self._lock:
-                touched = set(self._fault_objects) | set(by_node)
-                self._fault_objects = by_node
-            for node in touched:
-                self._reconcile_faults(node)
-
-        def on_event(kind: str, obj: dict[str, Any]) -> None:
-            node, name = obj.get("spec", {}).get("nodeName", ""), obj["metadata"]["name"]
-            with self._lock:
-                objects = self._fault_objects.setdefault(node, {})
-                if kind == "DELETED":
-                    objects.pop(name, None)
-                else:
-                    objects[name] = obj
-            self._reconcile_faults(node)
-
-        faults = lister(self.api, f"/apis/{GROUP}/{VERSION}/{PLURAL}")
-        run_informer(self.stop_event, "gpufaults", faults, {}, on_list, on_event)
-
-    def _reconcile_faults(self, node: str) -> None:
-        """Apply one node's faults (a fleet node's plugin would); unmanaged nodes are someone else's."""
-        with self._lock:
-            managed = node in self._publishers
-            objects = list(self._fault_objects.get(node, {}).values())
-        if not managed or not (objects or node in self._node_faults):
-            return
-        with self._fault_lock:
-            faults = self._node_faults.get(node)
-            if faults is None:
-                inv = build_inventory(self.inventory, node, self.profiles, source=f"node {node}")
-                faults = NodeFaults(
-                    self.api,
-                    node,
-                    FaultTracker(inv.devices, self.options.ignored_xids),
-                    self._taint_applier(node),
-                )
-                self._node_faults[node] = faults
-            try:
-                next_change = faults.reconcile(objects)
-            except Exception as err:  # a status write failed: try again soon
-                log.warning("applying a node's faults failed", extra={"node": node, "error": str(err)[:300]})
-                next_change = time.time() + 5
-        with self._lock:
-            if next_change is None:
-                self._next_fault_change.pop(node, None)
-            else:
-                self._next_fault_change[node] = next_change
-        self._fault_wake.set()
-
     def _taint_applier(self, node: str) -> Callable[[Effects], None]:
+        """What a node's faults do here (its runtime's services apply them): its slices tainted."""
+
         def apply(effects: Effects) -> None:
             with self._lock:
                 self._taints[node] = effects.taints
                 self._desired.pop(node, None)
-            if self.metrics is not None:
-                self.metrics.set_faults(node, effects.gpus)
             self.queue.add(node)
 
         return apply
-
-    def _fault_timer(self) -> None:
-        """Faults start and end on their own: reconcile each node when its next change is due."""
-        while not self.stop_event.is_set():
-            with self._lock:
-                due = min(self._next_fault_change.values(), default=None)
-            self._fault_wake.wait(60.0 if due is None else min(60.0, max(0.0, due - time.time())))
-            self._fault_wake.clear()
-            now = time.time()
-            with self._lock:
-                ready = [n for n, t in self._next_fault_change.items() if t <= now]
-            for node in ready:
-                self._reconcile_faults(node)
 
     # ---- pods ----------------------------------------------------------------------------------
     def _pod_loop(self) -> None:

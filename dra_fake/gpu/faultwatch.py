@@ -1,10 +1,11 @@
 """The I/O side of simulated faults: a node's GpuFault objects in, their effects
 (dra_fake.gpu.faults) handed to the slices and the kubelet's health stream, each fault's status out.
 
-The plugin's loop (FaultWatcher): LIST the node's faults (a field selector on spec.nodeName), apply
+A plugin's loop (FaultWatcher): LIST the node's faults (a field selector on spec.nodeName), apply
 them, then WATCH from that list's resourceVersion until something changes or the next fault starts
 or ends, and again. A failing step is logged and retried with backoff
-(dra_fake.core.retry.run_forever). Fleet mode feeds NodeFaults from one informer for all its nodes.
+(dra_fake.core.retry.run_forever). A process serving many nodes (fleet mode) feeds their NodeFaults
+from one informer of every GpuFault instead (FaultInformer).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from dra_fake.core.informer import lister, run_informer
 from dra_fake.core.kube import REQUEST_TIMEOUT
 from dra_fake.core.retry import run_forever
 from dra_fake.gpu.faults import (
@@ -36,6 +38,8 @@ from dra_fake.gpu.faults import (
 log = logging.getLogger(__name__)
 
 WATCH_SECONDS = 60
+RETRY_SECONDS = 5.0  # FaultInformer: a node whose status write failed is reconciled again after this
+TIMER_SECONDS = 60.0  # FaultInformer: the longest its timer sleeps
 
 
 class NodeFaults:
@@ -160,3 +164,101 @@ class FaultWatcher:
                 raise
         finally:
             w.stop()  # type: ignore[no-untyped-call]
+
+
+class FaultInformer:
+    """The GpuFaults of many nodes served by one process (fleet mode): one LIST + WATCH of every
+    GpuFault, each node's applied by its NodeFaults, and a timer that applies a node's again when
+    one of them starts or ends. A node's NodeFaults is built when it first has a fault."""
+
+    def __init__(self, api: client.ApiClient, stop: threading.Event) -> None:
+        self.api, self.stop = api, stop
+        self._objects: dict[str, dict[str, dict[str, Any]]] = {}  # node -> name -> GpuFault
+        self._makers: dict[str, Callable[[], NodeFaults]] = {}  # the nodes served
+        self._faults: dict[str, NodeFaults] = {}
+        self._next_change: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._reconcile_lock = threading.Lock()  # one reconciliation at a time
+        self._wake = threading.Event()
+
+    def start(self) -> None:
+        for target, name in ((self._informer, "gpufaults"), (self._timer, "gpufault-timer")):
+            threading.Thread(target=target, name=name, daemon=True).start()
+
+    def add(self, node: str, make: Callable[[], NodeFaults]) -> None:
+        """Serve `node`'s faults (`make` builds its NodeFaults when it first has one)."""
+        with self._lock:
+            self._makers[node] = make
+        self.reconcile(node)  # faults listed before their node was
+
+    def remove(self, node: str) -> None:
+        with self._lock:
+            self._makers.pop(node, None)
+            self._faults.pop(node, None)
+            self._next_change.pop(node, None)
+
+    def reconcile(self, node: str) -> None:
+        """Apply one node's faults; nodes not served are someone else's."""
+        with self._lock:
+            make = self._makers.get(node)
+            faults = self._faults.get(node)
+            objects = list(self._objects.get(node, {}).values())
+        if make is None or not (objects or faults is not None):
+            return
+        with self._reconcile_lock:
+            if faults is None:
+                built = make()
+                with self._lock:
+                    if node not in self._makers:
+                        return  # removed meanwhile
+                    faults = self._faults.setdefault(node, built)
+            try:
+                next_change = faults.reconcile(objects)
+            except Exception as err:  # a status write failed: try again soon
+                log.warning("applying a node's faults failed", extra={"node": node, "error": str(err)[:300]})
+                next_change = time.time() + RETRY_SECONDS
+        with self._lock:
+            if next_change is None or node not in self._makers:  # removed meanwhile: nothing to time
+                self._next_change.pop(node, None)
+            else:
+                self._next_change[node] = next_change
+        self._wake.set()
+
+    def listed(self, items: list[dict[str, Any]]) -> None:
+        """The informer's LIST: every GpuFault."""
+        by_node: dict[str, dict[str, dict[str, Any]]] = {}
+        for obj in items:
+            by_node.setdefault(obj.get("spec", {}).get("nodeName", ""), {})[obj["metadata"]["name"]] = obj
+        with self._lock:
+            touched = set(self._objects) | set(by_node)
+            self._objects = by_node
+        for node in touched:
+            self.reconcile(node)
+
+    def changed(self, kind: str, obj: dict[str, Any]) -> None:
+        """One WATCH event."""
+        node, name = obj.get("spec", {}).get("nodeName", ""), obj["metadata"]["name"]
+        with self._lock:
+            objects = self._objects.setdefault(node, {})
+            if kind == "DELETED":
+                objects.pop(name, None)
+            else:
+                objects[name] = obj
+        self.reconcile(node)
+
+    def _informer(self) -> None:
+        faults = lister(self.api, f"/apis/{GROUP}/{VERSION}/{PLURAL}")
+        run_informer(self.stop, "gpufaults", faults, {}, self.listed, self.changed)
+
+    def _timer(self) -> None:
+        """Faults start and end on their own: reconcile each node when its next change is due."""
+        while not self.stop.is_set():
+            with self._lock:
+                due = min(self._next_change.values(), default=None)
+            self._wake.wait(TIMER_SECONDS if due is None else min(TIMER_SECONDS, max(0.0, due - time.time())))
+            self._wake.clear()
+            now = time.time()
+            with self._lock:
+                ready = [n for n, t in self._next_change.items() if t <= now]
+            for node in ready:
+                self.reconcile(node)

@@ -8,21 +8,20 @@ import logging
 import secrets
 import sys
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dra_fake.core import featuregates, logs
 from dra_fake.core.kubeconfig import StartupError, check_config_source
-from dra_fake.core.retry import with_backoff
 from dra_fake.core.serving import ClaimState, PluginContext, run_plugin
 from dra_fake.core.slices import DesiredSlice
 from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
-from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, FaultTracker, servable_taints
-from dra_fake.gpu.gfd import MIG_STRATEGIES, gfd_labels
+from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, servable_taints
+from dra_fake.gpu.gfd import MIG_STRATEGIES
 from dra_fake.gpu.inventory import Inventory, InventoryError, load_inventory
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
+from dra_fake.gpu.runtime import Host, Node, NodeSettings
 from dra_fake.gpu.slices import desired_slices, shuffled
 from dra_fake.gpu.state import DeviceState
 
@@ -51,15 +50,6 @@ def parse_additional_xids(raw: str) -> frozenset[int]:
     return frozenset(xids)
 
 
-@dataclass(frozen=True)
-class Observability:
-    """What the plugin shows above the scheduler (docs/observability.md)."""
-
-    dcgm_port: int = -1  # dcgm-exporter-compatible /metrics; negative: not served
-    node_labels: bool = False  # GPU Feature Discovery labels on the plugin's Node
-    mig_strategy: str = "none"  # GFD's MIG strategy for those labels
-
-
 class GpuDriver:
     """gpu.nvidia.com for run_plugin (dra_fake.core.serving.KubeletDriver)."""
 
@@ -72,8 +62,7 @@ class GpuDriver:
         gates: FeatureGates,
         device_nodes: DeviceNodePolicy,
         shuffle_seed: int | None = None,
-        ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS,
-        observability: Observability = Observability(),
+        node_settings: NodeSettings | None = None,
         allow_device_plugin: bool = False,
     ) -> None:
         self.driver = driver_name
@@ -81,8 +70,8 @@ class GpuDriver:
         self.gates = gates
         self.device_nodes = device_nodes
         self.shuffle_seed = shuffle_seed  # None: sorted devices
-        self.ignored_xids = ignored_xids
-        self.observability = observability
+        # What the node's services (dra_fake.gpu.runtime: faults, telemetry, GFD's labels) do.
+        self.node_settings = node_settings if node_settings is not None else NodeSettings(driver_name)
         self.allow_device_plugin = allow_device_plugin
         self.nvidia_smi: NvidiaSmi | None = None  # set by create_state
         self.state: DeviceState | None = None
@@ -132,37 +121,23 @@ class GpuDriver:
         return None
 
     def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
-        """The telemetry (nvidia-smi's live files, dcgm-exporter's /metrics), the node's GFD labels,
-        and the watch of this node's GpuFaults: taints with NVMLDeviceHealthCheck (as NVIDIA); the
-        health stream, nvidia-smi and the metrics always."""
-        # These talk to the API server: imported here, after the sockets serve (run_plugin).
-        from dra_fake.gpu.faultwatch import FaultWatcher, NodeFaults
-        from dra_fake.gpu.monitor import GpuMonitor
-        from dra_fake.gpu.nodelabels import apply_labels, machine_type
-
+        """The node's services (dra_fake.gpu.runtime): the telemetry (nvidia-smi's live files,
+        dcgm-exporter's /metrics), the node's GFD labels, and its GpuFaults: taints with
+        NVMLDeviceHealthCheck (as NVIDIA); the health stream, nvidia-smi and the metrics always."""
         health_check = self.gates.enabled(GATE_HEALTH_CHECK)
         if self.nvidia_smi is None or self.state is None:
             raise RuntimeError("start_background before create_state")
-        monitor = GpuMonitor(self.inventory, self.state.holdings, self.nvidia_smi, ctx.node, self.driver)
-        monitor.start(ctx.stop, ctx.api, ctx.node, self.observability.dcgm_port)
-        if self.observability.node_labels:
-            labels = gfd_labels(self.inventory, self.observability.mig_strategy, machine_type())
-            threading.Thread(
-                target=with_backoff,
-                args=(f"label Node {ctx.node}", lambda: apply_labels(ctx.api, ctx.node, labels), ctx.stop),
-                name="node-labels",
-                daemon=True,
-            ).start()
+        node = Node(ctx.node, self.inventory, holdings=self.state.holdings, nvidia_smi=self.nvidia_smi)
+        runtime = Host(self.node_settings, lambda: ctx.api, ctx.stop).node(node)
 
         def apply(effects: Effects) -> None:
             with self._lock:
                 self._taints = effects.taints if health_check else {}
             ctx.device_health.set_health(effects.health)
-            monitor.set_faults(effects.gpus)
             ctx.republish()
 
-        tracker = FaultTracker(self.inventory.devices, self.ignored_xids)
-        FaultWatcher(NodeFaults(ctx.api, ctx.node, tracker, apply), ctx.stop).start()
+        runtime.on_faults(apply)
+        runtime.start()
 
 
 def device_plugin_resources(node: dict[str, Any]) -> list[str]:
@@ -208,15 +183,14 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
     if args.device_order == "shuffled":
         seed = secrets.randbits(32)
         log.info("slice devices shuffled (--device-order=shuffled)", extra={"seed": seed})
-    observability = Observability(args.dcgm_exporter_port, args.node_labels == "true", args.mig_strategy)
-    driver = GpuDriver(
+    node_settings = NodeSettings(
         args.driver_name,
-        inventory,
-        gates,
-        policy,
-        seed,
-        ignored_xids,
-        observability,
-        args.allow_device_plugin == "true",
+        ignored_xids=ignored_xids,
+        dcgm_port=args.dcgm_exporter_port,
+        node_labels=args.node_labels == "true",
+        mig_strategy=args.mig_strategy,
+    )
+    driver = GpuDriver(
+        args.driver_name, inventory, gates, policy, seed, node_settings, args.allow_device_plugin == "true"
     )
     return run_plugin(args, driver)

@@ -29,10 +29,10 @@ from typing import Any, Protocol
 
 import grpc
 
-from dra_fake.core.metrics import METRICS, RESULT_CLAIM_ERROR, RESULT_ERROR, RESULT_SUCCESS, DriverMetrics
 from dra_fake.kubelet import sockets
 from dra_fake.kubelet.api import ClaimRef, DriverHandler, PreparedDevice, PrepareResult
 from dra_fake.kubelet.device_health import HEALTH_VERSIONS, DeviceHealthBoard, health_servicers
+from dra_fake.kubelet.metrics import RESULT_CLAIM_ERROR, RESULT_ERROR, RESULT_SUCCESS, RequestMetrics
 from dra_fake.kubelet.pb.dra.v1 import api_pb2 as drapb_v1
 from dra_fake.kubelet.pb.dra.v1 import api_pb2_grpc as drapb_v1_grpc
 from dra_fake.kubelet.pb.dra.v1beta1 import api_pb2 as drapb_v1beta1
@@ -126,7 +126,7 @@ class InFlight:
 class _Observed:
     """Request metrics around one call: inflight gauge, duration histogram, result counter."""
 
-    def __init__(self, metrics: DriverMetrics, method: str, enabled: bool) -> None:
+    def __init__(self, metrics: RequestMetrics, method: str, enabled: bool) -> None:
         self._metrics, self._method, self._enabled = metrics, method, enabled
         self.result = RESULT_ERROR
         self._start = 0.0
@@ -154,7 +154,7 @@ class _DRAServicer:
         pb: Any,
         driver_name: str,
         handler: DriverHandler,
-        metrics: DriverMetrics,
+        metrics: RequestMetrics,
         in_flight: InFlight,
     ) -> None:
         self._version, self._pb, self._driver = version, pb, driver_name
@@ -384,7 +384,8 @@ class KubeletPlugin:
     ``endpoint`` overrides the DRA socket path reported in GetInfo, for setups where the kubelet
     sees the socket under another path (the Go library's 1.32 ``KubeletPluginSocketPath``); by
     default it is the absolute DRA socket path, which must then be the same in the container
-    and on the host.
+    and on the host. ``metrics``: where the calls are counted (run_plugin passes the plugin's,
+    dra_fake.core.metrics.METRICS); by default a registry of their own that nothing serves.
     """
 
     def __init__(
@@ -395,7 +396,7 @@ class KubeletPlugin:
         plugins_dir: str,
         pod_uid: str | None = None,
         *,
-        metrics: DriverMetrics | None = None,
+        metrics: RequestMetrics | None = None,
         max_workers: int = DEFAULT_MAX_WORKERS,
         endpoint: str | None = None,
         socket_mode: int = sockets.SOCKET_MODE,
@@ -406,7 +407,7 @@ class KubeletPlugin:
         self.driver_name = driver_name
         self.handler = handler
         self.pod_uid = pod_uid or None
-        self.metrics = metrics if metrics is not None else METRICS
+        self.metrics = metrics if metrics is not None else RequestMetrics()
         self.registration_socket = sockets.registration_socket_path(registrar_dir, driver_name, self.pod_uid)
         self.dra_socket = sockets.dra_socket_path(plugins_dir, driver_name, self.pod_uid)
         self.plugin_data_dir = os.path.dirname(self.dra_socket)
