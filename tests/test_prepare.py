@@ -271,7 +271,7 @@ def test_device_held_by_another_claim(state: DeviceState) -> None:
     assert [d.device_name for d in state.prepare(make_claim(UID2, [result("gpu", "gpu-0")]))] == ["gpu-0"]
 
 
-def test_admin_access_and_shared_devices_are_allowed(state: DeviceState) -> None:
+def test_admin_access_is_allowed_beside_a_holder(state: DeviceState) -> None:
     state.prepare(make_claim(UID1, [result("gpu", "gpu-0")]))
     admin = state.prepare(make_claim(UID2, [result("mon", "gpu-0", adminAccess=True)]))
     assert admin[0].device_name == "gpu-0"
@@ -279,11 +279,6 @@ def test_admin_access_and_shared_devices_are_allowed(state: DeviceState) -> None
     # an admin-access holder does not block a regular claim either
     state.unprepare(UID1)
     state.prepare(make_claim(UID1, [result("gpu", "gpu-0")]))
-    uid3 = "c3333333-3333-3333-3333-333333333333"
-    shared = state.prepare(make_claim(uid3, [result("gpu", "gpu-0", shareID="7e1d")]))
-    assert shared == [
-        PreparedDevice(("gpu",), NODE, "gpu-0", (f"{KIND}={uid3}-gpu-0-7e1d",), share_id="7e1d")
-    ]
 
 
 def test_dynamic_mig_created_and_destroyed(state: DeviceState) -> None:
@@ -419,6 +414,11 @@ def test_startup_after_reboot_discards_and_cleans(state: DeviceState, tmp_path: 
     assert checkpoint(state).nodeBootID == "another-boot"
 
 
+def holders(held: Any) -> dict[str, list[str]]:
+    """device -> the claim UIDs holding it, from the conflict check's holdings."""
+    return {device: [h.uid for h in found] for device, found in held.devices.items()}
+
+
 def test_the_conflict_check_sees_an_entry_replaced_under_the_same_claim(state: DeviceState) -> None:
     """The conflict check's holdings are kept between plans while the checkpoint holds the same
     entries: an entry replaced under the same claim UID (another device list or payload) must be
@@ -426,15 +426,15 @@ def test_the_conflict_check_sees_an_entry_replaced_under_the_same_claim(state: D
     state.prepare(make_claim(UID1, [result("gpu", "gpu-0"), result("m", MIG_A)]))
     data = checkpoint(state)
     held = state._holdings(data)
-    assert held.devices == {"gpu-0": [UID1], MIG_A: [UID1]} and [m.device for m, _ in held.migs] == [MIG_A]
+    assert holders(held) == {"gpu-0": [UID1], MIG_A: [UID1]} and [m.device for m, _ in held.migs] == [MIG_A]
     entry = data.claims[UID1]
     data.claims[UID1] = entry.model_copy(update={"preparedDevices": [entry.preparedDevices[0]]})
     data.claims[UID1].preparedDevices[0] = entry.preparedDevices[0].model_copy(update={"deviceName": "gpu-1"})
-    assert state._holdings(data).devices == {"gpu-1": [UID1]}
+    assert holders(state._holdings(data)) == {"gpu-1": [UID1]}
     data.claims[UID1] = data.claims[UID1].model_copy(update={"driverData": GpuClaimData()})
     held = state._holdings(data)
-    assert held.migs == [] and held.holder("gpu-1", UID2) == UID1
-    assert held.holder("gpu-1", UID1) is None  # a claim's own devices are not in its way
+    assert held.migs == [] and [h.uid for h in held.holders("gpu-1", UID2)] == [UID1]
+    assert held.holders("gpu-1", UID1) == []  # a claim's own devices are not in its way
 
 
 def test_the_conflict_check_extends_its_holdings_by_the_claims_prepared_since(state: DeviceState) -> None:
@@ -443,10 +443,10 @@ def test_the_conflict_check_extends_its_holdings_by_the_claims_prepared_since(st
     held = state._holdings(state.store.load().data)
     state.prepare(make_claim(UID2, [result("m", MIG_A)]))
     assert state._holdings(state.store.load().data) is held and list(held.parts) == [UID1, UID2]
-    assert held.devices == {"gpu-0": [UID1], MIG_A: [UID2]}
+    assert holders(held) == {"gpu-0": [UID1], MIG_A: [UID2]}
     state.unprepare(UID1)
     rebuilt = state._holdings(state.store.load().data)
-    assert rebuilt is not held and rebuilt.devices == {MIG_A: [UID2]} and list(rebuilt.parts) == [UID2]
+    assert rebuilt is not held and holders(rebuilt) == {MIG_A: [UID2]} and list(rebuilt.parts) == [UID2]
     with pytest.raises(
         ClaimError, match=f"requested device {MIG_A} is already allocated to different claim {UID2}"
     ):

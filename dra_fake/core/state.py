@@ -148,6 +148,12 @@ class PreparedClaims(ABC, Generic[P]):
     def undo(self, claim_uid: str, entry: ClaimEntry[P]) -> None:
         """Reverse the side effects of a (partial) preparation; idempotent."""
 
+    def release(self, data: CheckpointData[P], claim_uid: str, entry: ClaimEntry[P]) -> None:
+        """Under the node lock, right after the claim's entry left `data` (not yet saved): release
+        what it held together with other entries (a device several claims share), if no entry
+        left in `data` holds it. Idempotent: a crash before the save brings the entry back, and
+        its rollback releases again."""
+
     def has_undo(self, entry: ClaimEntry[P]) -> bool:
         """Whether `undo` has anything to do for `entry`; a claim without goes in one step (see
         `unprepare`). A driver whose undo is sometimes empty says so."""
@@ -248,8 +254,8 @@ class PreparedClaims(ABC, Generic[P]):
         for uid in gone:
             self.cdi.remove(uid, sync_dir=False)
         crash_point("unprepare:after-cdi-removed")
-        for uid in gone:
-            del data.claims[uid]
+        for uid in gone:  # one by one: each release counts the holders still left
+            self.release(data, uid, data.claims.pop(uid))
         self.store.save(data, touched=[*gone, *marks])
 
     def startup(self) -> StartupReport:
@@ -388,7 +394,7 @@ class PreparedClaims(ABC, Generic[P]):
         """Undo a partial claim and forget it (the caller saves the checkpoint)."""
         self.undo(claim_uid, data.claims[claim_uid])
         self.cdi.remove(claim_uid)
-        del data.claims[claim_uid]
+        self.release(data, claim_uid, data.claims.pop(claim_uid))
         _log.info("partially prepared claim rolled back claim=%s", claim_uid)
 
     def abort(self, data: CheckpointData[P], claim_uid: str, exc: Exception) -> None:

@@ -21,8 +21,9 @@ from dra_fake.gpu.configs import GATE_DYNAMIC_MIG, FeatureGates
 from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
 from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, FaultTracker, servable_taints
 from dra_fake.gpu.gfd import MIG_STRATEGIES, gfd_labels
-from dra_fake.gpu.inventory import Inventory, InventoryError, load_inventory
+from dra_fake.gpu.inventory import Inventory, InventoryError, SharesSetting, load_inventory
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
+from dra_fake.gpu.shares import FLAG, GATE_CONSUMABLE_SHARES, SharesMode, SharesSettingError, node_mode
 from dra_fake.gpu.slices import desired_slices, shuffled
 from dra_fake.gpu.state import DeviceState
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from dra_fake.core.resourceapi import ServerInfo
 
 GATE_HEALTH_CHECK = "NVMLDeviceHealthCheck"
-KNOWN_GATES = ("TimeSlicingSettings", "MPSSupport", "DynamicMIG", GATE_HEALTH_CHECK)
+KNOWN_GATES = ("TimeSlicingSettings", "MPSSupport", "DynamicMIG", GATE_HEALTH_CHECK, GATE_CONSUMABLE_SHARES)
 # NVIDIA's driver refuses these together at start
 # (docs/reference/nvidia-gpu-driver.md#72-driver-feature-gates).
 EXCLUSIVE_GATES = ((GATE_DYNAMIC_MIG, GATE_HEALTH_CHECK),)
@@ -92,6 +93,7 @@ class GpuDriver:
         ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS,
         observability: Observability = Observability(),
         allow_device_plugin: bool = False,
+        consumable_shares: SharesMode | None = None,
     ) -> None:
         self.driver = driver_name
         self.inventory = inventory
@@ -101,6 +103,8 @@ class GpuDriver:
         self.ignored_xids = ignored_xids
         self.observability = observability
         self.allow_device_plugin = allow_device_plugin
+        self.consumable_shares = consumable_shares  # --consumable-shares (node-wide); None: disabled
+        self._ctx: PluginContext | None = None  # set by create_state
         self.nvidia_smi: NvidiaSmi | None = None  # set by create_state
         self.state: DeviceState | None = None
         self._taints: dict[str, list[dict[str, str]]] = {}
@@ -108,6 +112,7 @@ class GpuDriver:
         self._lock = threading.Lock()
 
     def create_state(self, ctx: PluginContext) -> ClaimState:
+        self._ctx = ctx
         self.nvidia_smi = NvidiaSmi.from_inventory(ctx.data_dir, self.inventory)
         self.state = DeviceState(
             self.driver,
@@ -120,6 +125,7 @@ class GpuDriver:
             nvidia_smi=self.nvidia_smi,
             device_nodes=self.device_nodes.current,
             on_checkpoint_error=ctx.checkpoint_error_hook(self.driver),
+            consumable_shares=self.consumable_shares,
         )
         return self.state
 
@@ -146,7 +152,38 @@ class GpuDriver:
                 "serve a node's GPUs through the device plugin or through DRA, not both "
                 "(--allow-device-plugin=true to run anyway)"
             )
-        return None
+        return self._shares_refusal()
+
+    def shares_setting(self) -> str | None:
+        """What turns consumable shares on for this node, as refusals name it; None: nothing."""
+        if self.consumable_shares is not None:
+            return f"{FLAG}={self.consumable_shares}"
+        modes = sorted({str(g.shares) for g in self.inventory.gpus if g.shares is not None})
+        return f"the inventory's consumableShares={','.join(modes)}" if modes else None
+
+    def _shares_refusal(self) -> str | None:
+        """A server that cannot honour shared devices: refused before the first slice, with a
+        Warning Node event (dra_fake.gpu.sharesgate)."""
+        setting = self.shares_setting()
+        if setting is None or self._ctx is None:
+            return None
+        from dra_fake.core.events import post_node_event
+        from dra_fake.gpu import sharesgate
+
+        ctx = self._ctx
+        reason = sharesgate.server_refusal(
+            setting, ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop
+        )
+        if reason is not None:
+            post_node_event(
+                ctx.api,
+                ctx.node,
+                ctx.node_uid,
+                reason=sharesgate.EVENT_REASON,
+                message=reason,
+                component=f"{self.driver}-kubelet-plugin",
+            )
+        return reason
 
     def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
         """The telemetry (nvidia-smi's live files, dcgm-exporter's /metrics), the node's GFD labels,
@@ -200,6 +237,8 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         if not args.node_name:
             raise StartupError("--node-name (NODE_NAME) is required")
         gates = parse_feature_gates(args.feature_gates)
+        shares_gate = gates.enabled(GATE_CONSUMABLE_SHARES)
+        consumable_shares = node_mode(args.consumable_shares, shares_gate)
         ignored_xids = DEFAULT_IGNORED_XIDS | parse_additional_xids(args.additional_xids_to_ignore)
         if args.device_nodes not in MODES:
             raise StartupError(f"--device-nodes: {args.device_nodes!r} is not one of {', '.join(MODES)}")
@@ -212,8 +251,16 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
                 f"--device-order: {args.device_order!r} is not one of {', '.join(DEVICE_ORDERS)}"
             )
         profile_dirs = [Path(args.profiles_dir)] if args.profiles_dir else []
-        inventory = load_inventory(Path(args.config) if args.config else None, args.node_name, profile_dirs)
+        inventory = load_inventory(
+            Path(args.config) if args.config else None,
+            args.node_name,
+            profile_dirs,
+            SharesSetting(consumable_shares, shares_gate),
+        )
         check_config_source(args.kubeconfig)
+    except SharesSettingError as err:  # NVIDIA's plugin exits 1 on these (validateCLIFlags)
+        print(f"dra-fake gpu-kubelet-plugin: error: {err}", file=sys.stderr)
+        return 1
     except (StartupError, InventoryError, ValueError, OSError) as err:
         print(f"dra-fake gpu-kubelet-plugin: error: {err}", file=sys.stderr)
         return 2
@@ -233,5 +280,6 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         ignored_xids,
         observability,
         args.allow_device_plugin == "true",
+        consumable_shares,
     )
     return run_plugin(args, driver)
