@@ -40,8 +40,12 @@ def invalid_value(raw: str, field: str | None = None) -> str:
     """NVIDIA's message for a flag value it cannot read (`raw` quoted as Go's %q quotes it); for
     an inventory key, the same facts after the field's name."""
     if field is None:
-        return f"invalid value for {FLAG}: {json.dumps(raw)} {_VALUES}"
-    return f"{field}: invalid value {json.dumps(raw)} {_VALUES}"
+        return f"invalid value for {FLAG}: {_quoted(raw)} {_VALUES}"
+    return f"{field}: invalid value {_quoted(raw)} {_VALUES}"
+
+
+def _quoted(raw: str) -> str:
+    return json.dumps(raw, ensure_ascii=False)  # as Go's %q: printable characters stay as they are
 
 
 @dataclass(frozen=True)
