@@ -645,6 +645,62 @@ def test_crash_during_unprepare(tmp_path: Path, claim: dict[str, Any], point: st
     assert state.dynamic_mig_devices() == []
 
 
+SHARE_CLAIMS = [
+    make_claim(
+        uid,
+        [
+            result("gpu", "gpu-4", shareID=share_id, consumedCapacity={"memory": "20Gi"}),
+            result("mig", "gpu-5-mig-1g10gb-19-0", shareID=share_id, consumedCapacity={"memory": "4Gi"}),
+        ],
+        [ts_config("Long", ["gpu"])],
+        name=f"share-{i}",
+    )
+    for i, (uid, share_id) in enumerate(
+        [(UID1, "5a7e0000-0000-4000-8000-000000000001"), (UID2, "5a7e0000-0000-4000-8000-000000000002")]
+    )
+]
+
+
+@pytest.mark.parametrize("point", [p for p in CRASH_POINTS if p.startswith("unprepare:")])
+def test_crash_during_one_shares_unprepare_leaves_the_other_share(
+    tmp_path: Path, point: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two claims share a GPU (with a time slice) and a dynamic MIG device (created for the first);
+    a SIGKILL at any point of the first one's unprepare, then start-up: the second claim, its spec
+    and the MIG device are intact, and once the kubelet's retry unprepares the first, the checkpoint
+    lists exactly the second (docs/sharing-design.md#14-state-and-checkpoint-keyed-by-share)."""
+    first, second = SHARE_CLAIMS
+    before = make_state(tmp_path)
+    before.prepare(first)
+    before.prepare(second)
+    (mig,) = before.dynamic_mig_devices()
+    assert mig.uuid == mig_uuid(NODE, 5, P1_0, nonce=UID1)
+    second_spec = before.cdi.path(UID2).read_bytes()
+    crashed = run_helper(tmp_path, ["unprepare", UID1], point)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+
+    caplog.set_level(logging.INFO, logger="dra_fake.gpu.state")
+    destroyed = f"dynamic MIG device destroyed claim={UID1}"
+    state = make_state(tmp_path)
+    state.startup()
+    assert_consistent(state)
+    assert state.prepared_claims().get(UID2) == "PrepareCompleted"
+    assert state.cdi.path(UID2).read_bytes() == second_spec
+    assert [m.uuid for m in state.dynamic_mig_devices()] == [mig.uuid]
+    state.unprepare(UID1)  # the kubelet retries the unprepare it got no answer to
+    assert_consistent(state)
+    assert state.prepared_claims() == {UID2: "PrepareCompleted"} and state.cdi.claim_uids() == [UID2]
+    assert [m.uuid for m in state.dynamic_mig_devices()] == [mig.uuid]
+    assert state.prepare(second) == before.prepare(second)  # idempotent: what it answered before
+    assert destroyed not in caplog.text and "time-slice interval reset" not in caplog.text
+    state.unprepare(UID2)
+    assert state.prepared_claims() == {} and state.dynamic_mig_devices() == []
+    assert (
+        f"dynamic MIG device destroyed claim={UID2} device=gpu-5-mig-1g10gb-19-0 uuid={mig.uuid}"
+        in caplog.text
+    )
+
+
 def test_a_claim_without_undo_is_unprepared_with_one_checkpoint_write(
     state: DeviceState, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -420,15 +420,20 @@ def test_the_time_slice_is_reset_when_its_last_share_goes(
     assert "time-slice interval reset" in caplog.text and "still in use" not in caplog.text
 
 
-def test_a_second_share_of_a_dynamic_mig_device_uses_the_one_the_first_created(state: DeviceState) -> None:
+def test_a_second_share_of_a_dynamic_mig_device_uses_the_one_the_first_created(
+    state: DeviceState, caplog: pytest.LogCaptureFixture
+) -> None:
     state.prepare(make_claim(UID1, [share(SHARED_MIG, SHARE1, "mig", memory="5Gi")]))
     state.prepare(make_claim(UID2, [share(SHARED_MIG, SHARE2, "mig", memory="4Gi")]))
     first_uuid = mig_uuid(NODE, 5, P1_0, nonce=UID1)
     assert [m.uuid for m in state.dynamic_mig_devices()] == [first_uuid]
     env = device_env(state, UID2, f"{UID2}-{SHARED_MIG}")
     assert f"DRA_FAKE_GPU_5_MIG_1G10GB_19_0_UUID={first_uuid}" in env
+    caplog.set_level(logging.INFO, logger="dra_fake.gpu.state")
     state.unprepare(UID1)  # the first holder goes: the device stays for the second
     assert [m.uuid for m in state.dynamic_mig_devices()] == [first_uuid]
+    assert f"dynamic MIG device still in use by other claims, kept claim={UID1}" in caplog.text
+    assert "dynamic MIG device destroyed" not in caplog.text
     state.prepare(make_claim(UID3, [share(SHARED_MIG, "s3", "mig")]))
     assert [m.uuid for m in state.dynamic_mig_devices()] == [first_uuid]
     state.unprepare(UID2)
