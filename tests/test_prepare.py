@@ -404,6 +404,24 @@ def test_startup_reconciles(state: DeviceState, tmp_path: Path) -> None:
     assert other_driver.exists() and not temp.exists()
 
 
+def test_startup_keeps_intact_specs_whose_edits_the_checkpoint_holds_in_another_key_order(
+    tmp_path: Path,
+) -> None:
+    """The checkpoint keeps a spec with sorted keys; the file has the device's edits in the order
+    prepare built them (env before device nodes): still intact, not rewritten at every start."""
+    from dra_fake.gpu.devnodes import DeviceNodes
+
+    nodes = DeviceNodes(120)
+    make_state(tmp_path, device_nodes=lambda: nodes).prepare(make_claim(UID1, [result("gpu", "gpu-0")]))
+    spec = make_state(tmp_path).cdi.path(UID1)
+    written = spec.read_bytes()
+    assert written.index(b"env:") < written.index(b"deviceNodes:")
+    assert make_state(tmp_path, device_nodes=lambda: nodes).startup().specs_restored == ()
+    assert spec.read_bytes() == written
+    spec.write_bytes(written[: len(written) // 2])  # cut short: restored
+    assert make_state(tmp_path, device_nodes=lambda: nodes).startup().specs_restored == (UID1,)
+
+
 def test_startup_after_reboot_discards_and_cleans(state: DeviceState, tmp_path: Path) -> None:
     state.prepare(make_claim(UID1, [result("m", MIG_A)]))
     (tmp_path / "boot_id").write_text("another-boot")
