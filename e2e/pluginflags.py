@@ -16,8 +16,8 @@ from e2e.localcluster.cluster import CHECKED_SPECS, REPO, LocalCluster
 from e2e.localcluster.processes import Process, spawn, wait_for
 
 GATES_FLAG = "--feature-gates="
-# What a node with shared GPUs needs (docs/sharing-design.md#11-switches); TimeSlicingSettings for
-# the time slice shares have to agree on.
+# What a node with shared GPUs needs (docs/sharing-design.md#11-switches-nvidias-names);
+# TimeSlicingSettings for the time slice shares have to agree on.
 SHARES_GATES = ("ConsumableShares=true", "TimeSlicingSettings=true")
 
 

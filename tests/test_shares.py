@@ -484,3 +484,28 @@ def test_a_recovered_share_keeps_its_share_id_and_mig_uuid(state: DeviceState, t
     ]
     # a recovered share's config is unknown: it does not block a share with any config
     again.prepare(make_claim(UID3, [share(SHARED_GPU, "s3")], [ts("Long")]))
+
+
+def test_a_failing_release_is_that_claims_error_alone(state: DeviceState) -> None:
+    """In one unprepare batch, a claim whose release fails keeps its entry and spec; the other goes."""
+    from dra_fake.core.state import _Unprepare
+
+    state.prepare(make_claim(UID1, [share(SHARED_MIG, SHARE1, "mig")]))
+    state.prepare(make_claim(UID2, [share(SHARED_MIG, SHARE2, "mig")]))
+    original = state.release
+
+    def release(data: Any, uid: str, entry: Any) -> None:
+        if uid == UID1:
+            raise OSError("disk full")
+        original(data, uid, entry)
+
+    state.release = release  # type: ignore[method-assign,assignment]
+    items = [_Unprepare(UID1), _Unprepare(UID2)]
+    with state.locked():
+        state._drop(state.store.load().data, items)
+    assert isinstance(items[0].error, OSError) and items[1].error is None
+    assert state.prepared_claims() == {UID1: "PrepareCompleted"} and state.cdi.claim_uids() == [UID1]
+    assert len(state.dynamic_mig_devices()) == 1  # UID1 still holds it
+    state.release = original  # type: ignore[method-assign]
+    state.unprepare(UID1)
+    assert state.prepared_claims() == {} and state.dynamic_mig_devices() == []

@@ -59,8 +59,9 @@ class GpuGroupConfig(StrictModel):
     mig: MigMode = "none"
     mig_devices: list[MigDeviceConfig] = Field(default_factory=list)
     overrides: dict[str, Any] = Field(default_factory=dict)  # camelCase profile fields
-    # The node's --consumable-shares for this group's GPUs (same values; an integer may be written
-    # as a YAML number). Ours: NVIDIA's setting is node-wide (docs/sharing-design.md#11-switches).
+    # The node's --consumable-shares for this group's GPUs (same values; an integer may be
+    # written as a YAML number). Ours: NVIDIA's setting is node-wide
+    # (docs/sharing-design.md#11-switches-nvidias-names).
     consumable_shares: str | int | None = None
 
 
