@@ -2,9 +2,9 @@
 
 Starts its own local control plane under /tmp/lc-bench (no kubelet-less node of another
 engineer's cluster is touched), builds the reference driver and the drabench client from
-bench/refdriver, then runs: the floor, prepare/unprepare side by side, publishing, the fleet
-scale runs and the ComputeDomain controller (200 CDs at once). A benchmark fails only on
-errors; timings never fail it.
+bench/refdriver, then runs: the floor, prepare/unprepare side by side, shares beside full GPUs,
+publishing, the fleet scale runs and the ComputeDomain controller (200 CDs at once). A benchmark
+fails only on errors; timings never fail it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import computedomain, fleet, prepare, publish
+from bench import computedomain, fleet, prepare, publish, sharing
 from bench.common import REFDRIVER, REPO, cpu_ticks, loadavg, machine_facts, steal_percent, tree_facts
 from bench.report import HISTORY, RESULTS, history_line, read_history, render
 from e2e.localcluster import LocalCluster
@@ -106,6 +106,10 @@ def main() -> int:
                     ("tmpfs",) if args.smoke else ("disk", "tmpfs"),
                     ((8, 1), (8, 16)) if args.smoke else prepare.CASES,
                 ),
+            ),
+            (
+                "sharing",
+                lambda: sharing.run(cluster, work, 1 if args.smoke else 4, args.repeat),
             ),
             (
                 "publish",

@@ -70,9 +70,16 @@ class Driver:
     """One kubelet plugin process on its own (kubelet-less) node."""
 
     def __init__(
-        self, cluster: LocalCluster, kind: str, node: str, work: Path, src: Path | None = None
+        self,
+        cluster: LocalCluster,
+        kind: str,
+        node: str,
+        work: Path,
+        src: Path | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.cluster = cluster
+        self.extra_args = list(extra_args)  # ours: flags beside the common ones
         # Ours: the checkout it runs from; DRA_BENCH_OURS_SRC, else this one (a before/after run).
         self.src = (src or Path(os.environ.get(OURS_SRC_ENV) or REPO)) if kind == "ours" else REPO
         self.kind = kind
@@ -102,7 +109,7 @@ class Driver:
             f"--kubelet-plugins-directory-path={self.plugins}",
         ]
         if self.kind == "ours":
-            return [sys.executable, "-m", "dra_fake", "gpu-kubelet-plugin", *common] + (
+            return [sys.executable, "-m", "dra_fake", "gpu-kubelet-plugin", *common, *self.extra_args] + (
                 [f"--config={config}"] if config else []
             )
         # The reference driver's client-go defaults (5 QPS, burst 10) would throttle its claim
@@ -225,32 +232,39 @@ def make_claims(
 ) -> list[dict[str, str]]:
     """DEVICES / per_claim allocated claims on `node`, together holding every device once."""
     refs = []
-    obj: Any
     for i in range(DEVICES // per_claim):
         name = f"{node}-d{per_claim}-{i:03d}"
         devices = [f"gpu-{i * per_claim + j}" for j in range(per_claim)]
-        spec, status = _claim(name, driver, node, devices)
-        try:
-            obj = custom.create_namespaced_custom_object(
-                "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", spec
-            )
-        except ApiException as err:
-            if err.status != 409:
-                raise
-            custom.delete_namespaced_custom_object("resource.k8s.io", "v1", NAMESPACE, "resourceclaims", name)
-            obj = poll(
-                f"claim {name} re-created",
-                lambda s=spec: custom.create_namespaced_custom_object(  # type: ignore[misc]
-                    "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", s
-                ),
-                30,
-                0.2,
-            )
-        custom.patch_namespaced_custom_object_status(
-            "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", name, status
-        )
-        refs.append({"uid": obj["metadata"]["uid"], "namespace": NAMESPACE, "name": name})
+        refs.append(create_allocated(custom, name, *_claim(name, driver, node, devices)))
     return refs
+
+
+def create_allocated(
+    custom: client.CustomObjectsApi, name: str, spec: dict[str, Any], status: dict[str, Any]
+) -> dict[str, str]:
+    """The claim created (again, if one of that name is left from an earlier run) with `status`
+    as its allocation, as the scheduler would write it; its reference for drabench."""
+    obj: Any
+    try:
+        obj = custom.create_namespaced_custom_object(
+            "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", spec
+        )
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        custom.delete_namespaced_custom_object("resource.k8s.io", "v1", NAMESPACE, "resourceclaims", name)
+        obj = poll(
+            f"claim {name} re-created",
+            lambda: custom.create_namespaced_custom_object(
+                "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", spec
+            ),
+            30,
+            0.2,
+        )
+    custom.patch_namespaced_custom_object_status(
+        "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", name, status
+    )
+    return {"uid": obj["metadata"]["uid"], "namespace": NAMESPACE, "name": name}
 
 
 # What each driver does per claim (from their code; docs/benchmarks.md#per-claim-work): the report

@@ -81,6 +81,30 @@ def _prepare(prep: dict[str, Any]) -> list[str]:
     return out
 
 
+def _sharing(result: dict[str, Any]) -> list[str]:
+    from bench.sharing import BUDGET, KEYS
+
+    out = [
+        "",
+        "## Shares beside full GPUs",
+        "",
+        f"One plugin, {result['shared_gpus']} GPUs shared by memory ({result['shares']} claims of "
+        f"{result['share_memory']}, {result['shares'] // result['shared_gpus']} per GPU) and "
+        f"{result['full_gpu_claims']} full-GPU claims of exclusive GPUs, each set prepared and unprepared "
+        f"{result['rounds']} times by {result['callers']} callers, the sets alternating, {result['repeat']} "
+        f"times ({result['storage']}): median [min-max]; ratio = share / full of the medians (budget "
+        f"{BUDGET}x for the latencies: {'kept' if result['within_budget'] else 'EXCEEDED'}).",
+        "",
+        "| claims | prepare p50 ms | prepare p99 ms | unprepare p50 ms | unprepare p99 ms | CPU ms/claim |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for kind, label in (("share", "shares"), ("full", "full GPUs")):
+        out.append(f"| {label} | " + " | ".join(_spread(result[kind], key, 2) for key in KEYS) + " |")
+    ratio = result["ratio_share_over_full"]
+    out.append("| share / full | " + " | ".join(f"{ratio[key]:.2f}" for key in KEYS) + " |")
+    return out
+
+
 def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None) -> str:
     """`history`: the lines of history.jsonl, this run's included (none: no "Across runs")."""
     m = results["machine"]
@@ -150,6 +174,9 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
             ),
         ):
             out.append(f"| {label} | {_lat(floor[key])} | {floor[key]['n']} |")
+    sharing = sections.get("sharing", {}).get("result")
+    if sharing:
+        out += _sharing(sharing)
     prep = sections.get("prepare", {}).get("result")
     if prep:
         out += _prepare(prep)

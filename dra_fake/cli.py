@@ -172,6 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra directory of GPU profile files (added to / overriding the built-in ones)",
     )
     gpu.add_argument(
+        "--consumable-shares",
+        action=_EnvDefault,
+        env="CONSUMABLE_SHARES",
+        default="disabled",
+        help="NVIDIA's consumable shares: several claims on one GPU or MIG device, its memory accounted "
+        "by the scheduler: disabled, memory, unlimited or a positive integer (at most N claims); needs "
+        "feature gate ConsumableShares (docs/sharing-design.md)",
+    )
+    gpu.add_argument(
         "--additional-xids-to-ignore",
         action=_EnvDefault,
         env="ADDITIONAL_XIDS_TO_IGNORE",
@@ -252,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--api-version", default="v1", choices=["v1", "v1beta2", "v1beta1"])
     render.add_argument("--server-version", default="1.37", help="Kubernetes minor version, e.g. 1.34")
     render.add_argument("--profiles-dir", type=Path, action="append", default=[])
+    render.add_argument(
+        "--consumable-shares", default="disabled", help="disabled, memory, unlimited or N (as the plugin's)"
+    )
 
     profiles = sub.add_parser("profiles", help="list the GPU profiles with their key specs")
     profiles.add_argument("--profiles-dir", type=Path, action="append", default=[])
@@ -307,6 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parse_server_version(args.server_version),
                 driver_name=args.driver_name,
                 profile_dirs=args.profiles_dir,
+                consumable_shares=args.consumable_shares,
             )
         )
         return 0

@@ -9,6 +9,9 @@ handled by one caller at a time, as the kubelet serialises a claim's calls; seve
 once). It is also the domain's IMEX daemon: the ComputeDomainClique says this node is Ready, so a
 channel prepare goes through. After each restart, for each plugin:
 
+The GPU claims include shares of one GPU with consumable shares (three claims of 20Gi of memory,
+with one time slice; docs/sharing-design.md): one share's unprepare cut off must leave the others.
+
 - the checkpoint holds only PrepareCompleted claims (start-up rolled back the rest), and they are
   exactly the claims with a CDI spec: no spec without a claim, no claim without its spec;
 - no temporary file is left in the CDI or the plugin directory;
@@ -64,6 +67,7 @@ from dra_fake.core.resourceapi import as_dict
 from dra_fake.kubelet.pb.dra.v1 import api_pb2, api_pb2_grpc
 from e2e.kube import Kube, poll
 from e2e.localcluster.cluster import CD_CLIQUE_ID, CD_NAMESPACE, LocalCluster
+from e2e.pluginflags import SHARES_GATES, start_gpu_plugin
 
 log = logging.getLogger("soak")
 GPU_DRIVER = "gpu.nvidia.com"
@@ -71,6 +75,29 @@ DRIVERS = (GPU_DRIVER, CD_DRIVER)
 PREPARED, UNPREPARED, UNKNOWN = "prepared", "unprepared", "unknown"
 CALL_TIMEOUT = 30.0
 SETTLE_TIMEOUT = 30.0
+# The soak node: 8 GPUs for the whole-GPU claims, and one whose memory the shares divide.
+SOAK_INVENTORY = {
+    "gpus": [
+        {"profile": "h100-sxm5-80gb", "count": 8},
+        {"profile": "h100-sxm5-80gb", "count": 1, "consumableShares": "memory"},
+    ]
+}
+SHARES = 3  # of 20Gi each: they fit one H100 (81559 MiB)
+SHARE_REQUEST = {
+    "deviceClassName": GPU_DRIVER,
+    "selectors": [{"cel": {"expression": "device.allowMultipleAllocations"}}],
+    "capacity": {"requests": {"memory": "20Gi"}},
+}
+SHARE_CONFIG = {
+    "opaque": {
+        "driver": GPU_DRIVER,
+        "parameters": {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
+        },
+    }
+}
 
 
 @dataclass
@@ -115,7 +142,8 @@ class KillSoak:
         self.claims: list[Claim] = []
         self.namespace = ""
         self.domain_uid = ""
-        self._start = {GPU_DRIVER: cluster.start_plugin, CD_DRIVER: cluster.start_cd_plugin}
+        self.inventory = cluster.root / f"{self.node}-inventory.yaml"
+        self._start = {GPU_DRIVER: self._start_gpu_plugin, CD_DRIVER: cluster.start_cd_plugin}
         self._stop_plugin = {GPU_DRIVER: cluster.stop_plugin, CD_DRIVER: cluster.stop_cd_plugin}
         self.report = Report()
         self._lock = threading.Lock()
@@ -139,6 +167,9 @@ class KillSoak:
         return self.cluster.node_dir(self.node) / "plugins" / driver
 
     # ---- set-up -----------------------------------------------------------------------------
+    def _start_gpu_plugin(self, node: str, wait: bool = True) -> None:
+        start_gpu_plugin(self.cluster, node, SHARES_GATES, config=self.inventory, wait=wait)
+
     @contextmanager
     def running(self) -> Iterator[KillSoak]:
         """A kubelet-less Node with both plugins, `claims` GPU claims and a ComputeDomain's channel
@@ -151,6 +182,7 @@ class KillSoak:
         room = {"pods": "110", "cpu": "8", "memory": "32Gi"}  # what a kubelet would report
         self.kube.core.patch_node_status(self.node, {"status": {"capacity": room, "allocatable": room}})
         self.namespace = self.kube.namespace("soak")
+        self.inventory.write_text(json.dumps(SOAK_INVENTORY))
         pods: list[tuple[str, str]] = []  # (namespace, name)
         try:
             for driver in DRIVERS:
@@ -158,6 +190,15 @@ class KillSoak:
             for driver in DRIVERS:
                 poll(f"{driver} slices of {self.node}", partial(self.kube.slices, driver, self.node), 60)
             self.domain_uid = self._create_domain()
+            # The shares first, allocated before any whole-GPU claim could take their GPU.
+            shares: list[tuple[str, str, str, str | None]] = [
+                (self.namespace, f"s{i}", GPU_DRIVER, None) for i in range(SHARES)
+            ]
+            for namespace, name, device_class, _ in shares:
+                self._claim_with_pod(namespace, name, device_class, None, share=True)
+                pods.append((namespace, name))
+            self._allocated(shares)
+            allocated_shares = self.claims
             # (namespace, claim and pod name, device class, opaque config kind)
             wanted: list[tuple[str, str, str, str | None]] = [
                 (self.namespace, f"c{i}", GPU_DRIVER, None) for i in range(self.claim_count)
@@ -170,6 +211,7 @@ class KillSoak:
                 self._claim_with_pod(namespace, name, device_class, config_kind)
                 pods.append((namespace, name))
             self._allocated(wanted)
+            self.claims += allocated_shares
             yield self
         finally:
             self._stop.set()
@@ -223,12 +265,16 @@ class KillSoak:
         )
         return uid
 
-    def _claim_with_pod(self, namespace: str, name: str, device_class: str, config_kind: str | None) -> None:
+    def _claim_with_pod(
+        self, namespace: str, name: str, device_class: str, config_kind: str | None, share: bool = False
+    ) -> None:
         """A claim of one device of `device_class` (with the domain's opaque config unless
-        `config_kind` is None) and a pod bound to this node that uses it, both called `name`."""
-        devices: dict[str, Any] = {
-            "requests": [{"name": "dev", "exactly": {"deviceClassName": device_class}}]
-        }
+        `config_kind` is None; a share of the shared GPU with its time slice if `share`) and a pod
+        bound to this node that uses it, both called `name`."""
+        exactly = SHARE_REQUEST if share else {"deviceClassName": device_class}
+        devices: dict[str, Any] = {"requests": [{"name": "dev", "exactly": exactly}]}
+        if share:
+            devices["config"] = [SHARE_CONFIG]
         if config_kind is not None:
             parameters = {"apiVersion": API_VERSION, "kind": config_kind, "domainID": self.domain_uid}
             devices["config"] = [{"opaque": {"driver": CD_DRIVER, "parameters": parameters}}]

@@ -21,15 +21,17 @@ if __package__ in (None, ""):
 from dra_fake.core.locking import PrepareUnprepareLock
 from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.devices import AllocatableDevice, MigPlacement, gpu_uuid, mig_uuid
+from dra_fake.gpu.shares import SharesMode
 from dra_fake.gpu.state import DeviceState
 
 DRIVER = "gpu.nvidia.com"
 NODE = "node-a"
 BOOT_ID = "11111111-2222-3333-4444-555555555555"
 GIB = 1024**3
+MEMORY_SHARES = SharesMode("memory")
 
 
-def _gpu(index: int) -> AllocatableDevice:
+def _gpu(index: int, shares: SharesMode | None = None) -> AllocatableDevice:
     return AllocatableDevice(
         name=f"gpu-{index}",
         kind="gpu",
@@ -41,10 +43,13 @@ def _gpu(index: int) -> AllocatableDevice:
         product_name="NVIDIA H100 80GB HBM3",
         profile_name="h100-sxm5-80gb",
         memory_bytes=80 * GIB,
+        shares=shares,
     )
 
 
-def _mig(index: int, placement: MigPlacement, dynamic: bool) -> AllocatableDevice:
+def _mig(
+    index: int, placement: MigPlacement, dynamic: bool, shares: SharesMode | None = None
+) -> AllocatableDevice:
     short = placement.profile.replace(".", "")
     return AllocatableDevice(
         name=f"gpu-{index}-mig-{short}-{placement.gi_profile_id}-{placement.start}",
@@ -59,6 +64,7 @@ def _mig(index: int, placement: MigPlacement, dynamic: bool) -> AllocatableDevic
         memory_bytes=10 * GIB * placement.size,
         mig=placement,
         dynamic=dynamic,
+        shares=shares,
     )
 
 
@@ -68,7 +74,8 @@ P2_0 = MigPlacement("2g.20gb", 14, 0, 2)
 
 
 def make_devices() -> dict[str, AllocatableDevice]:
-    """gpu-0, gpu-1: full GPUs; gpu-2: static MIG (1g at 0); gpu-3: full GPU + dynamic MIG."""
+    """gpu-0, gpu-1: full GPUs; gpu-2: static MIG (1g at 0); gpu-3: full GPU + dynamic MIG;
+    consumable shares (memory): gpu-4, a full GPU; gpu-5, dynamic MIG (1g at 0)."""
     devices = [
         _gpu(0),
         _gpu(1),
@@ -77,6 +84,8 @@ def make_devices() -> dict[str, AllocatableDevice]:
         _mig(3, P1_0, dynamic=True),
         _mig(3, P1_1, dynamic=True),
         _mig(3, P2_0, dynamic=True),
+        _gpu(4, MEMORY_SHARES),
+        _mig(5, P1_0, dynamic=True, shares=MEMORY_SHARES),
     ]
     return {d.name: d for d in devices}
 

@@ -467,6 +467,20 @@ def test_feature_gates_reach_both_plugins_and_unknown_ones_are_refused() -> None
         render(**{"featureGates.Bogus": "true"})
 
 
+def test_consumable_shares_reach_the_gpu_plugin_only_when_set_as_nvidias_chart() -> None:
+    def env(**sets: str) -> dict[str, str]:
+        ds = by_name(render(**sets), "DaemonSet", "r-dra-fake-kubelet-plugin")
+        return {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    assert "CONSUMABLE_SHARES" not in env()
+    shared = env(**{"consumableShares": "memory", "featureGates.ConsumableShares": "true"})
+    assert shared["CONSUMABLE_SHARES"] == "memory" and shared["FEATURE_GATES"] == "ConsumableShares=true"
+    assert env(**{"consumableShares": "4"})["CONSUMABLE_SHARES"] == "4"  # --set makes it a number
+    for bad in ("0", "some", "-1"):
+        with pytest.raises(AssertionError, match="consumableShares"):
+            render(**{"consumableShares": bad})
+
+
 # --- metrics and node labels (docs/observability.md) -----------------------------------------------
 
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"

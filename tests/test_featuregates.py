@@ -57,7 +57,13 @@ def test_export_shows_every_known_gate() -> None:
         name: REGISTRY.get_sample_value("dra_fake_feature_enabled", {"name": name})
         for name in featuregates.KNOWN_GATES
     }
-    assert values == {"TimeSlicingSettings": 1, "MPSSupport": 0, "DynamicMIG": 0, "NVMLDeviceHealthCheck": 0}
+    assert values == {
+        "TimeSlicingSettings": 1,
+        "MPSSupport": 0,
+        "DynamicMIG": 0,
+        "NVMLDeviceHealthCheck": 0,
+        "ConsumableShares": 0,
+    }
 
 
 @pytest.mark.parametrize("command", ["gpu-kubelet-plugin", "compute-domain-kubelet-plugin"])

@@ -271,7 +271,7 @@ def test_device_held_by_another_claim(state: DeviceState) -> None:
     assert [d.device_name for d in state.prepare(make_claim(UID2, [result("gpu", "gpu-0")]))] == ["gpu-0"]
 
 
-def test_admin_access_and_shared_devices_are_allowed(state: DeviceState) -> None:
+def test_admin_access_is_allowed_beside_a_holder(state: DeviceState) -> None:
     state.prepare(make_claim(UID1, [result("gpu", "gpu-0")]))
     admin = state.prepare(make_claim(UID2, [result("mon", "gpu-0", adminAccess=True)]))
     assert admin[0].device_name == "gpu-0"
@@ -279,11 +279,6 @@ def test_admin_access_and_shared_devices_are_allowed(state: DeviceState) -> None
     # an admin-access holder does not block a regular claim either
     state.unprepare(UID1)
     state.prepare(make_claim(UID1, [result("gpu", "gpu-0")]))
-    uid3 = "c3333333-3333-3333-3333-333333333333"
-    shared = state.prepare(make_claim(uid3, [result("gpu", "gpu-0", shareID="7e1d")]))
-    assert shared == [
-        PreparedDevice(("gpu",), NODE, "gpu-0", (f"{KIND}={uid3}-gpu-0-7e1d",), share_id="7e1d")
-    ]
 
 
 def test_dynamic_mig_created_and_destroyed(state: DeviceState) -> None:
@@ -409,6 +404,24 @@ def test_startup_reconciles(state: DeviceState, tmp_path: Path) -> None:
     assert other_driver.exists() and not temp.exists()
 
 
+def test_startup_keeps_intact_specs_whose_edits_the_checkpoint_holds_in_another_key_order(
+    tmp_path: Path,
+) -> None:
+    """The checkpoint keeps a spec with sorted keys; the file has the device's edits in the order
+    prepare built them (env before device nodes): still intact, not rewritten at every start."""
+    from dra_fake.gpu.devnodes import DeviceNodes
+
+    nodes = DeviceNodes(120)
+    make_state(tmp_path, device_nodes=lambda: nodes).prepare(make_claim(UID1, [result("gpu", "gpu-0")]))
+    spec = make_state(tmp_path).cdi.path(UID1)
+    written = spec.read_bytes()
+    assert written.index(b"env:") < written.index(b"deviceNodes:")
+    assert make_state(tmp_path, device_nodes=lambda: nodes).startup().specs_restored == ()
+    assert spec.read_bytes() == written
+    spec.write_bytes(written[: len(written) // 2])  # cut short: restored
+    assert make_state(tmp_path, device_nodes=lambda: nodes).startup().specs_restored == (UID1,)
+
+
 def test_startup_after_reboot_discards_and_cleans(state: DeviceState, tmp_path: Path) -> None:
     state.prepare(make_claim(UID1, [result("m", MIG_A)]))
     (tmp_path / "boot_id").write_text("another-boot")
@@ -419,6 +432,11 @@ def test_startup_after_reboot_discards_and_cleans(state: DeviceState, tmp_path: 
     assert checkpoint(state).nodeBootID == "another-boot"
 
 
+def holders(held: Any) -> dict[str, list[str]]:
+    """device -> the claim UIDs holding it, from the conflict check's holdings."""
+    return {device: [h.uid for h in found] for device, found in held.devices.items()}
+
+
 def test_the_conflict_check_sees_an_entry_replaced_under_the_same_claim(state: DeviceState) -> None:
     """The conflict check's holdings are kept between plans while the checkpoint holds the same
     entries: an entry replaced under the same claim UID (another device list or payload) must be
@@ -426,15 +444,15 @@ def test_the_conflict_check_sees_an_entry_replaced_under_the_same_claim(state: D
     state.prepare(make_claim(UID1, [result("gpu", "gpu-0"), result("m", MIG_A)]))
     data = checkpoint(state)
     held = state._holdings(data)
-    assert held.devices == {"gpu-0": [UID1], MIG_A: [UID1]} and [m.device for m, _ in held.migs] == [MIG_A]
+    assert holders(held) == {"gpu-0": [UID1], MIG_A: [UID1]} and [m.device for m, _ in held.migs] == [MIG_A]
     entry = data.claims[UID1]
     data.claims[UID1] = entry.model_copy(update={"preparedDevices": [entry.preparedDevices[0]]})
     data.claims[UID1].preparedDevices[0] = entry.preparedDevices[0].model_copy(update={"deviceName": "gpu-1"})
-    assert state._holdings(data).devices == {"gpu-1": [UID1]}
+    assert holders(state._holdings(data)) == {"gpu-1": [UID1]}
     data.claims[UID1] = data.claims[UID1].model_copy(update={"driverData": GpuClaimData()})
     held = state._holdings(data)
-    assert held.migs == [] and held.holder("gpu-1", UID2) == UID1
-    assert held.holder("gpu-1", UID1) is None  # a claim's own devices are not in its way
+    assert held.migs == [] and [h.uid for h in held.holders("gpu-1", UID2)] == [UID1]
+    assert held.holders("gpu-1", UID1) == []  # a claim's own devices are not in its way
 
 
 def test_the_conflict_check_extends_its_holdings_by_the_claims_prepared_since(state: DeviceState) -> None:
@@ -443,10 +461,10 @@ def test_the_conflict_check_extends_its_holdings_by_the_claims_prepared_since(st
     held = state._holdings(state.store.load().data)
     state.prepare(make_claim(UID2, [result("m", MIG_A)]))
     assert state._holdings(state.store.load().data) is held and list(held.parts) == [UID1, UID2]
-    assert held.devices == {"gpu-0": [UID1], MIG_A: [UID2]}
+    assert holders(held) == {"gpu-0": [UID1], MIG_A: [UID2]}
     state.unprepare(UID1)
     rebuilt = state._holdings(state.store.load().data)
-    assert rebuilt is not held and rebuilt.devices == {MIG_A: [UID2]} and list(rebuilt.parts) == [UID2]
+    assert rebuilt is not held and holders(rebuilt) == {MIG_A: [UID2]} and list(rebuilt.parts) == [UID2]
     with pytest.raises(
         ClaimError, match=f"requested device {MIG_A} is already allocated to different claim {UID2}"
     ):
@@ -643,6 +661,62 @@ def test_crash_during_unprepare(tmp_path: Path, claim: dict[str, Any], point: st
     assert_consistent(state)
     assert state.prepared_claims() == {} and state.cdi.claim_uids() == []
     assert state.dynamic_mig_devices() == []
+
+
+SHARE_CLAIMS = [
+    make_claim(
+        uid,
+        [
+            result("gpu", "gpu-4", shareID=share_id, consumedCapacity={"memory": "20Gi"}),
+            result("mig", "gpu-5-mig-1g10gb-19-0", shareID=share_id, consumedCapacity={"memory": "4Gi"}),
+        ],
+        [ts_config("Long", ["gpu"])],
+        name=f"share-{i}",
+    )
+    for i, (uid, share_id) in enumerate(
+        [(UID1, "5a7e0000-0000-4000-8000-000000000001"), (UID2, "5a7e0000-0000-4000-8000-000000000002")]
+    )
+]
+
+
+@pytest.mark.parametrize("point", [p for p in CRASH_POINTS if p.startswith("unprepare:")])
+def test_crash_during_one_shares_unprepare_leaves_the_other_share(
+    tmp_path: Path, point: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two claims share a GPU (with a time slice) and a dynamic MIG device (created for the first);
+    a SIGKILL at any point of the first one's unprepare, then start-up: the second claim, its spec
+    and the MIG device are intact, and once the kubelet's retry unprepares the first, the checkpoint
+    lists exactly the second (docs/sharing-design.md#14-state-and-checkpoint-keyed-by-share)."""
+    first, second = SHARE_CLAIMS
+    before = make_state(tmp_path)
+    before.prepare(first)
+    before.prepare(second)
+    (mig,) = before.dynamic_mig_devices()
+    assert mig.uuid == mig_uuid(NODE, 5, P1_0, nonce=UID1)
+    second_spec = before.cdi.path(UID2).read_bytes()
+    crashed = run_helper(tmp_path, ["unprepare", UID1], point)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+
+    caplog.set_level(logging.INFO, logger="dra_fake.gpu.state")
+    destroyed = f"dynamic MIG device destroyed claim={UID1}"
+    state = make_state(tmp_path)
+    state.startup()
+    assert_consistent(state)
+    assert state.prepared_claims().get(UID2) == "PrepareCompleted"
+    assert state.cdi.path(UID2).read_bytes() == second_spec
+    assert [m.uuid for m in state.dynamic_mig_devices()] == [mig.uuid]
+    state.unprepare(UID1)  # the kubelet retries the unprepare it got no answer to
+    assert_consistent(state)
+    assert state.prepared_claims() == {UID2: "PrepareCompleted"} and state.cdi.claim_uids() == [UID2]
+    assert [m.uuid for m in state.dynamic_mig_devices()] == [mig.uuid]
+    assert state.prepare(second) == before.prepare(second)  # idempotent: what it answered before
+    assert destroyed not in caplog.text and "time-slice interval reset" not in caplog.text
+    state.unprepare(UID2)
+    assert state.prepared_claims() == {} and state.dynamic_mig_devices() == []
+    assert (
+        f"dynamic MIG device destroyed claim={UID2} device=gpu-5-mig-1g10gb-19-0 uuid={mig.uuid}"
+        in caplog.text
+    )
 
 
 def test_a_claim_without_undo_is_unprepared_with_one_checkpoint_write(

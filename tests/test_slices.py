@@ -58,6 +58,30 @@ def golden_cases() -> Iterator[tuple[str, dict[str, Any] | Path, str, tuple[int,
                     yield f"{pid}-{mode}-{api}", config, api, (1, 34)
     for server in ((1, 34), (1, 35)):
         yield f"example-mixed-mig-v1-k8s1.{server[1]}", EXAMPLES_DIR / "mixed-mig.yaml", "v1", server
+    yield from shares_cases()
+
+
+def shares_cases() -> Iterator[tuple[str, dict[str, Any] | Path, str, tuple[int, int]]]:
+    """Consumable shares (NVIDIA's ConsumableShares), each mode on full GPUs; every device kind
+    in one inventory; the same fields in every API version (v1beta1 under `basic`)."""
+    for mode in ("memory", "unlimited", "4"):
+        config = {"gpus": [{"profile": "h100-sxm5-80gb", "count": 2, "consumableShares": mode}]}
+        yield f"shares-{mode}-h100-v1", config, "v1", (1, 35)
+    mixed = {
+        "gpus": [
+            {"profile": "h100-sxm5-80gb", "count": 1},
+            {"profile": "h100-sxm5-80gb", "count": 1, "consumableShares": "memory"},
+            {
+                "profile": "h100-sxm5-80gb",
+                "mig": "static",
+                "migDevices": [{"profile": "3g.40gb", "start": 0}, {"profile": "1g.10gb", "start": 4}],
+                "consumableShares": 2,
+            },
+            {"profile": "h100-sxm5-80gb", "mig": "dynamic", "consumableShares": "unlimited"},
+        ]
+    }
+    for api in API_VERSIONS:
+        yield f"shares-mixed-{api}-k8s1.35", mixed, api, (1, 35)
 
 
 CASES = list(golden_cases())
@@ -90,7 +114,7 @@ def test_no_stale_golden_files() -> None:
         for stale in {p.name for p in GOLDEN_DIR.glob("*.yaml")} - expected:
             (GOLDEN_DIR / stale).unlink()
     assert {p.name for p in GOLDEN_DIR.glob("*.yaml")} == expected
-    assert len(expected) == 8 * 3 + 6 * 3 + 4 * 3 * 2 + 2
+    assert len(expected) == 8 * 3 + 6 * 3 + 4 * 3 * 2 + 2 + 3 + 3
 
 
 def golden_slices() -> Iterator[tuple[str, dict[str, Any]]]:

@@ -6,7 +6,7 @@ allocation results have the same shape in all three."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -49,6 +49,10 @@ class AllocationResult:
     device: str
     admin_access: bool
     share_id: str | None
+    # Consumable capacity: what this share consumes of each capacity of the device, as the
+    # scheduler rounded it (quantities as written, e.g. {"memory": "19074Mi", "shares": "1"});
+    # empty for a device allocated whole.
+    consumed_capacity: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,15 @@ def parse_claim(claim: Mapping[str, Any], driver: str) -> ParsedClaim:
         if raw.get("driver") != driver:
             continue
         share_id = raw.get("shareID")
+        consumed = _object(
+            raw.get("consumedCapacity"), f"status.allocation.devices.results[{index}].consumedCapacity"
+        )
+        for name, amount in consumed.items():
+            if isinstance(amount, bool) or not isinstance(amount, str | int):
+                raise PermanentClaimError(
+                    f"invalid claim: status.allocation.devices.results[{index}].consumedCapacity.{name} "
+                    "is not a quantity"
+                )
         results.append(
             AllocationResult(
                 request=_str_field(raw, "request", "allocation result"),
@@ -108,6 +121,7 @@ def parse_claim(claim: Mapping[str, Any], driver: str) -> ParsedClaim:
                 device=_str_field(raw, "device", "allocation result"),
                 admin_access=raw.get("adminAccess") is True,
                 share_id=share_id if isinstance(share_id, str) and share_id else None,
+                consumed_capacity={str(k): str(v) for k, v in consumed.items()},
             )
         )
     return ParsedClaim(

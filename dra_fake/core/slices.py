@@ -54,6 +54,14 @@ def canonical_quantity(value: int) -> str:
     return _with_suffix(value, 1000, ("", "k", "M", "G", "T", "P", "E"))
 
 
+def decimal_quantity(value: int) -> str:
+    """A count written as a DecimalSI quantity (`4`, `1k`), as the API server stores a quantity
+    its writer made decimal (NVIDIA's `shares` capacity), whatever its factors of 1024."""
+    if value < 0:
+        raise ValueError(f"negative quantity {value}")
+    return _with_suffix(value, 1000, ("", "k", "M", "G", "T", "P", "E"))
+
+
 def _with_suffix(value: int, base: int, suffixes: Sequence[str]) -> str:
     exponent = 0
     while value and value % base == 0 and exponent < len(suffixes) - 1:

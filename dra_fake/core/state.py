@@ -101,6 +101,7 @@ class _Unprepare:
     claim_uid: str
     entry: ClaimEntry[Any] | None = None  # the claim's entry; None: not prepared
     dropped: bool = False  # nothing to undo: spec and entry went in the first step
+    error: Exception | None = None  # its release failed (`release`): the claim stays
 
 
 def to_prepared(d: CheckpointedDevice) -> PreparedDevice:
@@ -147,6 +148,12 @@ class PreparedClaims(ABC, Generic[P]):
 
     def undo(self, claim_uid: str, entry: ClaimEntry[P]) -> None:
         """Reverse the side effects of a (partial) preparation; idempotent."""
+
+    def release(self, data: CheckpointData[P], claim_uid: str, entry: ClaimEntry[P]) -> None:
+        """Under the node lock, right after the claim's entry left `data` (not yet saved): release
+        what it held together with other entries (a device several claims share), if no entry
+        left in `data` holds it. Idempotent: a crash before the save brings the entry back, and
+        its rollback releases again."""
 
     def has_undo(self, entry: ClaimEntry[P]) -> bool:
         """Whether `undo` has anything to do for `entry`; a claim without goes in one step (see
@@ -198,10 +205,12 @@ class PreparedClaims(ABC, Generic[P]):
             if item.entry is None:
                 _log.info("Unprepare noop: claim not found in checkpoint data claim=%s", claim_uid)
                 return
-            if not item.dropped:
+            if not item.dropped and item.error is None:
                 self.undo(claim_uid, item.entry)
                 crash_point("unprepare:after-undo")
                 self.submit(self._unprepare_end, item)
+            if item.error is not None:
+                raise item.error
         except ClaimError:
             raise
         except Exception as exc:
@@ -237,19 +246,32 @@ class PreparedClaims(ABC, Generic[P]):
         self._drop(data, items)
 
     def _drop(self, data: CheckpointData[P], items: list[_Unprepare], marks: Sequence[str] = ()) -> None:
-        """The specs of `items`' claims, then their entries (one checkpoint write). The removals
-        are not made durable on their own: the entries' drop is, and a spec that a power cut brings
-        back without its entry is an orphan, which start-up deletes. A crash between the two
-        leaves a prepared claim whose spec start-up restores; the kubelet, which got no answer,
-        unprepares it again. `marks`: the claims marked in `data` since it was loaded (saved too)."""
-        gone = sorted({item.claim_uid for item in items if item.claim_uid in data.claims})
+        """What `items`' claims hold with others released (`release`; a claim whose release fails
+        stays, with that error), then their specs, then their entries (one checkpoint write). The
+        removals are not made durable on their own: the entries' drop is, and a spec that a power
+        cut brings back without its entry is an orphan, which start-up deletes. A crash between
+        them leaves a prepared claim whose spec start-up restores (and a marked one it rolls back,
+        releasing again); the kubelet, which got no answer, unprepares it again. `marks`: the
+        claims marked in `data` since it was loaded (saved too)."""
+        gone = []
+        for uid in sorted({item.claim_uid for item in items if item.claim_uid in data.claims}):
+            entry = data.claims.pop(uid)  # one by one: each release counts the holders still left
+            try:
+                self.release(data, uid, entry)
+            except Exception as exc:  # that claim's error: it stays as it is, the kubelet retries
+                data.claims[uid] = entry
+                for item in items:
+                    if item.claim_uid == uid:
+                        item.error = exc
+                continue
+            gone.append(uid)
         if not gone:
+            if marks:
+                self.store.save(data, durable=False, touched=list(marks))
             return
         for uid in gone:
             self.cdi.remove(uid, sync_dir=False)
         crash_point("unprepare:after-cdi-removed")
-        for uid in gone:
-            del data.claims[uid]
         self.store.save(data, touched=[*gone, *marks])
 
     def startup(self) -> StartupReport:
@@ -388,7 +410,12 @@ class PreparedClaims(ABC, Generic[P]):
         """Undo a partial claim and forget it (the caller saves the checkpoint)."""
         self.undo(claim_uid, data.claims[claim_uid])
         self.cdi.remove(claim_uid)
-        del data.claims[claim_uid]
+        entry = data.claims.pop(claim_uid)
+        try:
+            self.release(data, claim_uid, entry)
+        except BaseException:
+            data.claims[claim_uid] = entry  # still partial: the next call rolls it back again
+            raise
         _log.info("partially prepared claim rolled back claim=%s", claim_uid)
 
     def abort(self, data: CheckpointData[P], claim_uid: str, exc: Exception) -> None:

@@ -628,6 +628,30 @@ def _applied(
     )
 
 
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A result's config, normalized and validated, and what it means for the device."""
+
+    config: DeviceConfig
+    sharing: AppliedSharing
+
+
+def fingerprint(config: DeviceConfig) -> str:
+    """A normalized config as one string: two shares of a device must have equal ones (NVIDIA
+    compares them deep-equal; docs/reference/nvidia-gpu-driver.md#103-prepare-and-unprepare)."""
+
+    def plain(value: object) -> object:
+        if isinstance(value, Quantity):
+            return value.text
+        if isinstance(value, Mapping):
+            return {str(k): plain(v) for k, v in value.items()}
+        if hasattr(value, "__dataclass_fields__"):
+            return {name: plain(getattr(value, name)) for name in value.__dataclass_fields__}
+        return value
+
+    return json.dumps(plain(config), sort_keys=True, separators=(",", ":"))
+
+
 def apply_configs(
     driver: str,
     entries: Sequence[Mapping[str, object]],
@@ -635,7 +659,18 @@ def apply_configs(
     gates: GateLookup,
     claim_uid: str,
 ) -> list[AppliedSharing]:
-    """Decide the sharing settings of every result (same order as `results`).
+    """Decide the sharing settings of every result (same order as `results`)."""
+    return [r.sharing for r in resolve_configs(driver, entries, results, gates, claim_uid)]
+
+
+def resolve_configs(
+    driver: str,
+    entries: Sequence[Mapping[str, object]],
+    results: Sequence[ResultDevice],
+    gates: GateLookup,
+    claim_uid: str,
+) -> list[ResolvedConfig]:
+    """Each result's normalized config and sharing settings (same order as `results`).
 
     Each result gets the last matching config (class configs before claim configs), or the
     default for its device type; the config kind must fit the device type. Results with the same
@@ -662,14 +697,16 @@ def apply_configs(
             key, config = chosen.position, chosen.config
         groups.setdefault(key, (config, []))[1].append(i)
 
-    applied: list[AppliedSharing] = [NO_SHARING] * len(results)
+    resolved: list[ResolvedConfig | None] = [None] * len(results)
     for config, indexes in groups.values():
         normalized = normalize(config, gates)
         try:
             validate(normalized, gates)
         except ConfigError as exc:
             raise ConfigError(f"error validating GPU config: {exc}") from None
-        sharing = _applied(normalized, [results[i] for i in indexes], gates, claim_uid)
+        item = ResolvedConfig(
+            normalized, _applied(normalized, [results[i] for i in indexes], gates, claim_uid)
+        )
         for i in indexes:
-            applied[i] = sharing
-    return applied
+            resolved[i] = item
+    return [r for r in resolved if r is not None]

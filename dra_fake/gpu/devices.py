@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from dra_fake.gpu.shares import SharesMode
 
 # Namespace for deterministic UUIDs: a simulated GPU keeps its UUID across restarts of
 # the plugin, like real hardware, and differs between nodes.
@@ -46,6 +49,7 @@ class AllocatableDevice:
     memory_bytes: int  # memory of this device (MIG: the GI profile's memory)
     mig: MigPlacement | None = None
     dynamic: bool = False  # dynamic MIG: created at prepare, destroyed at unprepare
+    shares: SharesMode | None = None  # consumable shares: several claims at once; None: exclusive
 
     @property
     def parent_uuid(self) -> str | None:

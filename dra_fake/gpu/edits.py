@@ -31,21 +31,46 @@ def env_id(device_name: str) -> str:
 
 
 @dataclass(frozen=True)
+class Share:
+    """The claim's share of a device with consumable shares: its ID and what it consumes (the
+    allocation result's `consumedCapacity`; None where the device has no such capacity)."""
+
+    share_id: str
+    memory_bytes: int | None = None
+    shares: int | None = None
+
+    def env(self, prefix: str) -> list[str]:
+        """`DRA_FAKE_<ID>_SHARE_*` (docs/sharing-design.md#15-cdi-and-what-the-kubelet-gets)."""
+        out = [f"{prefix}SHARE_ID={self.share_id}"]
+        if self.memory_bytes is not None:
+            out.append(f"{prefix}SHARE_MEMORY_BYTES={self.memory_bytes}")
+        if self.shares is not None:
+            out.append(f"{prefix}SHARE_SHARES={self.shares}")
+        return out
+
+
+@dataclass(frozen=True)
 class SpecDevice:
     """One device of a claim spec and the facts its edits are built from."""
 
     cdi_name: str
     device: AllocatableDevice
-    uuid: str  # for a dynamic MIG device: the UUID it got when created for this claim
+    uuid: str  # for a dynamic MIG device: the UUID it got when created (for its first share's claim)
     admin_access: bool = False
     sharing: AppliedSharing = NO_SHARING
+    share: Share | None = None  # allocated as a share (consumable capacity)
+
+
+def env_prefix(device_name: str) -> str:
+    return f"DRA_FAKE_{env_id(device_name)}_"
 
 
 def device_env(spec_device: SpecDevice) -> list[str]:
-    """Per-device env. Keys carry the device name, so several devices never collide; the few
-    un-keyed sharing variables have the same value on every device of one config group."""
+    """Per-device env (without the share's: `device_edits` adds it). Keys carry the device name,
+    so several devices never collide; the few un-keyed sharing variables have the same value on
+    every device of one config group."""
     dev = spec_device.device
-    prefix = f"DRA_FAKE_{env_id(dev.name)}_"
+    prefix = env_prefix(dev.name)
     env = {
         "DEVICE": dev.name,
         "UUID": spec_device.uuid,
@@ -128,7 +153,8 @@ _DEVICE_EDITS_MAX = 1024
 def device_edits(
     d: SpecDevice, nvidia_smi: NvidiaSmi | None, device_nodes: DeviceNodes | None
 ) -> dict[str, Any]:
-    """The device's containerEdits in a claim spec (shared: never change the dict returned)."""
+    """The device's containerEdits in a claim spec (shared: never change the dict returned). A
+    share's are the device's with its own env added: built per share, not kept."""
     key = (d.device, d.uuid, d.admin_access, d.sharing, nvidia_smi, device_nodes)
     edits = _DEVICE_EDITS.get(key)
     if edits is None:
@@ -136,6 +162,8 @@ def device_edits(
         if len(_DEVICE_EDITS) >= _DEVICE_EDITS_MAX:
             _DEVICE_EDITS.clear()
         _DEVICE_EDITS[key] = yamlio.FRAGMENTS.register(edits)
+    if d.share is not None:
+        return edits | {"env": edits["env"] + d.share.env(env_prefix(d.device.name))}
     return edits
 
 
@@ -158,10 +186,12 @@ def build_claim_spec(
     used: set[int] = set()
     for d in unique.values():
         edits = device_edits(d, nvidia_smi, device_nodes)
-        if id(edits) in used:
-            # one device shared twice in a claim: PyYAML would write one object twice as an alias
+        parts = {id(edits), *map(id, edits.values())}  # a share's edits hold its device's lists
+        if parts & used:
+            # one device twice in a claim: PyYAML would write one object twice as an alias
             edits = copy.deepcopy(edits)
-        used.add(id(edits))
+            parts = {id(edits), *map(id, edits.values())}
+        used |= parts
         spec_devices.append({"name": d.cdi_name, "containerEdits": edits})
     common = {"env": spec_env(claim_uid, list(unique.values()))} | common_edits(nvidia_smi, device_nodes)
     spec: dict[str, Any] = {

@@ -26,6 +26,7 @@ from dra_fake.gpu.profiles import (
     load_profiles,
 )
 from dra_fake.gpu.profiles.models import MigProfile, StrictModel
+from dra_fake.gpu.shares import GATE_CONSUMABLE_SHARES, SharesMode, SharesSettingError, parse_mode
 
 DEFAULT_PROFILE = "h100-sxm5-80gb"
 DEFAULT_GPU_COUNT = 8
@@ -58,6 +59,10 @@ class GpuGroupConfig(StrictModel):
     mig: MigMode = "none"
     mig_devices: list[MigDeviceConfig] = Field(default_factory=list)
     overrides: dict[str, Any] = Field(default_factory=dict)  # camelCase profile fields
+    # The node's --consumable-shares for this group's GPUs (same values; an integer may be
+    # written as a YAML number). Ours: NVIDIA's setting is node-wide
+    # (docs/sharing-design.md#11-switches-nvidias-names).
+    consumable_shares: str | int | None = None
 
 
 class InventoryConfig(StrictModel):
@@ -101,6 +106,7 @@ class PhysicalGpu:
     mig_mode: MigMode
     static_mig: tuple[MigPlacement, ...] = ()  # pre-created MIG devices (mig: static)
     module_id: int | None = None  # the board's module ID, from its topology slot (None = N/A)
+    shares: SharesMode | None = None  # consumable shares on every device of this GPU; None: exclusive
 
     @property
     def name(self) -> str:
@@ -133,7 +139,22 @@ class Inventory:
 # ---- building ----------------------------------------------------------------------------
 
 
-def load_inventory(config_path: Path | None, node_name: str, profile_dirs: Sequence[Path] = ()) -> Inventory:
+@dataclass(frozen=True)
+class SharesSetting:
+    """The node's consumable-shares setting (--consumable-shares) and whether the feature gate
+    allows the inventory's own `consumableShares` keys. Offline tools (render-slices) pass
+    `gate=True`: they show what a plugin with the gate would publish."""
+
+    default: SharesMode | None = None
+    gate: bool = True
+
+
+def load_inventory(
+    config_path: Path | None,
+    node_name: str,
+    profile_dirs: Sequence[Path] = (),
+    shares: SharesSetting = SharesSetting(),
+) -> Inventory:
     """Read the config file (None: the default) and build the node's inventory."""
     source = str(config_path) if config_path else "<default inventory>"
     try:
@@ -141,12 +162,12 @@ def load_inventory(config_path: Path | None, node_name: str, profile_dirs: Seque
     except ProfileError as error:
         raise InventoryError(str(error)) from None
     if config_path is None:
-        return build_inventory(default_config(), node_name, profiles)
+        return build_inventory(default_config(), node_name, profiles, shares=shares)
     try:
         data = yamlio.safe_load(config_path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:
         raise InventoryError(f"{source}: {error}") from None
-    return build_inventory(parse_config(data, source), node_name, profiles, source=source)
+    return build_inventory(parse_config(data, source), node_name, profiles, source=source, shares=shares)
 
 
 def build_inventory(
@@ -155,6 +176,7 @@ def build_inventory(
     profiles: Mapping[str, GpuProfile],
     *,
     source: str = "<inventory>",
+    shares: SharesSetting = SharesSetting(),
 ) -> Inventory:
     """GPUs get minors 0..n-1 in config order; see docs/inventory.md for UUIDs and PCI IDs."""
     if not node_name:
@@ -167,6 +189,7 @@ def build_inventory(
         profile = _group_profile(config, group, profiles, source, where)
         _check_mig_mode(group, profile, source, where)
         static = tuple(_static_placements(group, profile, source, where))
+        group_shares = _group_shares(group, shares, source, where)
         for _ in range(group.count):
             index = len(gpus)
             ordinal = per_profile[profile.id]
@@ -184,6 +207,7 @@ def build_inventory(
                     mig_mode=group.mig,
                     static_mig=static,
                     module_id=profile.pci_topology[ordinal % len(profile.pci_topology)].module_id,
+                    shares=group_shares,
                 )
             )
     devices: dict[str, AllocatableDevice] = {}
@@ -223,6 +247,20 @@ def _group_profile(
         return apply_overrides(profile, group.overrides, source, prefix=f"{where}.overrides.")
     except ProfileError as error:
         raise InventoryError(str(error)) from None
+
+
+def _group_shares(group: GpuGroupConfig, shares: SharesSetting, source: str, where: str) -> SharesMode | None:
+    """The group's own `consumableShares`, else the node's setting."""
+    if group.consumable_shares is None:
+        return shares.default
+    field = f"{source}: {where}.consumableShares"
+    try:
+        mode = parse_mode(group.consumable_shares, field)
+    except SharesSettingError as error:
+        raise InventoryError(str(error)) from None
+    if mode is not None and not shares.gate:
+        raise InventoryError(f"{field}: requires feature gate {GATE_CONSUMABLE_SHARES} to be enabled")
+    return mode
 
 
 def _check_mig_mode(group: GpuGroupConfig, profile: GpuProfile, source: str, where: str) -> None:
@@ -356,6 +394,7 @@ def _device(
         memory_bytes=memory_bytes,
         mig=placement,
         dynamic=dynamic,
+        shares=gpu.shares,
     )
 
 

@@ -19,9 +19,10 @@ from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
 from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, servable_taints
 from dra_fake.gpu.gfd import MIG_STRATEGIES
-from dra_fake.gpu.inventory import Inventory, InventoryError, load_inventory
+from dra_fake.gpu.inventory import Inventory, InventoryError, SharesSetting, load_inventory
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.gpu.runtime import Host, Node, NodeSettings
+from dra_fake.gpu.shares import FLAG, GATE_CONSUMABLE_SHARES, SharesMode, SharesSettingError, node_mode
 from dra_fake.gpu.slices import desired_slices, shuffled
 from dra_fake.gpu.state import DeviceState
 
@@ -64,6 +65,7 @@ class GpuDriver:
         shuffle_seed: int | None = None,
         node_settings: NodeSettings | None = None,
         allow_device_plugin: bool = False,
+        consumable_shares: SharesMode | None = None,
     ) -> None:
         self.driver = driver_name
         self.inventory = inventory
@@ -73,6 +75,8 @@ class GpuDriver:
         # What the node's services (dra_fake.gpu.runtime: faults, telemetry, GFD's labels) do.
         self.node_settings = node_settings if node_settings is not None else NodeSettings(driver_name)
         self.allow_device_plugin = allow_device_plugin
+        self.consumable_shares = consumable_shares  # --consumable-shares (node-wide); None: disabled
+        self._ctx: PluginContext | None = None  # set by create_state
         self.nvidia_smi: NvidiaSmi | None = None  # set by create_state
         self.state: DeviceState | None = None
         self._taints: dict[str, list[dict[str, str]]] = {}
@@ -80,6 +84,7 @@ class GpuDriver:
         self._lock = threading.Lock()
 
     def create_state(self, ctx: PluginContext) -> ClaimState:
+        self._ctx = ctx
         self.nvidia_smi = NvidiaSmi.from_inventory(ctx.data_dir, self.inventory)
         self.state = DeviceState(
             self.driver,
@@ -92,6 +97,7 @@ class GpuDriver:
             nvidia_smi=self.nvidia_smi,
             device_nodes=self.device_nodes.current,
             on_checkpoint_error=ctx.checkpoint_error_hook(self.driver),
+            consumable_shares=self.consumable_shares,
         )
         return self.state
 
@@ -118,7 +124,38 @@ class GpuDriver:
                 "serve a node's GPUs through the device plugin or through DRA, not both "
                 "(--allow-device-plugin=true to run anyway)"
             )
-        return None
+        return self._shares_refusal()
+
+    def shares_setting(self) -> str | None:
+        """What turns consumable shares on for this node, as refusals name it; None: nothing."""
+        if self.consumable_shares is not None:
+            return f"{FLAG}={self.consumable_shares}"
+        modes = sorted({str(g.shares) for g in self.inventory.gpus if g.shares is not None})
+        return f"the inventory's consumableShares={','.join(modes)}" if modes else None
+
+    def _shares_refusal(self) -> str | None:
+        """A server that cannot honour shared devices: refused before the first slice, with a
+        Warning Node event (dra_fake.gpu.sharesgate)."""
+        setting = self.shares_setting()
+        if setting is None or self._ctx is None:
+            return None
+        from dra_fake.core.events import post_node_event
+        from dra_fake.gpu import sharesgate
+
+        ctx = self._ctx
+        reason = sharesgate.server_refusal(
+            setting, ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop
+        )
+        if reason is not None:
+            post_node_event(
+                ctx.api,
+                ctx.node,
+                ctx.node_uid,
+                reason=sharesgate.EVENT_REASON,
+                message=reason,
+                component=f"{self.driver}-kubelet-plugin",
+            )
+        return reason
 
     def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
         """The node's services (dra_fake.gpu.runtime): the telemetry (nvidia-smi's live files,
@@ -158,6 +195,8 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         if not args.node_name:
             raise StartupError("--node-name (NODE_NAME) is required")
         gates = parse_feature_gates(args.feature_gates)
+        shares_gate = gates.enabled(GATE_CONSUMABLE_SHARES)
+        consumable_shares = node_mode(args.consumable_shares, shares_gate)
         ignored_xids = DEFAULT_IGNORED_XIDS | parse_additional_xids(args.additional_xids_to_ignore)
         if args.device_nodes not in MODES:
             raise StartupError(f"--device-nodes: {args.device_nodes!r} is not one of {', '.join(MODES)}")
@@ -170,8 +209,16 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
                 f"--device-order: {args.device_order!r} is not one of {', '.join(DEVICE_ORDERS)}"
             )
         profile_dirs = [Path(args.profiles_dir)] if args.profiles_dir else []
-        inventory = load_inventory(Path(args.config) if args.config else None, args.node_name, profile_dirs)
+        inventory = load_inventory(
+            Path(args.config) if args.config else None,
+            args.node_name,
+            profile_dirs,
+            SharesSetting(consumable_shares, shares_gate),
+        )
         check_config_source(args.kubeconfig)
+    except SharesSettingError as err:  # NVIDIA's plugin exits 1 on these (validateCLIFlags)
+        print(f"dra-fake gpu-kubelet-plugin: error: {err}", file=sys.stderr)
+        return 1
     except (StartupError, InventoryError, ValueError, OSError) as err:
         print(f"dra-fake gpu-kubelet-plugin: error: {err}", file=sys.stderr)
         return 2
@@ -191,6 +238,13 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         mig_strategy=args.mig_strategy,
     )
     driver = GpuDriver(
-        args.driver_name, inventory, gates, policy, seed, node_settings, args.allow_device_plugin == "true"
+        args.driver_name,
+        inventory,
+        gates,
+        policy,
+        seed,
+        node_settings,
+        args.allow_device_plugin == "true",
+        consumable_shares,
     )
     return run_plugin(args, driver)

@@ -9,8 +9,9 @@ import yaml
 
 from dra_fake.core.slices import API_VERSIONS, slice_manifest, slice_spec
 from dra_fake.gpu.deviceclasses import DEFAULT_DRIVER
-from dra_fake.gpu.inventory import load_inventory
+from dra_fake.gpu.inventory import SharesSetting, load_inventory
 from dra_fake.gpu.profiles import GpuProfile
+from dra_fake.gpu.shares import parse_mode
 from dra_fake.gpu.slices import desired_slices
 
 
@@ -22,12 +23,14 @@ def render_slices(
     *,
     driver_name: str = DEFAULT_DRIVER,
     profile_dirs: Sequence[Path] = (),
+    consumable_shares: str = "disabled",
 ) -> str:
     """A YAML stream of the node's ResourceSlices, named `<node>-<driver>-<index>`, pool = node,
     generation 1. ownerReferences are left out: the Node's UID exists only in a cluster."""
     if api_version not in API_VERSIONS:
         raise ValueError(f"unsupported api version {api_version!r}; one of {API_VERSIONS}")
-    inventory = load_inventory(config_path, node_name, profile_dirs)
+    shares = SharesSetting(parse_mode(consumable_shares))  # no gate offline: what a plugin with it publishes
+    inventory = load_inventory(config_path, node_name, profile_dirs, shares)
     desired = desired_slices(inventory, driver_name, server_version)
     documents = []
     for index, item in enumerate(desired):

@@ -42,6 +42,7 @@ from dra_fake.core.slices import (
 from dra_fake.gpu.devices import AllocatableDevice
 from dra_fake.gpu.inventory import MIB, Inventory, PhysicalGpu
 from dra_fake.gpu.profiles import GpuProfile, MigProfile
+from dra_fake.gpu.shares import SharesMode, shared_capacities
 
 STANDARD_DOMAIN = "resource.kubernetes.io"
 _DRIVER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -81,6 +82,11 @@ def counter_set_name(gpu: PhysicalGpu) -> str:
 
 def _quantities(values: dict[str, int]) -> dict[str, dict[str, str]]:
     return {name: {"value": canonical_quantity(v)} for name, v in sorted(values.items())}
+
+
+def _capacity(values: dict[str, int], shares: SharesMode | None) -> dict[str, dict[str, Any]]:
+    """A device's capacities; a shared device's with NVIDIA's request policies."""
+    return _quantities(values) if shares is None else shared_capacities(values, shares)
 
 
 # ---- devices ----------------------------------------------------------------------------------
@@ -143,12 +149,12 @@ def full_gpu_device(gpu: PhysicalGpu, device: AllocatableDevice) -> dict[str, An
     attributes = gpu_attributes(gpu) | {"type": {"string": "gpu"}, "uuid": {"string": gpu.uuid}}
     result: dict[str, Any] = {"name": device.name, "attributes": dict(sorted(attributes.items()))}
     if gpu.mig_mode == "dynamic":
-        result["capacity"] = _quantities(max_mig_capacities(gpu.profile))
+        result["capacity"] = _capacity(max_mig_capacities(gpu.profile), device.shares)
         result["consumesCounters"] = [
             {"counterSet": counter_set_name(gpu), "counters": _quantities(_all_counters(gpu))}
         ]
     else:
-        result["capacity"] = _quantities({"memory": gpu.profile.memory_mib * MIB})
+        result["capacity"] = _capacity({"memory": gpu.profile.memory_mib * MIB}, device.shares)
     return result
 
 
@@ -169,13 +175,13 @@ def mig_device(gpu: PhysicalGpu, device: AllocatableDevice) -> dict[str, Any]:
     if device.dynamic:
         counters = {counter_name(k): v for k, v in capacity.items()}
         counters.update({f"memory-slice-{i}": 1 for i in placement.memory_slices()})
-        result["capacity"] = _quantities(capacity)
+        result["capacity"] = _capacity(capacity, device.shares)
         result["consumesCounters"] = [
             {"counterSet": counter_set_name(gpu), "counters": _quantities(counters)}
         ]
     else:
         capacity.update({f"memorySlice{i}": 1 for i in placement.memory_slices()})
-        result["capacity"] = _quantities(capacity)
+        result["capacity"] = _capacity(capacity, device.shares)
     return result
 
 
@@ -185,6 +191,8 @@ def device_entry(
     entry = full_gpu_device(gpu, device) if device.kind == "gpu" else mig_device(gpu, device)
     if taints and taints.get(device.name):
         entry["taints"] = [dict(t) for t in taints[device.name]]
+    if device.shares is not None:  # NVIDIA's ConsumableShares: every GPU and MIG device
+        entry["allowMultipleAllocations"] = True
     _check_device_limits(entry)
     return entry
 

@@ -13,7 +13,9 @@ reconciliation, crash points); this module decides what a claim gets. Order of p
 from __future__ import annotations
 
 import logging
+import math
 import operator
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,10 +38,11 @@ from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS
 from dra_fake.core.opaque import main_request
 from dra_fake.core.state import PreparedClaims, crash_point, to_prepared
 from dra_fake.gpu import configs, edits
-from dra_fake.gpu.configs import FeatureGates, GateLookup
+from dra_fake.gpu.configs import FeatureGates, GateLookup, Quantity
 from dra_fake.gpu.devices import AllocatableDevice, mig_uuid
 from dra_fake.gpu.devnodes import DeviceNodes
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
+from dra_fake.gpu.shares import MPS_REFUSED, SharesMode
 from dra_fake.gpu.workloads import ClaimHolding, HeldDevice
 from dra_fake.kubelet.api import PreparedDevice
 
@@ -76,12 +79,25 @@ class MpsDaemonRecord(_Model):
     uuids: list[str]
 
 
+class ShareRecord(_Model):
+    """The claim's share of a device with consumable shares
+    (docs/sharing-design.md#14-state-and-checkpoint-keyed-by-share)."""
+
+    device: str
+    shareID: str | None = None  # None: allocated whole before the device was shared
+    config: str | None = None  # the normalized config (configs.fingerprint); None: unknown (recovered)
+    consumedCapacity: dict[str, str] = Field(default_factory=dict)  # as the allocation result has it
+
+
 class GpuClaimData(DriverData):
-    """The undo data of a gpu.nvidia.com claim (format 1 kept it as `undo`, same field names)."""
+    """The undo data of a gpu.nvidia.com claim (format 1 kept it as `undo`, same field names).
+    A dynamic MIG device or a time slice several shares hold is recorded by each of them and
+    released when the last goes (`DeviceState.release`)."""
 
     migDevices: list[MigDeviceRecord] = Field(default_factory=list)
     timeSlicing: list[TimeSliceRecord] = Field(default_factory=list)
     mpsDaemons: list[MpsDaemonRecord] = Field(default_factory=list)
+    shares: list[ShareRecord] = Field(default_factory=list)  # empty in checkpoints of older versions
 
 
 GpuClaimEntry = ClaimEntry[GpuClaimData]
@@ -97,6 +113,7 @@ class _Prepare:
 
     claim: ParsedClaim
     entry: GpuClaimEntry | None = None  # planned
+    reused_migs: frozenset[str] = frozenset()  # UUIDs of dynamic MIG devices other shares created
     devices: list[PreparedDevice] | None = None
     error: Exception | None = None
     twin: _Prepare | None = None  # the same claim earlier in the batch
@@ -109,7 +126,7 @@ class _Holdings:
 
     parts: dict[str, _HeldPart] = field(default_factory=dict)  # claim UID -> its part
     entries: list[GpuClaimEntry] = field(default_factory=list)  # of the same claims, in order
-    devices: dict[str, list[str]] = field(default_factory=dict)  # device -> claim UIDs (exclusive use)
+    devices: dict[str, list[_Holder]] = field(default_factory=dict)  # device -> its holders (no admin access)
     full_gpus: dict[str, list[tuple[str, str]]] = field(
         default_factory=dict
     )  # GPU UUID -> (device, claim UID)
@@ -118,15 +135,15 @@ class _Holdings:
     def add(self, uid: str, entry: GpuClaimEntry, part: _HeldPart) -> None:
         self.parts[uid] = part
         self.entries.append(entry)
-        for name, gpu_uuid in part.held:
-            self.devices.setdefault(name, []).append(uid)
+        for name, gpu_uuid, shared, config in part.held:
+            self.devices.setdefault(name, []).append(_Holder(uid, shared, config))
             if gpu_uuid is not None:
                 self.full_gpus.setdefault(gpu_uuid, []).append((name, uid))
         self.migs.extend((m, uid) for m in part.data.migDevices)
 
-    def holder(self, device: str, other_than: str) -> str | None:
-        """The first claim but `other_than` that holds `device`."""
-        return next((uid for uid in self.devices.get(device, ()) if uid != other_than), None)
+    def holders(self, device: str, other_than: str) -> list[_Holder]:
+        """The claims but `other_than` that hold `device`, in checkpoint order."""
+        return [h for h in self.devices.get(device, ()) if h.uid != other_than]
 
     def full_gpu(self, gpu_uuid: str, other_than: str) -> tuple[str, str] | None:
         """(device, claim UID) of the first claim but `other_than` holding the full GPU."""
@@ -136,12 +153,19 @@ class _Holdings:
         return [(m, uid) for m, uid in self.migs if uid != claim_uid]
 
 
+class _Holder(NamedTuple):
+    uid: str
+    shared: bool  # holds a share of the device (else the whole device)
+    config: str | None  # the share's normalized config; None: unknown
+
+
 class _HeldPart(NamedTuple):
     """One entry's part of the holdings, and the objects it was made from."""
 
     devices: list[CheckpointedDevice]
     data: GpuClaimData
-    held: tuple[tuple[str, str | None], ...]  # (device, its GPU UUID if a full GPU)
+    # (device, its GPU UUID if a full GPU, held as a share, the share's config)
+    held: tuple[tuple[str, str | None, bool, str | None], ...]
 
 
 # --- The device state ----------------------------------------------------------------------------
@@ -164,6 +188,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         on_checkpoint_error: Callable[[str], None] = metrics.record_checkpoint_error,
         nvidia_smi: NvidiaSmi | None = None,
         device_nodes: Callable[[], DeviceNodes | None] | None = None,
+        consumable_shares: SharesMode | None = None,
     ) -> None:
         super().__init__(
             driver_name,
@@ -181,6 +206,9 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         self.nvidia_smi = nvidia_smi  # when set, every claim spec mounts nvidia-smi (docs/prepare.md)
         # Asked at each prepare: the device nodes this host allows now (dra_fake.gpu.devnodes).
         self.device_nodes = device_nodes or (lambda: None)
+        # --consumable-shares: MPS is refused on every device of the node (as NVIDIA); sharing per
+        # device comes from the inventory (AllocatableDevice.shares), where groups may override it.
+        self.consumable_shares = consumable_shares
         self._prepares = self.group(self._prepare_batch)
         self._held = _Holdings()
 
@@ -227,7 +255,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                     _log.info("prepare: rolling back a partial prepare claim=%s", uid)
                     self.rollback(data, uid)
                     rolled_back = True
-                item.entry, item.devices = self._plan(item.claim, data, device_nodes)
+                item.entry, item.devices, item.reused_migs = self._plan(item.claim, data, device_nodes)
             except Exception as exc:  # this claim's error (a bug included), not the batch's
                 item.error = exc
                 continue
@@ -253,7 +281,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             try:
                 if item.entry is None or item.entry.cdiSpec is None:
                     raise cdi.CdiSpecError("no CDI spec planned")
-                self._apply(item.claim.uid, item.entry.driverData)
+                self._apply(item.claim.uid, item.entry.driverData, item.reused_migs)
                 crash_point("prepare:after-apply")
                 self.write_spec(item.claim.uid, item.entry.cdiSpec, durable=False)
             except Exception as exc:
@@ -287,11 +315,13 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         item.error = ClaimError(f"prepare devices failed: {exc}")
 
     def dynamic_mig_devices(self) -> list[MigDeviceRecord]:
-        """The dynamic MIG devices currently "created" on this node."""
+        """The dynamic MIG devices currently "created" on this node (each once, however many
+        shares hold it)."""
         data = self.store.peek()
         if data is None:
             return []
-        return [m for e in data.claims.values() for m in e.driverData.migDevices]
+        found = {m.uuid: m for e in data.claims.values() for m in e.driverData.migDevices}
+        return list(found.values())
 
     def holdings(self) -> list[ClaimHolding]:
         """The prepared claims and their devices (read without the lock, for the telemetry)."""
@@ -314,30 +344,39 @@ class DeviceState(PreparedClaims[GpuClaimData]):
 
     def recover_entry(self, claim_uid: str, spec: Mapping[str, Any]) -> GpuClaimEntry | None:
         """A claim's entry read back from its CDI spec: its devices from the spec's device names
-        (`<claimUID>-<device>[-<shareID>]`), and the dynamic MIG devices to destroy on undo."""
+        (`<claimUID>-<device>[-<shareID>]`), a share's ID and a dynamic MIG device's UUID from the
+        device's env (`DRA_FAKE_<ID>_SHARE_ID`, `_UUID`: a second share's MIG device is the first
+        one's), and the dynamic MIG devices to destroy on undo."""
         prepared: list[CheckpointedDevice] = []
         migs: list[MigDeviceRecord] = []
+        shares: list[ShareRecord] = []
         for cdi_name, rest in self.spec_devices(claim_uid, spec):
             name = self._device_in_cdi_name(rest)
             if name is None:
                 continue
+            env = _device_env(spec, cdi_name, edits.env_prefix(name))
+            share_id = env.get("SHARE_ID")
             prepared.append(
                 CheckpointedDevice(
                     requests=[],
                     poolName=self.pool,
                     deviceName=name,
                     cdiDeviceIDs=[cdi.cdi_device_id(self.driver, cdi_name)],
+                    shareID=share_id,
                 )
             )
             device = self.devices[name]
+            if device.shares is not None:
+                shares.append(ShareRecord(device=name, shareID=share_id))
             if device.dynamic and device.mig is not None:
-                migs.append(self._mig_record(device, claim_uid))
+                record = self._mig_record(device, claim_uid)
+                migs.append(record.model_copy(update={"uuid": env.get("UUID") or record.uuid}))
         if not prepared:
             return None
         return GpuClaimEntry(
             state=PREPARE_STARTED,
             preparedDevices=prepared,
-            driverData=GpuClaimData(migDevices=migs),
+            driverData=GpuClaimData(migDevices=migs, shares=shares),
             recovered=True,
         )
 
@@ -385,30 +424,46 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         return held
 
     def _held_part(self, entry: GpuClaimEntry) -> _HeldPart:
-        """The devices an entry holds exclusively (not admin access, not shared), with the GPU
-        UUID of each full GPU."""
+        """The devices an entry holds (not admin access), with the GPU UUID of each full GPU, and
+        whether it holds a share (a share record, or a share ID from a version before them)."""
+        records = {r.device: r for r in entry.driverData.shares}
         held = []
         for d in entry.preparedDevices:
-            if d.adminAccess or d.shareID:
+            if d.adminAccess:
                 continue
             known = self.devices.get(d.deviceName)
-            held.append((d.deviceName, known.gpu_uuid if known is not None and known.kind == "gpu" else None))
+            record = records.get(d.deviceName)
+            held.append(
+                (
+                    d.deviceName,
+                    known.gpu_uuid if known is not None and known.kind == "gpu" else None,
+                    record is not None or d.shareID is not None,
+                    record.config if record is not None else None,
+                )
+            )
         return _HeldPart(entry.preparedDevices, entry.driverData, tuple(held))
 
-    def _check_conflicts(self, claim: ParsedClaim, held: _Holdings) -> None:
-        """No device of another claim; no dynamic MIG placement overlapping another claim's MIG
-        devices or a full GPU (and no full GPU with MIG devices on it) — nor within this claim."""
+    def _check_conflicts(self, claim: ParsedClaim, held: _Holdings, configs_of: list[str]) -> None:
+        """No device of another claim, unless both hold shares of a shared device with equal
+        normalized configs (`configs_of`, per result; NVIDIA's rule, checked here against entries in
+        any state); no dynamic MIG placement overlapping another claim's MIG devices or a full GPU
+        (and no full GPU with MIG devices on it) — nor within this claim."""
         migs = held.migs_of_others(claim.uid)
         own_gpus: dict[str, str] = {}  # GPU UUID -> this claim's full GPU on it
-        for r in claim.results:
-            if r.admin_access or r.share_id:
+        for r, config in zip(claim.results, configs_of, strict=True):
+            if r.admin_access:
                 continue
-            other = held.holder(r.device, claim.uid)
-            if other is not None:
-                raise ClaimError(
-                    f"requested device {r.device} is already allocated to different claim {other}"
-                )
             device = self.devices[r.device]
+            for other in held.holders(r.device, claim.uid):
+                if device.shares is None or not other.shared:
+                    raise ClaimError(
+                        f"requested device {r.device} is already allocated to different claim {other.uid}"
+                    )
+                if other.config is not None and other.config != config:
+                    raise ClaimError(
+                        f"requested device {r.device} has conflicting configuration with already "
+                        f"prepared claim {other.uid}"
+                    )
             if device.kind == "gpu":
                 for m, uid in migs:
                     if m.parentUUID == device.gpu_uuid and m.device != r.device:
@@ -440,8 +495,9 @@ class DeviceState(PreparedClaims[GpuClaimData]):
 
     def _plan(
         self, claim: ParsedClaim, data: CheckpointData[GpuClaimData], device_nodes: DeviceNodes | None
-    ) -> tuple[GpuClaimEntry, list[PreparedDevice]]:
-        """Decide everything without side effects: the entry to write and the devices to return."""
+    ) -> tuple[GpuClaimEntry, list[PreparedDevice], frozenset[str]]:
+        """Decide everything without side effects: the entry to write, the devices to return, and
+        the dynamic MIG devices this claim shares with others (they exist already)."""
         for r in claim.results:
             if r.pool != self.pool:
                 raise PermanentClaimError(
@@ -456,20 +512,22 @@ class DeviceState(PreparedClaims[GpuClaimData]):
 
         uuids: list[str] = []
         migs: dict[str, MigDeviceRecord] = {}
+        reused: set[str] = set()
         for r in claim.results:
             device = self.devices[r.device]
             if device.dynamic and device.mig is not None:
-                existing = next(
-                    (
-                        m
-                        for m, uid in held.migs
-                        if m.device == r.device and uid != claim.uid and r.admin_access
-                    ),
-                    None,
-                )  # admin access observes a MIG device another claim created
+                # Admin access observes a MIG device another claim created; a share uses the one
+                # the device's first share created (NVIDIA: getPreparedMigDevice).
+                existing = None
+                if r.admin_access or device.shares is not None:
+                    existing = next(
+                        (m for m, uid in held.migs if m.device == r.device and uid != claim.uid), None
+                    )
                 record = existing or self._mig_record(device, claim.uid)
-                if existing is None and not r.admin_access:
-                    migs.setdefault(r.device, record)
+                if not r.admin_access:
+                    migs.setdefault(r.device, record)  # each share keeps a copy: released by the last
+                    if existing is not None:
+                        reused.add(record.uuid)
                 uuids.append(record.uuid)
             elif device.uuid is not None:
                 uuids.append(device.uuid)
@@ -477,7 +535,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                 raise PermanentClaimError(f"prepare devices failed: requested device {r.device} has no UUID")
 
         try:
-            sharing = configs.apply_configs(
+            resolved = configs.resolve_configs(
                 self.driver,
                 claim.config,
                 [
@@ -489,8 +547,14 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             )
         except configs.ConfigError as exc:
             raise PermanentClaimError(f"prepare devices failed: {exc}") from None
+        for r, c in zip(claim.results, resolved, strict=True):
+            if c.sharing.strategy == configs.STRATEGY_MPS and (
+                self.consumable_shares is not None or self.devices[r.device].shares is not None
+            ):
+                raise PermanentClaimError(f"prepare devices failed: error applying config: {MPS_REFUSED}")
+        fingerprints = [configs.fingerprint(c.config) for c in resolved]
         try:
-            self._check_conflicts(claim, held)
+            self._check_conflicts(claim, held, fingerprints)
         except ClaimError as exc:
             raise ClaimError(f"unable to prepare claim {claim.uid}: {exc}") from None
 
@@ -499,8 +563,11 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         seen_mps: set[str] = set()
         spec_devices: list[edits.SpecDevice] = []
         checkpointed: list[CheckpointedDevice] = []
-        for r, uuid, applied in zip(claim.results, uuids, sharing, strict=True):
-            device = self.devices[r.device]
+        # A claim's share is its own CDI device by the claim UID; only two shares of one device in
+        # one claim need the share ID in the name too (NVIDIA's name would repeat; sharing-design §1.5).
+        shares_per_device = Counter(r.device for r in claim.results if r.share_id)
+        for r, uuid, c, config in zip(claim.results, uuids, resolved, fingerprints, strict=True):
+            device, applied = self.devices[r.device], c.sharing
             if applied.time_slice_interval is not None and device.kind == "gpu" and uuid not in seen_ts:
                 seen_ts.add(uuid)
                 undo.timeSlicing.append(TimeSliceRecord(uuid=uuid, interval=applied.time_slice_interval))
@@ -511,8 +578,19 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                         controlDaemonID=applied.mps.control_daemon_id, uuids=list(applied.mps.uuids)
                     )
                 )
-            name = cdi.cdi_device_name(claim.uid, r.device, r.share_id)
-            spec_devices.append(edits.SpecDevice(name, device, uuid, r.admin_access, applied))
+            if device.shares is not None and not r.admin_access:
+                undo.shares.append(
+                    ShareRecord(
+                        device=r.device,
+                        shareID=r.share_id,
+                        config=config,
+                        consumedCapacity=dict(r.consumed_capacity),
+                    )
+                )
+            suffix = r.share_id if shares_per_device[r.device] > 1 else None
+            name = cdi.cdi_device_name(claim.uid, r.device, suffix)
+            share = _share(r.share_id, r.consumed_capacity) if r.share_id else None
+            spec_devices.append(edits.SpecDevice(name, device, uuid, r.admin_access, applied, share))
             checkpointed.append(
                 CheckpointedDevice(
                     requests=[main_request(r.request)],
@@ -536,14 +614,15 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             driverData=undo,
             cdiSpec=spec,
         )
-        return entry, [to_prepared(d) for d in checkpointed]
+        return entry, [to_prepared(d) for d in checkpointed], frozenset(reused)
 
-    def _apply(self, claim_uid: str, undo: GpuClaimData) -> None:
+    def _apply(self, claim_uid: str, undo: GpuClaimData, reused_migs: frozenset[str] = frozenset()) -> None:
         """The "hardware" side of prepare. Simulated: nothing exists outside the checkpoint, so
         this only logs what NVIDIA's driver would do."""
         for m in undo.migDevices:
             _log.info(
-                "dynamic MIG device created claim=%s device=%s uuid=%s parent=%s profile=%s placement=%d+%d",
+                "dynamic MIG device %s claim=%s device=%s uuid=%s parent=%s profile=%s placement=%d+%d",
+                "shared" if m.uuid in reused_migs else "created",
                 claim_uid,
                 m.device,
                 m.uuid,
@@ -560,13 +639,37 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             )
 
     def undo(self, claim_uid: str, entry: GpuClaimEntry) -> None:
-        """Reverse _apply; idempotent (undoing what does not exist is fine)."""
-        undo = entry.driverData
-        for d in undo.mpsDaemons:
+        """Reverse what _apply did for this claim alone; idempotent (undoing what does not exist is
+        fine). What it may share with other claims goes in `release`."""
+        for d in entry.driverData.mpsDaemons:
             _log.info("MPS control daemon stopped claim=%s id=%s", claim_uid, d.controlDaemonID)
+
+    def release(self, data: CheckpointData[GpuClaimData], claim_uid: str, entry: GpuClaimEntry) -> None:
+        """A dynamic MIG device is destroyed and a GPU's time slice reset only when no entry left in
+        `data`, in any state, holds it (NVIDIA counts completed claims only; a partial one may be
+        completed by the kubelet's retry). Counted afresh from the checkpoint on every call."""
+        undo = entry.driverData
+        if not (undo.migDevices or undo.timeSlicing):
+            return
+        others = data.claims.values()
+        in_use = {m.uuid for e in others for m in e.driverData.migDevices} if undo.migDevices else set()
+        sliced = {t.uuid for e in others for t in e.driverData.timeSlicing} if undo.timeSlicing else set()
         for t in undo.timeSlicing:
-            _log.info("time-slice interval reset claim=%s uuid=%s interval=Default", claim_uid, t.uuid)
+            if t.uuid in sliced:
+                _log.info(
+                    "time slice still in use by other claims, not reset claim=%s uuid=%s", claim_uid, t.uuid
+                )
+            else:
+                _log.info("time-slice interval reset claim=%s uuid=%s interval=Default", claim_uid, t.uuid)
         for m in undo.migDevices:
+            if m.uuid in in_use:
+                _log.info(
+                    "dynamic MIG device still in use by other claims, kept claim=%s device=%s uuid=%s",
+                    claim_uid,
+                    m.device,
+                    m.uuid,
+                )
+                continue
             _log.info("dynamic MIG device destroyed claim=%s device=%s uuid=%s", claim_uid, m.device, m.uuid)
             if self.nvidia_smi is not None:
                 self.nvidia_smi.remove_info(m.device, m.uuid)
@@ -591,3 +694,34 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         if self.nvidia_smi is None:
             return 0
         return self.nvidia_smi.sweep(e.cdiSpec for e in data.claims.values() if e.cdiSpec)
+
+
+def _share(share_id: str, consumed: Mapping[str, str]) -> edits.Share:
+    """What a share consumes, as its container's env shows it: memory in bytes (rounded down: the
+    scheduler's amounts are whole MiB), shares as a count."""
+
+    def amount(name: str) -> int | None:
+        raw = consumed.get(name)
+        if raw is None:
+            return None
+        try:
+            return math.floor(Quantity.parse(raw).value)
+        except ValueError as exc:
+            raise PermanentClaimError(
+                f"prepare devices failed: consumedCapacity.{name} of share {share_id}: {exc}"
+            ) from None
+
+    return edits.Share(share_id, amount("memory"), amount("shares"))
+
+
+def _device_env(spec: Mapping[str, Any], cdi_name: str, prefix: str) -> dict[str, str]:
+    """A spec device's `<prefix>KEY=value` env entries, as {KEY: value}."""
+    for device in spec.get("devices") or []:
+        if isinstance(device, dict) and device.get("name") == cdi_name:
+            env = (device.get("containerEdits") or {}).get("env") or []
+            return {
+                e[len(prefix) :].partition("=")[0]: e.partition("=")[2]
+                for e in env
+                if isinstance(e, str) and e.startswith(prefix)
+            }
+    return {}

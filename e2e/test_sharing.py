@@ -1,0 +1,260 @@
+"""Shared GPUs (NVIDIA's ConsumableShares) end to end: the real scheduler packs claims asking for
+memory of a shared GPU until it is full, rounds what they ask, and the plugin prepares each share
+on its own (docs/sharing-design.md).
+
+The node's plugin runs with `--consumable-shares=memory` and the gates for the module (restarted
+through e2e/pluginflags.py, the stand-in until the local cluster takes plugin flags), so these run
+on the harness only. Each test pins its claims to one GPU by UUID, so they fill that GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dra_fake.core.checkpoint import read_claims
+from e2e.conftest import published
+from e2e.kube import Kube, pod_with_claim_template, poll
+from e2e.localcluster import LocalCluster
+from e2e.pluginflags import SHARES_GATES, start_gpu_plugin
+from e2e.testbed import GPU_DRIVER, NODE_CDI_ROOT, TestBed, assert_sees_its_gpus
+
+pytestmark = pytest.mark.needs("harness")
+
+MIB, GIB = 1 << 20, 1 << 30
+SHARES_FLAGS = ("--consumable-shares=memory",)
+H100_MIB = 81559  # what the shared H100's memory capacity says
+
+
+def shared(slices: dict[str, dict[str, Any]]) -> bool:
+    return all(d.get("allowMultipleAllocations") for d in slices.values())
+
+
+@pytest.fixture(scope="module")
+def shared_node(local_cluster: LocalCluster | None, kube: Kube) -> Iterator[str]:
+    """The first node (8 x H100) with its GPUs shared for the module, then as it was."""
+    assert local_cluster is not None, "a harness test was not deselected"
+    node = local_cluster.state.nodes[0]
+    local_cluster.stop_plugin(node)
+    start_gpu_plugin(local_cluster, node, SHARES_GATES, SHARES_FLAGS)
+    poll(f"shared GPUs published on {node}", lambda: shared(published(kube, node)), 60)
+    try:
+        yield node
+    finally:
+        local_cluster.stop_plugin(node)
+        local_cluster.start_plugin(node)
+        poll(f"exclusive GPUs published on {node}", lambda: not shared(published(kube, node)), 60)
+
+
+def gpu_uuid(kube: Kube, node: str, device: str) -> str:
+    return str(published(kube, node)[device]["attributes"]["uuid"]["string"])
+
+
+def share_template(
+    name: str, uuid: str, memory: str, config: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Claims of `memory` of the GPU with `uuid` (a share: its device is shared)."""
+    devices: dict[str, Any] = {
+        "requests": [
+            {
+                "name": "gpu",
+                "exactly": {
+                    "deviceClassName": GPU_DRIVER,
+                    "selectors": [
+                        {"cel": {"expression": f'device.attributes["{GPU_DRIVER}"].uuid == "{uuid}"'}}
+                    ],
+                    "capacity": {"requests": {"memory": memory}},
+                },
+            }
+        ]
+    }
+    if config:
+        devices["config"] = config
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": devices}},
+    }
+
+
+def time_slicing(interval: str) -> list[dict[str, Any]]:
+    parameters = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": interval}},
+    }
+    return [{"opaque": {"driver": GPU_DRIVER, "parameters": parameters}}]
+
+
+def pod_on(kube: Kube, ns: str, name: str, template: str, node: str) -> None:
+    pod = pod_with_claim_template(name, template)
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    kube.create(pod, ns)
+
+
+def claim_of(kube: Kube, ns: str, pod: str) -> dict[str, Any]:
+    name = poll(
+        f"claim of {pod}",
+        lambda: (kube.pod(ns, pod).get("status", {}).get("resourceClaimStatuses") or [{}])[0].get(
+            "resourceClaimName"
+        ),
+        30,
+    )
+    return kube.claim(ns, name)
+
+
+def result_of(claim: dict[str, Any]) -> dict[str, Any]:
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    return dict(result)
+
+
+def unschedulable(kube: Kube, ns: str, pod: str) -> str:
+    def reason() -> str | None:
+        for cond in kube.pod(ns, pod).get("status", {}).get("conditions") or []:
+            if (
+                cond["type"] == "PodScheduled"
+                and cond["status"] == "False"
+                and cond.get("reason") == "Unschedulable"
+            ):
+                return str(cond.get("message"))
+        return None
+
+    return poll(f"pod {pod} Unschedulable", reason, 60)
+
+
+def spec_path(claim: dict[str, Any]) -> str:
+    return f"{NODE_CDI_ROOT}/k8s.gpu.nvidia.com-claim_{claim['metadata']['uid']}.yaml"
+
+
+def test_shares_pack_a_gpu_until_it_is_full_and_the_next_pends_with_the_schedulers_reason(
+    kube: Kube, ns: str, bed: TestBed, shared_node: str
+) -> None:
+    """Claims of 20Gi on an H100 of 81559 MiB: three fit, the fourth pends (4 x 20480 MiB is more);
+    each share is its own CDI device of the same GPU; unpreparing one leaves the others, and the
+    pending pod gets the memory it freed."""
+    uuid = gpu_uuid(kube, shared_node, "gpu-0")
+    kube.create(share_template("share-20gi", uuid, "20Gi"), ns)
+    for pod in ("a", "b", "c"):
+        pod_on(kube, ns, pod, "share-20gi", shared_node)
+    claims = {pod: claim_of(kube, ns, pod) for pod in ("a", "b", "c")}
+    for pod in ("a", "b", "c"):
+        kube.wait_running(ns, pod)
+    pod_on(kube, ns, "d", "share-20gi", shared_node)
+    assert "cannot allocate all claims" in unschedulable(kube, ns, "d")
+
+    claims = {pod: kube.claim(ns, c["metadata"]["name"]) for pod, c in claims.items()}
+    results = {pod: result_of(c) for pod, c in claims.items()}
+    assert {r["device"] for r in results.values()} == {"gpu-0"}
+    assert len({r["shareID"] for r in results.values()}) == 3
+    assert {r["consumedCapacity"]["memory"] for r in results.values()} == {"20Gi"}
+    for pod, claim in claims.items():
+        assert_sees_its_gpus(bed, ns, pod)
+        env = bed.container(ns, pod).env()
+        assert env["DRA_FAKE_GPU_0_UUID"] == uuid
+        assert env["DRA_FAKE_GPU_0_SHARE_ID"] == results[pod]["shareID"]
+        assert env["DRA_FAKE_GPU_0_SHARE_MEMORY_BYTES"] == str(20 * GIB)
+        assert kube.cdi_devices(kube.pod(ns, pod)) == {
+            "ctr": [f"k8s.gpu.nvidia.com/claim={claim['metadata']['uid']}-gpu-0"]
+        }
+
+    kube.delete_pod(ns, "a")
+    poll(
+        "the first share unprepared",
+        lambda: bed.read_node_file(shared_node, spec_path(claims["a"])) is None,
+        60,
+    )
+    for pod in ("b", "c"):
+        assert bed.read_node_file(shared_node, spec_path(claims[pod])), f"{pod}'s share went too"
+        assert_sees_its_gpus(bed, ns, pod)
+    kube.wait_running(ns, "d", timeout=120)  # the freed 20Gi
+    assert result_of(claim_of(kube, ns, "d"))["device"] == "gpu-0"
+
+
+@pytest.mark.parametrize(
+    ("asked", "consumed", "mib"),
+    [("20G", "19074Mi", 19074), ("0", "1Mi", 1)],
+    ids=["off-step", "below-minimum"],
+)
+def test_amounts_off_the_policy_are_rounded_up_not_refused(
+    kube: Kube, ns: str, bed: TestBed, shared_node: str, asked: str, consumed: str, mib: int
+) -> None:
+    """Kubernetes rounds a request up to the policy's grid (1Mi steps from 1Mi): the claim's
+    consumedCapacity and the container see the rounded amount."""
+    kube.create(share_template("odd", gpu_uuid(kube, shared_node, "gpu-1"), asked), ns)
+    pod_on(kube, ns, "p", "odd", shared_node)
+    kube.wait_running(ns, "p")
+    assert result_of(claim_of(kube, ns, "p"))["consumedCapacity"]["memory"] == consumed
+    assert bed.container(ns, "p").env()["DRA_FAKE_GPU_1_SHARE_MEMORY_BYTES"] == str(mib * MIB)
+
+
+def test_a_share_larger_than_the_gpu_pends_with_the_schedulers_reason(
+    kube: Kube, ns: str, shared_node: str
+) -> None:
+    kube.create(share_template("huge", gpu_uuid(kube, shared_node, "gpu-2"), "100Gi"), ns)
+    pod_on(kube, ns, "huge", "huge", shared_node)
+    assert "cannot allocate all claims" in unschedulable(kube, ns, "huge")
+    assert (
+        not kube.claim(ns, claim_of(kube, ns, "huge")["metadata"]["name"]).get("status", {}).get("allocation")
+    )
+
+
+def prepare_failure(kube: Kube, ns: str, pod: str, expected: str) -> str:
+    def event() -> str | None:
+        for e in kube.events(ns, pod):
+            if e.get("reason") == "FailedPrepareDynamicResources" and expected in str(e.get("message")):
+                return str(e.get("message"))
+        return None
+
+    return poll(f"FailedPrepareDynamicResources event of {pod} with {expected!r}", event, 60)
+
+
+def test_conflicting_time_slicing_on_one_gpu_is_refused_with_nvidias_text(
+    kube: Kube, ns: str, shared_node: str
+) -> None:
+    uuid = gpu_uuid(kube, shared_node, "gpu-3")
+    kube.create(share_template("long", uuid, "10Gi", time_slicing("Long")), ns)
+    kube.create(share_template("short", uuid, "10Gi", time_slicing("Short")), ns)
+    pod_on(kube, ns, "long", "long", shared_node)
+    kube.wait_running(ns, "long")
+    first = claim_of(kube, ns, "long")["metadata"]["uid"]
+    pod_on(kube, ns, "short", "short", shared_node)
+    second = claim_of(kube, ns, "short")
+    message = prepare_failure(kube, ns, "short", "has conflicting configuration")
+    assert (
+        f"unable to prepare claim {second['metadata']['uid']}: requested device gpu-3 has conflicting "
+        f"configuration with already prepared claim {first}"
+    ) in message, message
+    assert kube.pod(ns, "short")["status"]["phase"] == "Pending"
+
+
+def test_one_shares_unprepare_through_a_plugin_sigkill_leaves_the_other(
+    kube: Kube, ns: str, bed: TestBed, local_cluster: LocalCluster | None, shared_node: str
+) -> None:
+    """Two pods share a GPU; the plugin is SIGKILLed, one pod deleted meanwhile, the plugin back:
+    that share is unprepared, the other's claim, spec and container are as they were."""
+    assert local_cluster is not None
+    kube.create(
+        share_template("pair", gpu_uuid(kube, shared_node, "gpu-4"), "30Gi", time_slicing("Long")), ns
+    )
+    for pod in ("stay", "go"):
+        pod_on(kube, ns, pod, "pair", shared_node)
+    for pod in ("stay", "go"):
+        kube.wait_running(ns, pod)
+    stay, go = claim_of(kube, ns, "stay"), claim_of(kube, ns, "go")
+    stay_spec = bed.read_node_file(shared_node, spec_path(stay))
+    local_cluster.stop_plugin(shared_node, kill=True)
+    kube.delete_pod(ns, "go", wait=False)
+    start_gpu_plugin(local_cluster, shared_node, SHARES_GATES, SHARES_FLAGS)
+    poll(
+        "the deleted pod's share unprepared",
+        lambda: bed.read_node_file(shared_node, spec_path(go)) is None,
+        90,
+    )
+    checkpoint = read_claims(local_cluster.node_dir(shared_node) / "plugins" / GPU_DRIVER)
+    assert go["metadata"]["uid"] not in checkpoint
+    assert checkpoint[stay["metadata"]["uid"]]["state"] == "PrepareCompleted"
+    assert bed.read_node_file(shared_node, spec_path(stay)) == stay_spec
+    assert_sees_its_gpus(bed, ns, "stay")
