@@ -85,33 +85,96 @@ def device_probe(h: Any) -> dict[str, Any]:
         d[key] = call(fn)
 
     for name in (
-        "Name", "UUID", "Serial", "Index", "MinorNumber", "Brand", "Architecture", "CudaComputeCapability",
-        "BoardPartNumber", "BoardId", "MultiGpuBoard", "VbiosVersion", "InforomImageVersion", "PciInfo",
-        "PciInfo_v3", "MemoryInfo", "BAR1MemoryInfo", "UtilizationRates", "EncoderUtilization",
-        "DecoderUtilization", "JpgUtilization", "OfaUtilization", "PowerUsage", "TotalEnergyConsumption",
-        "PowerManagementLimit", "PowerManagementDefaultLimit", "PowerManagementLimitConstraints",
-        "EnforcedPowerLimit", "PowerState", "PerformanceState", "CurrentClocksEventReasons",
-        "SupportedClocksEventReasons", "CurrentClocksThrottleReasons", "FanSpeed", "NumFans", "PersistenceMode",
-        "ComputeMode", "DisplayMode", "DisplayActive", "EccMode", "CurrPcieLinkGeneration",
-        "CurrPcieLinkWidth", "MaxPcieLinkGeneration", "MaxPcieLinkWidth", "GpuMaxPcieLinkGeneration",
-        "PcieLinkMaxSpeed", "PcieSpeed", "PcieReplayCounter", "ComputeRunningProcesses",
-        "GraphicsRunningProcesses", "MPSComputeRunningProcesses", "MigMode", "MaxMigDeviceCount",
-        "IsMigDeviceHandle", "GpuInstanceId", "ComputeInstanceId", "Attributes", "NumGpuCores",
-        "MemoryBusWidth", "BusType", "GpuFabricInfo", "RetiredPagesPendingStatus", "RemappedRows",
-        "AccountingMode", "AccountingBufferSize", "AutoBoostedClocksEnabled", "GspFirmwareMode",
-        "GspFirmwareVersion", "VirtualizationMode", "HostVgpuMode", "NumaNodeId", "AdaptiveClockInfoStatus",
-        "SupportedMemoryClocks", "PowerSource", "DynamicPstatesInfo", "CurrentClockFreqs",
-        "ModuleId", "PlatformInfo", "SramEccErrorStatus", "ConfComputeMemSizeInfo",
-        "MemoryAffinity", "CpuAffinity", "SupportedEventTypes",
+        "Name",
+        "UUID",
+        "Serial",
+        "Index",
+        "MinorNumber",
+        "Brand",
+        "Architecture",
+        "CudaComputeCapability",
+        "BoardPartNumber",
+        "BoardId",
+        "MultiGpuBoard",
+        "VbiosVersion",
+        "InforomImageVersion",
+        "PciInfo",
+        "PciInfo_v3",
+        "MemoryInfo",
+        "BAR1MemoryInfo",
+        "UtilizationRates",
+        "EncoderUtilization",
+        "DecoderUtilization",
+        "JpgUtilization",
+        "OfaUtilization",
+        "PowerUsage",
+        "TotalEnergyConsumption",
+        "PowerManagementLimit",
+        "PowerManagementDefaultLimit",
+        "PowerManagementLimitConstraints",
+        "EnforcedPowerLimit",
+        "PowerState",
+        "PerformanceState",
+        "CurrentClocksEventReasons",
+        "SupportedClocksEventReasons",
+        "CurrentClocksThrottleReasons",
+        "FanSpeed",
+        "NumFans",
+        "PersistenceMode",
+        "ComputeMode",
+        "DisplayMode",
+        "DisplayActive",
+        "EccMode",
+        "CurrPcieLinkGeneration",
+        "CurrPcieLinkWidth",
+        "MaxPcieLinkGeneration",
+        "MaxPcieLinkWidth",
+        "GpuMaxPcieLinkGeneration",
+        "PcieLinkMaxSpeed",
+        "PcieSpeed",
+        "PcieReplayCounter",
+        "ComputeRunningProcesses",
+        "GraphicsRunningProcesses",
+        "MPSComputeRunningProcesses",
+        "MigMode",
+        "MaxMigDeviceCount",
+        "IsMigDeviceHandle",
+        "GpuInstanceId",
+        "ComputeInstanceId",
+        "Attributes",
+        "NumGpuCores",
+        "MemoryBusWidth",
+        "BusType",
+        "GpuFabricInfo",
+        "RetiredPagesPendingStatus",
+        "RemappedRows",
+        "AccountingMode",
+        "AccountingBufferSize",
+        "AutoBoostedClocksEnabled",
+        "GspFirmwareMode",
+        "GspFirmwareVersion",
+        "VirtualizationMode",
+        "HostVgpuMode",
+        "NumaNodeId",
+        "AdaptiveClockInfoStatus",
+        "SupportedMemoryClocks",
+        "PowerSource",
+        "DynamicPstatesInfo",
+        "CurrentClockFreqs",
+        "ModuleId",
+        "PlatformInfo",
+        "SramEccErrorStatus",
+        "ConfComputeMemSizeInfo",
+        "MemoryAffinity",
+        "CpuAffinity",
+        "SupportedEventTypes",
     ):
         fn = getattr(N, f"nvmlDevice{'Get' if name != 'IsMigDeviceHandle' else ''}{name}", None)
         if fn is None:
             d[name] = "EXC no such binding"
             continue
         if name in ("MemoryAffinity", "CpuAffinity"):
-            put(name, lambda fn=fn: fn(h, 4) if name == "CpuAffinity" else fn(h, 4, 0))
-        elif name == "PcieSpeed":
-            put(name, lambda fn=fn: fn(h))
+            put(name, lambda fn=fn, name=name: fn(h, 4) if name == "CpuAffinity" else fn(h, 4, 0))
         else:
             put(name, lambda fn=fn: fn(h))
     put("MemoryInfo_v2", lambda: N.nvmlDeviceGetMemoryInfo(h, version=N.nvmlMemory_v2))
@@ -119,7 +182,12 @@ def device_probe(h: Any) -> dict[str, Any]:
         put(f"Temperature.{label}", lambda s=sensor: N.nvmlDeviceGetTemperature(h, s))
     for t in range(N.NVML_TEMPERATURE_THRESHOLD_COUNT):
         put(f"TemperatureThreshold.{t}", lambda t=t: N.nvmlDeviceGetTemperatureThreshold(h, t))
-    clocks = {"graphics": N.NVML_CLOCK_GRAPHICS, "sm": N.NVML_CLOCK_SM, "mem": N.NVML_CLOCK_MEM, "video": N.NVML_CLOCK_VIDEO}
+    clocks = {
+        "graphics": N.NVML_CLOCK_GRAPHICS,
+        "sm": N.NVML_CLOCK_SM,
+        "mem": N.NVML_CLOCK_MEM,
+        "video": N.NVML_CLOCK_VIDEO,
+    }
     for label, c in clocks.items():
         put(f"ClockInfo.{label}", lambda c=c: N.nvmlDeviceGetClockInfo(h, c))
         put(f"MaxClockInfo.{label}", lambda c=c: N.nvmlDeviceGetMaxClockInfo(h, c))
@@ -130,7 +198,10 @@ def device_probe(h: Any) -> dict[str, Any]:
             put(f"Clock.{label}.{cid}", lambda c=c, cid=cid: N.nvmlDeviceGetClock(h, c, cid))
     for err_type in (0, 1):
         for counter in (0, 1):
-            put(f"TotalEccErrors.{err_type}.{counter}", lambda e=err_type, c=counter: N.nvmlDeviceGetTotalEccErrors(h, e, c))
+            put(
+                f"TotalEccErrors.{err_type}.{counter}",
+                lambda e=err_type, c=counter: N.nvmlDeviceGetTotalEccErrors(h, e, c),
+            )
             for loc in range(5):
                 put(
                     f"MemoryErrorCounter.{err_type}.{counter}.{loc}",
@@ -146,11 +217,18 @@ def device_probe(h: Any) -> dict[str, Any]:
     for perf in (N.NVML_PERF_POLICY_POWER, N.NVML_PERF_POLICY_THERMAL):
         put(f"ViolationStatus.{perf}", lambda p=perf: N.nvmlDeviceGetViolationStatus(h, p))
     fields = [1, 2, 3, 4, 5, 6, 84, 140, 150, 151, 152, 153, 154, 155, 186, 187, 188, 189, 190]
-    put("FieldValues", lambda: [
-        {"fieldId": v.fieldId, "nvmlReturn": v.nvmlReturn, "valueType": v.valueType,
-         "value": v.value.ullVal if v.nvmlReturn == 0 else None}
-        for v in N.nvmlDeviceGetFieldValues(h, fields)
-    ])
+    put(
+        "FieldValues",
+        lambda: [
+            {
+                "fieldId": v.fieldId,
+                "nvmlReturn": v.nvmlReturn,
+                "valueType": v.valueType,
+                "value": v.value.ullVal if v.nvmlReturn == 0 else None,
+            }
+            for v in N.nvmlDeviceGetFieldValues(h, fields)
+        ],
+    )
     # MIG: the profiles the GPU offers, their placements, and what exists now.
     for p in range(N.NVML_GPU_INSTANCE_PROFILE_COUNT):
         put(f"GpuInstanceProfileInfo.{p}", lambda p=p: N.nvmlDeviceGetGpuInstanceProfileInfo(h, p))
@@ -158,13 +236,23 @@ def device_probe(h: Any) -> dict[str, Any]:
         info = call(lambda p=p: N.nvmlDeviceGetGpuInstanceProfileInfo(h, p))
         if isinstance(info, dict):
             pid = info["id"]
-            put(f"GpuInstancePossiblePlacements.{pid}", lambda pid=pid: [
-                {"start": x.start, "size": x.size} for x in N.nvmlDeviceGetGpuInstancePossiblePlacements(h, pid)
-            ])
-            put(f"GpuInstanceRemainingCapacity.{pid}", lambda pid=pid: N.nvmlDeviceGetGpuInstanceRemainingCapacity(h, pid))
+            put(
+                f"GpuInstancePossiblePlacements.{pid}",
+                lambda pid=pid: [
+                    {"start": x.start, "size": x.size}
+                    for x in N.nvmlDeviceGetGpuInstancePossiblePlacements(h, pid)
+                ],
+            )
+            put(
+                f"GpuInstanceRemainingCapacity.{pid}",
+                lambda pid=pid: N.nvmlDeviceGetGpuInstanceRemainingCapacity(h, pid),
+            )
             put(f"GpuInstances.{pid}", lambda pid=pid: len(N.nvmlDeviceGetGpuInstances(h, pid)))
     put("MigDeviceHandleByIndex.0", lambda: N.nvmlDeviceGetMigDeviceHandleByIndex(h, 0) and "handle")
-    put("DeviceHandleFromMigDeviceHandle", lambda: N.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(h) and "handle")
+    put(
+        "DeviceHandleFromMigDeviceHandle",
+        lambda: N.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(h) and "handle",
+    )
     return d
 
 
@@ -176,19 +264,31 @@ def raw_probe(h: Any) -> dict[str, Any]:
         out[f"nvmlDeviceGetUUID.len{length}"] = raw("nvmlDeviceGetUUID", h, buf, ctypes.c_uint(length))
         out[f"nvmlDeviceGetName.len{length}"] = raw("nvmlDeviceGetName", h, buf, ctypes.c_uint(length))
         out[f"nvmlDeviceGetSerial.len{length}"] = raw("nvmlDeviceGetSerial", h, buf, ctypes.c_uint(length))
-        out[f"nvmlSystemGetDriverVersion.len{length}"] = raw("nvmlSystemGetDriverVersion", buf, ctypes.c_uint(length))
-        out[f"nvmlSystemGetNVMLVersion.len{length}"] = raw("nvmlSystemGetNVMLVersion", buf, ctypes.c_uint(length))
-        out[f"nvmlDeviceGetVbiosVersion.len{length}"] = raw("nvmlDeviceGetVbiosVersion", h, buf, ctypes.c_uint(length))
-        out[f"nvmlDeviceGetBoardPartNumber.len{length}"] = raw("nvmlDeviceGetBoardPartNumber", h, buf, ctypes.c_uint(length))
+        out[f"nvmlSystemGetDriverVersion.len{length}"] = raw(
+            "nvmlSystemGetDriverVersion", buf, ctypes.c_uint(length)
+        )
+        out[f"nvmlSystemGetNVMLVersion.len{length}"] = raw(
+            "nvmlSystemGetNVMLVersion", buf, ctypes.c_uint(length)
+        )
+        out[f"nvmlDeviceGetVbiosVersion.len{length}"] = raw(
+            "nvmlDeviceGetVbiosVersion", h, buf, ctypes.c_uint(length)
+        )
+        out[f"nvmlDeviceGetBoardPartNumber.len{length}"] = raw(
+            "nvmlDeviceGetBoardPartNumber", h, buf, ctypes.c_uint(length)
+        )
     out["nvmlDeviceGetName.nullbuf"] = raw("nvmlDeviceGetName", h, None, ctypes.c_uint(96))
     out["nvmlDeviceGetMemoryInfo.null"] = raw("nvmlDeviceGetMemoryInfo", h, None)
     out["nvmlDeviceGetCount_v2.null"] = raw("nvmlDeviceGetCount_v2", None)
-    out["nvmlDeviceGetMemoryInfo.nullhandle"] = raw("nvmlDeviceGetMemoryInfo", None, ctypes.byref(N.c_nvmlMemory_t()))
+    out["nvmlDeviceGetMemoryInfo.nullhandle"] = raw(
+        "nvmlDeviceGetMemoryInfo", None, ctypes.byref(N.c_nvmlMemory_t())
+    )
     mem2 = N.c_nvmlMemory_v2_t()
     mem2.version = 1
     out["nvmlDeviceGetMemoryInfo_v2.badversion"] = raw("nvmlDeviceGetMemoryInfo_v2", h, ctypes.byref(mem2))
     count = ctypes.c_uint(0)
-    out["nvmlDeviceGetComputeRunningProcesses_v3.count0"] = raw("nvmlDeviceGetComputeRunningProcesses_v3", h, ctypes.byref(count), None)
+    out["nvmlDeviceGetComputeRunningProcesses_v3.count0"] = raw(
+        "nvmlDeviceGetComputeRunningProcesses_v3", h, ctypes.byref(count), None
+    )
     out["nvmlDeviceGetComputeRunningProcesses_v3.count0.value"] = count.value
     handle = N.c_nvmlDevice_t()
     for name, arg in (
@@ -202,7 +302,9 @@ def raw_probe(h: Any) -> dict[str, Any]:
         fn = name.split(".")[0]
         out[name] = raw(fn, ctypes.c_char_p(arg), ctypes.byref(handle))
     n = N.nvmlDeviceGetCount()
-    out["nvmlDeviceGetHandleByIndex_v2.count"] = raw("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(n), ctypes.byref(handle))
+    out["nvmlDeviceGetHandleByIndex_v2.count"] = raw(
+        "nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(n), ctypes.byref(handle)
+    )
     out["nvmlDeviceGetHandleByIndex_v2.null"] = raw("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(0), None)
     return out
 
@@ -263,8 +365,11 @@ def main() -> int:
             except Exception as err:  # one broken section must not cost the rest of the capture
                 dev[key] = f"EXC {type(err).__name__}: {err}"
         result["devices"].append(dev)
-    if isinstance(count, int) and count:  # events: what a monitoring agent waits on; nothing is expected on an idle GPU
+    if (
+        isinstance(count, int) and count
+    ):  # events: what a monitoring agent waits on; nothing is expected on an idle GPU
         h = N.nvmlDeviceGetHandleByIndex(0)
+
         def events() -> Any:
             es = N.nvmlEventSetCreate()
             try:
@@ -276,6 +381,7 @@ def main() -> int:
                     return f"wait ERR {_error_name(err.value)}"
             finally:
                 N.nvmlEventSetFree(es)
+
         result["events.xid.wait200ms"] = call(events)
     result["shutdown"] = call(N.nvmlShutdown)
     result["shutdown.again"] = call(N.nvmlShutdown)
