@@ -2,8 +2,9 @@
 # gen-stubs.sh SYMBOLS OBJECT...: C source defining every name of SYMBOLS (one NVML function
 # name a line; # comments) that none of the objects defines. A stub takes no arguments (the
 # caller's are ignored: C's calling conventions leave them to the caller) and answers
-# NVML_ERROR_NO_PERMISSION (4) when it would change a GPU, as for a container's unprivileged
-# user, else NVML_ERROR_NOT_SUPPORTED (3). Only sh, nm and awk.
+# NVML_ERROR_NO_PERMISSION (4) when it would change a GPU (Set..., Reset..., Clear..., Create...,
+# Destroy... and the like, as for a container's unprivileged user), else NVML_ERROR_NOT_SUPPORTED
+# (3): every getter (a name with "Get") and the event-set calls. Only sh, nm and awk.
 set -eu
 symbols=$1
 shift

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
+import re
 import shlex
+import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -551,3 +555,486 @@ def test_malformed_files_count_as_absent_and_never_crash(nvml: Any, bed: Bed) ->
     assert (
         N.nvmlDeviceGetTemperature(N.nvmlDeviceGetHandleByIndex(1), 0) == 33
     )  # the device file's idle value
+
+
+# ---- telemetry -----------------------------------------------------------------------------------
+
+
+def test_readings_and_limits_match_the_h200(nvml: Any) -> None:
+    real = nvdump()
+    dev, args = real["device"], real["args"]
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    for name in (
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetTotalEnergyConsumption",
+        "nvmlDeviceGetPowerManagementLimit",
+        "nvmlDeviceGetPowerManagementDefaultLimit",
+        "nvmlDeviceGetPowerManagementLimitConstraints",
+        "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetPowerManagementMode",
+        "nvmlDeviceGetPowerSource",
+        "nvmlDeviceGetPowerState",
+        "nvmlDeviceGetPerformanceState",
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetEncoderUtilization",
+        "nvmlDeviceGetDecoderUtilization",
+        "nvmlDeviceGetJpgUtilization",
+        "nvmlDeviceGetOfaUtilization",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+        "nvmlDeviceGetSupportedClocksEventReasons",
+        "nvmlDeviceGetSupportedClocksThrottleReasons",
+        "nvmlDeviceGetSupportedEventTypes",
+        "nvmlDeviceGetFanSpeed",
+        "nvmlDeviceGetNumFans",
+        "nvmlDeviceGetEccMode",
+        "nvmlDeviceGetDefaultEccMode",
+        "nvmlDeviceGetRemappedRows",
+        "nvmlDeviceGetAccountingMode",
+        "nvmlDeviceGetAccountingBufferSize",
+        "nvmlDeviceGetAccountingPids",
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+        "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetMaxMigDeviceCount",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetComputeInstanceId",
+        "nvmlDeviceGetAttributes",
+        "nvmlDeviceGetAttributes_v2",
+        "nvmlDeviceGetNumaNodeId",
+        "nvmlDeviceGetRetiredPagesPendingStatus",
+    ):
+        want = dev[name]
+        if isinstance(want, str) and want.startswith("NVMLError "):
+            got = code(lambda name=name: getattr(N, name)(h))
+            assert N.nvmlErrorString(got) == want.removeprefix("NVMLError "), name
+        else:
+            assert plain(getattr(N, name)(h)) == want, name
+    by_arg = {
+        "ClockInfo": N.nvmlDeviceGetClockInfo,
+        "MaxClockInfo": N.nvmlDeviceGetMaxClockInfo,
+        "ApplicationsClock": N.nvmlDeviceGetApplicationsClock,
+        "DefaultApplicationsClock": N.nvmlDeviceGetDefaultApplicationsClock,
+        "MaxCustomerBoostClock": N.nvmlDeviceGetMaxCustomerBoostClock,
+        "TemperatureThreshold": N.nvmlDeviceGetTemperatureThreshold,
+        "PcieThroughput": N.nvmlDeviceGetPcieThroughput,
+        "Temperature": N.nvmlDeviceGetTemperature,
+        "TotalEccErrors": N.nvmlDeviceGetTotalEccErrors,
+        "NvLinkState": N.nvmlDeviceGetNvLinkState,  # a stub: NOT_SUPPORTED on this H200 too
+    }
+    for key, want in args.items():
+        fn_name, _, rest = key.partition("(")
+        if fn_name not in by_arg:
+            continue
+        call_args = [int(a) for a in rest.rstrip(")").split(",")]
+        if isinstance(want, str):
+            got = code(lambda fn=by_arg[fn_name], a=call_args: fn(h, *a))
+            assert N.nvmlErrorString(got) == want.removeprefix("NVMLError "), key
+        else:
+            assert by_arg[fn_name](h, *call_args) == want, key
+    margin = N.c_nvmlMarginTemperature_v1_t()
+    margin.version = N.nvmlMarginTemperature_v1
+    assert raw("nvmlDeviceGetMarginTemperature", h, ctypes.byref(margin)) == 0
+    assert margin.marginTemperature == dev["nvmlDeviceGetMarginTemperature"]
+    assert code(lambda: N.nvmlDeviceGetViolationStatus(h, 6)) == N.NVML_ERROR_INVALID_ARGUMENT
+    assert N.nvmlDeviceGetViolationStatus(h, N.NVML_PERF_POLICY_THERMAL).violationTime == 0
+
+
+def test_live_values_override_the_idle_ones(nvml: Any, bed: Bed) -> None:
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    bed.set_live(
+        H200_UUID,
+        H200_LIVE
+        | {
+            "utilization": 87,
+            "memory_util": 41,
+            "enc_util": 3,
+            "power_draw": "612.25",
+            "energy_mj": 9_000_000,
+            "temperature": 71,
+            "memory_temperature": 65,
+            "sm_clock": 1980,
+            "pcie_tx": 12000,
+            "fault_temperature": 1,
+        },
+    )
+    poll(lambda: N.nvmlDeviceGetUtilizationRates(h).gpu == 87, "the live utilization")
+    assert N.nvmlDeviceGetUtilizationRates(h).memory == 41
+    assert N.nvmlDeviceGetEncoderUtilization(h) == [3, 100000]
+    assert N.nvmlDeviceGetPowerUsage(h) == 612250
+    assert N.nvmlDeviceGetTotalEnergyConsumption(h) == 9_000_000
+    assert N.nvmlDeviceGetTemperature(h, 0) == 71
+    assert N.nvmlDeviceGetClockInfo(h, N.NVML_CLOCK_SM) == 1980
+    assert N.nvmlDeviceGetPcieThroughput(h, 0) == 12000
+    # busy and hot: no idle reason; the hardware's thermal slowdown
+    assert N.nvmlDeviceGetCurrentClocksEventReasons(h) == 0x48
+    # the live file goes away: the device file's idle values come back
+    (bed.live / H200_UUID).unlink()
+    poll(lambda: N.nvmlDeviceGetTemperature(h, 0) == 33, "the idle temperature")
+    assert N.nvmlDeviceGetPowerUsage(h) == 77450
+    assert N.nvmlDeviceGetUtilizationRates(h).gpu == 0
+    assert N.nvmlDeviceGetCurrentClocksEventReasons(h) == 1
+
+
+def test_ecc_counts_follow_the_fault_keys(nvml: Any, bed: Bed) -> None:
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    bed.set_live(H200_UUID, H200_LIVE | {"fault_ecc_sbe": 3, "fault_ecc_dbe": 1})
+    poll(lambda: N.nvmlDeviceGetTotalEccErrors(h, 1, 0) == 1, "the live DBE count")
+    assert N.nvmlDeviceGetTotalEccErrors(h, 0, 0) == 3
+    assert N.nvmlDeviceGetTotalEccErrors(h, 0, 1) == 3
+    assert N.nvmlDeviceGetMemoryErrorCounter(h, 1, 0, N.NVML_MEMORY_LOCATION_DRAM) == 1
+    assert N.nvmlDeviceGetMemoryErrorCounter(h, 1, 0, N.NVML_MEMORY_LOCATION_SRAM) == 0
+    l1 = N.NVML_MEMORY_LOCATION_L1_CACHE
+    assert code(lambda: N.nvmlDeviceGetMemoryErrorCounter(h, 1, 0, l1)) == N.NVML_ERROR_NOT_SUPPORTED
+    assert N.nvmlDeviceGetRemappedRows(h) == (0, 1, 1, 0)
+    assert code(lambda: N.nvmlDeviceGetTotalEccErrors(h, 2, 0)) == N.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_field_values_answer_each_field(nvml: Any, bed: Bed) -> None:
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    bed.set_live(H200_UUID, H200_LIVE | {"fault_ecc_dbe": 2, "memory_temperature": 34})
+    poll(lambda: N.nvmlDeviceGetTotalEccErrors(h, 1, 0) == 2, "the live DBE count")
+    ids = [
+        N.NVML_FI_DEV_ECC_CURRENT,
+        N.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+        N.NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
+        N.NVML_FI_DEV_MEMORY_TEMP,
+        N.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+        N.NVML_FI_DEV_POWER_INSTANT,
+        (N.NVML_FI_DEV_POWER_INSTANT, 1),  # the module's power: no sensor
+        N.NVML_FI_DEV_POWER_CURRENT_LIMIT,
+        N.NVML_FI_DEV_POWER_MIN_LIMIT,
+        N.NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT,
+        N.NVML_FI_DEV_REMAPPED_PENDING,
+        N.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
+        N.NVML_FI_DEV_NVLINK_LINK_COUNT,
+        N.NVML_FI_DEV_NVLINK_SPEED_MBPS_L0,
+        9999,
+    ]
+    values = N.nvmlDeviceGetFieldValues(h, ids)
+    got = {}
+    for v in values:
+        if v.nvmlReturn != 0:
+            got[(v.fieldId, v.scopeId)] = "unsupported"
+        elif v.valueType == N.NVML_VALUE_TYPE_SIGNED_INT:
+            got[(v.fieldId, v.scopeId)] = v.value.siVal
+        elif v.valueType == N.NVML_VALUE_TYPE_UNSIGNED_INT:
+            got[(v.fieldId, v.scopeId)] = v.value.uiVal
+        else:
+            assert v.valueType == N.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            got[(v.fieldId, v.scopeId)] = v.value.ullVal
+        assert v.timestamp > 0
+    assert got == {
+        (1, 0): 1,
+        (4, 0): 2,
+        (5, 0): 0,
+        (82, 0): 34,
+        (83, 0): 3219225,
+        (186, 0): 77447,
+        (186, 1): "unsupported",
+        (190, 0): 700000,
+        (187, 0): 200000,
+        (196, 0): 87 - 33,  # nvidia-smi's temperature.gpu.tlimit
+        (144, 0): 1,
+        (94, 0): 0,
+        (91, 0): "unsupported",
+        (84, 0): "unsupported",
+        (9999, 0): "unsupported",
+    }
+
+
+# ---- MIG ---------------------------------------------------------------------------------------------
+
+
+def profiles_of_the_h200() -> dict[str, Any]:
+    """tests/data/nvml/nvml-h200-580.txt: GPU-instance profile info by profile index."""
+    text = (DATA / "nvml-h200-580.txt").read_text()
+    profiles: dict[str, Any] = json.loads(text.split("\n", 1)[1].rsplit("rc=", 1)[0])["gi_profiles"]
+    return profiles
+
+
+def test_gpu_instance_profiles_match_the_h200(nvml: Any) -> None:
+    h = N.nvmlDeviceGetHandleByIndex(0)  # MIG disabled: NVIDIA lists the profiles anyway
+    for index, want in profiles_of_the_h200().items():
+        if isinstance(want, str):
+            assert code(lambda i=int(index): N.nvmlDeviceGetGpuInstanceProfileInfo(h, i)) == 3, index
+            continue
+        got = plain(N.nvmlDeviceGetGpuInstanceProfileInfo(h, int(index)))  # nvmlGpuInstanceProfileInfo_v2
+        assert got == {k: v for k, v in want.items() if k != "placements_err"} | {"version": got["version"]}
+        v1 = plain(N.nvmlDeviceGetGpuInstanceProfileInfo(h, int(index), version=1))
+        assert v1 == {k: v for k, v in got.items() if k not in ("version", "name")}
+    assert code(lambda: N.nvmlDeviceGetGpuInstanceProfileInfo(h, 0x12)) == N.NVML_ERROR_INVALID_ARGUMENT
+    assert N.nvmlDeviceGetGpuInstanceProfileInfoById(h, 20).name == "MIG 1g.18gb+me"
+    v3 = N.c_nvmlGpuInstanceProfileInfo_v3_t() if hasattr(N, "c_nvmlGpuInstanceProfileInfo_v3_t") else None
+    assert v3 is None or ctypes.sizeof(v3) == 152
+    # placements, as nvidia-smi mig -lgipp prints them
+    for profile_id, want_places in (
+        (19, [(s, 1) for s in range(7)]),
+        (14, [(0, 2), (2, 2), (4, 2)]),
+        (0, [(0, 8)]),
+    ):
+        count = ctypes.c_uint(0)
+        assert (
+            raw("nvmlDeviceGetGpuInstancePossiblePlacements_v2", h, profile_id, None, ctypes.byref(count))
+            == 0
+        )
+        assert count.value == len(want_places)
+        places = (N.c_nvmlGpuInstancePlacement_t * count.value)()
+        short = ctypes.c_uint(count.value - 1)
+        rc = raw("nvmlDeviceGetGpuInstancePossiblePlacements_v2", h, profile_id, places, ctypes.byref(short))
+        assert rc == N.NVML_ERROR_INSUFFICIENT_SIZE
+        N.nvmlDeviceGetGpuInstancePossiblePlacements(h, profile_id, places, ctypes.byref(count))
+        assert [(p.start, p.size) for p in places] == want_places
+    assert code(lambda: N.nvmlDeviceGetGpuInstanceRemainingCapacity(h, 1234)) == N.NVML_ERROR_INVALID_ARGUMENT
+    assert N.nvmlDeviceGetGpuInstanceRemainingCapacity(h, 19) == 7
+
+
+def test_mig_devices_of_a_mig_mode_gpu(nvml: Any) -> None:
+    gpu0 = N.nvmlDeviceGetHandleByIndex(0)
+    assert N.nvmlDeviceGetMaxMigDeviceCount(gpu0) == 0
+    assert code(lambda: N.nvmlDeviceGetMigDeviceHandleByIndex(gpu0, 0)) == N.NVML_ERROR_NOT_FOUND
+    gpu = N.nvmlDeviceGetHandleByIndex(1)
+    assert N.nvmlDeviceGetMigMode(gpu) == [1, 1]
+    assert N.nvmlDeviceGetMaxMigDeviceCount(gpu) == 7
+    assert code(lambda: N.nvmlDeviceGetUtilizationRates(gpu)) == N.NVML_ERROR_NOT_SUPPORTED
+    assert code(lambda: N.nvmlDeviceGetMigDeviceHandleByIndex(gpu, 2)) == N.NVML_ERROR_NOT_FOUND
+    assert code(lambda: N.nvmlDeviceGetMigDeviceHandleByIndex(gpu, 7)) == N.NVML_ERROR_INVALID_ARGUMENT
+    migs = [N.nvmlDeviceGetMigDeviceHandleByIndex(gpu, i) for i in range(2)]
+    for i, mig in enumerate(migs):
+        assert N.nvmlDeviceIsMigDeviceHandle(mig).value == 1
+        assert N.nvmlDeviceGetUUID(mig) == MIG_UUIDS[i]
+        assert N.nvmlDeviceGetName(mig) == "NVIDIA H200 MIG 1g.18gb"
+        assert N.nvmlDeviceGetGpuInstanceId(mig) == 7 + i
+        assert N.nvmlDeviceGetComputeInstanceId(mig) == 0
+        parent = N.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
+        assert N.nvmlDeviceGetUUID(parent) == MIG_GPU_UUID
+        attrs = N.nvmlDeviceGetAttributes(mig)
+        assert (attrs.multiprocessorCount, attrs.sharedCopyEngineCount, attrs.sharedDecoderCount) == (
+            16,
+            1,
+            1,
+        )
+        assert (attrs.sharedJpegCount, attrs.gpuInstanceSliceCount, attrs.memorySizeMB) == (1, 1, 16384)
+        assert N.nvmlDeviceGetComputeRunningProcesses(mig) == []
+        assert N.nvmlDeviceGetBAR1MemoryInfo(mig).bar1Total == 32768 * MIB
+        assert (
+            code(lambda mig=mig: N.nvmlDeviceGetMigDeviceHandleByIndex(mig, 0))
+            == N.NVML_ERROR_INVALID_ARGUMENT
+        )
+        assert code(lambda mig=mig: N.nvmlDeviceGetTemperature(mig, 0)) == N.NVML_ERROR_NOT_SUPPORTED
+    assert N.nvmlDeviceIsMigDeviceHandle(gpu).value == 0
+    assert code(lambda: N.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(gpu)) == N.NVML_ERROR_INVALID_ARGUMENT
+    # a MIG device's memory is its GPU instance's, and its own live usage
+    mem = N.nvmlDeviceGetMemoryInfo(migs[0])
+    assert (mem.total, mem.used, mem.free) == (16384 * MIB, 1024 * MIB, 15360 * MIB)
+    assert N.nvmlDeviceGetMemoryInfo(migs[1]).used == 0
+    assert N.nvmlDeviceGetMemoryInfo(gpu).used == (616 + 2048) * MIB
+
+
+def test_gpu_and_compute_instances_behind_the_mig_devices(nvml: Any) -> None:
+    gpu = N.nvmlDeviceGetHandleByIndex(1)
+    gis = (N.c_nvmlGpuInstance_t * 7)()
+    count = ctypes.c_uint(0)
+    N.nvmlDeviceGetGpuInstances(gpu, 19, gis, ctypes.byref(count))
+    assert count.value == 2
+    infos = [N.nvmlGpuInstanceGetInfo(gis[i]) for i in range(2)]
+    assert [(i.id, i.profileId, i.placement.start, i.placement.size) for i in infos] == [
+        (7, 19, 0, 1),
+        (8, 19, 1, 1),
+    ]
+    assert N.nvmlDeviceGetUUID(infos[0].device) == MIG_GPU_UUID
+    N.nvmlDeviceGetGpuInstances(gpu, 14, gis, ctypes.byref(count))
+    assert count.value == 0
+    gi = N.nvmlDeviceGetGpuInstanceById(gpu, 8)
+    assert N.nvmlGpuInstanceGetInfo(gi).id == 8
+    assert code(lambda: N.nvmlDeviceGetGpuInstanceById(gpu, 9)) == N.NVML_ERROR_NOT_FOUND
+    # two 1-slice instances taken: 5 of 7 left, the 2-slice profile fits twice (at 2 and 4)
+    assert N.nvmlDeviceGetGpuInstanceRemainingCapacity(gpu, 19) == 5
+    assert N.nvmlDeviceGetGpuInstanceRemainingCapacity(gpu, 14) == 2
+    assert N.nvmlDeviceGetGpuInstanceRemainingCapacity(gpu, 0) == 0
+    ci_profile = N.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        gi, N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, 0
+    )
+    assert (ci_profile.sliceCount, ci_profile.multiprocessorCount, ci_profile.name) == (1, 16, "MIG 1g.18gb")
+    two = N.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE
+    assert (
+        code(lambda: N.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, two, 0)) == N.NVML_ERROR_NOT_SUPPORTED
+    )
+    cis = (N.c_nvmlComputeInstance_t * 1)()
+    N.nvmlGpuInstanceGetComputeInstances(
+        gi, N.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, cis, ctypes.byref(count)
+    )
+    assert count.value == 1
+    ci = N.nvmlComputeInstanceGetInfo(cis[0])
+    assert (ci.id, ci.profileId, ci.placement.size) == (0, 0, 1)
+    assert N.nvmlGpuInstanceGetInfo(ci.gpuInstance).id == 8
+    assert N.nvmlComputeInstanceGetInfo(N.nvmlGpuInstanceGetComputeInstanceById(gi, 0)).id == 0
+    # MIG disabled: no GPU instances
+    gpu0 = N.nvmlDeviceGetHandleByIndex(0)
+    assert code(lambda: N.nvmlDeviceGetGpuInstances(gpu0, 19, gis, ctypes.byref(count))) == 3
+
+
+# ---- events ------------------------------------------------------------------------------------------
+
+
+def test_event_wait_times_out_then_delivers_an_xid_once(nvml: Any, bed: Bed) -> None:
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    es = N.nvmlEventSetCreate()
+    N.nvmlDeviceRegisterEvents(h, N.nvmlEventTypeXidCriticalError | N.nvmlEventTypeDoubleBitEccError, es)
+    assert code(lambda: N.nvmlDeviceRegisterEvents(h, 0x20, es)) == N.NVML_ERROR_NOT_SUPPORTED
+    assert code(lambda: N.nvmlEventSetWait_v2(es, 50)) == N.NVML_ERROR_TIMEOUT
+    bed.set_live(H200_UUID, H200_LIVE | {"fault_xid": 79, "fault_xid_seq": 1})
+    event = N.nvmlEventSetWait_v2(es, 10_000)
+    assert (event.eventType, event.eventData) == (N.nvmlEventTypeXidCriticalError, 79)
+    assert N.nvmlDeviceGetIndex(event.device) == 0
+    assert (event.gpuInstanceId, event.computeInstanceId) == (0xFFFFFFFF, 0xFFFFFFFF)
+    assert code(lambda: N.nvmlEventSetWait_v2(es, 0)) == N.NVML_ERROR_TIMEOUT  # delivered once
+    bed.set_live(H200_UUID, H200_LIVE | {"fault_xid": 48, "fault_xid_seq": 2, "fault_ecc_dbe": 1})
+    got = {N.nvmlEventSetWait_v2(es, 10_000).eventType, N.nvmlEventSetWait_v2(es, 10_000).eventType}
+    assert got == {N.nvmlEventTypeXidCriticalError, N.nvmlEventTypeDoubleBitEccError}
+    # the first version of the call fills the first version of the structure: no instance IDs
+    bed.set_live(H200_UUID, H200_LIVE | {"fault_xid": 31, "fault_xid_seq": 3, "fault_ecc_dbe": 1})
+    data = N.c_nvmlEventData_t()
+    data.gpuInstanceId = 1234
+    assert raw("nvmlEventSetWait", es, ctypes.byref(data), ctypes.c_uint(10_000)) == 0
+    assert (data.eventData, data.gpuInstanceId) == (31, 1234)
+    N.nvmlEventSetFree(es)
+    assert raw("nvmlEventSetFree", es) == N.NVML_ERROR_INVALID_ARGUMENT
+    assert (
+        raw("nvmlEventSetWait_v2", es, ctypes.byref(data), ctypes.c_uint(0)) == N.NVML_ERROR_INVALID_ARGUMENT
+    )
+
+
+# ---- the library as a whole --------------------------------------------------------------------------
+
+
+def exported(lib: Path) -> set[str]:
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True)
+    return {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
+
+
+def test_every_nvml_name_is_a_symbol_and_nothing_else_is(lib_path: Path) -> None:
+    names = {
+        line.strip()
+        for line in (REPO / "native/nvml/symbols.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert len(names) > 400
+    assert exported(lib_path) == names
+
+
+def test_stubs_answer_not_supported_or_no_permission(nvml: Any) -> None:
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    assert code(lambda: N.nvmlDeviceGetNvLinkState(h, 0)) == N.NVML_ERROR_NOT_SUPPORTED
+    assert code(lambda: N.nvmlDeviceGetCpuAffinity(h, 4)) == N.NVML_ERROR_NOT_SUPPORTED
+    assert code(lambda: N.nvmlDeviceSetPersistenceMode(h, 0)) == N.NVML_ERROR_NO_PERMISSION
+    assert code(lambda: N.nvmlDeviceClearEccErrorCounts(h, 0)) == N.NVML_ERROR_NO_PERMISSION
+    assert code(lambda: N.nvmlDeviceCreateGpuInstance(h, 19)) == N.NVML_ERROR_NO_PERMISSION
+    assert code(lambda: N.nvmlDeviceResetGpuLockedClocks(h)) == N.NVML_ERROR_NO_PERMISSION
+
+
+GLIBC = re.compile(r"GLIBC_(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def test_the_library_needs_nothing_newer_than_glibc_2_17(lib_path: Path) -> None:
+    out = subprocess.run(["objdump", "-T", str(lib_path)], capture_output=True, text=True, check=True).stdout
+    versions = {tuple(int(p or 0) for p in m.groups()) for m in GLIBC.finditer(out)}
+    assert versions, "objdump shows no glibc symbol versions"
+    assert max(versions) <= (2, 17, 0), sorted(versions)
+    assert not re.search(r"\b(f?stat|lstat|fstatat|statx)(64)?\b", out)  # GLIBC_2.33 in new glibc
+    assert "pthread_" not in out
+    check = subprocess.run(
+        ["make", "-s", "-C", "native", "check-glibc"], cwd=REPO, capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
+    assert "GLIBC_2.17 (<= 2.17)" in check.stdout
+
+
+def test_the_soname_and_the_static_library(lib_path: Path) -> None:
+    dynamic = subprocess.run(
+        ["objdump", "-p", str(lib_path)], capture_output=True, text=True, check=True
+    ).stdout
+    assert re.search(r"SONAME\s+libnvidia-ml\.so\.1\b", dynamic)
+    assert re.findall(r"NEEDED\s+(\S+)", dynamic) == ["libc.so.6"]
+    assert (lib_path.parent / "libdranvml.a").is_file()
+    assert (REPO / "dra_fake/gpu/nvidia_smi/native/libnvidia-ml.so.1").read_bytes() == lib_path.read_bytes()
+
+
+def test_the_probe_runs_cleanly(lib_path: Path, bed: Bed) -> None:
+    env = {"PATH": "/usr/bin:/bin", "DRA_FAKE_ROOT": str(bed.root), "NVML_PROBE_LIB": str(lib_path)}
+    out = subprocess.run(
+        [sys.executable, str(REPO / "hack/nvml/probe.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert (result["init"], result["count"], result["shutdown.third"]) == (
+        None,
+        3,
+        "ERR NVML_ERROR_UNINITIALIZED",
+    )
+    assert result["devices"][2] == {"handle": "ERR NVML_ERROR_GPU_IS_LOST"}
+    for dev in result["devices"][:2]:
+        assert set(dev) == {"values", "lookups", "raw"}
+        # only the bindings the probe calls with too few arguments fail to call (as on the real GPU)
+        broken = {k: v for k, v in dev["values"].items() if isinstance(v, str) and v.startswith("EXC")}
+        assert all("TypeError" in v and "missing" in v for v in broken.values()), broken
+    values = result["devices"][0]["values"]
+    assert (values["Name"], values["UUID"], values["PowerUsage"]) == ("NVIDIA H200", H200_UUID, 77447)
+    assert result["devices"][0]["lookups"]["ByPciBusId.nodomain"] == "same"
+    assert result["events.xid.wait200ms"] == "wait ERR NVML_ERROR_TIMEOUT"
+
+
+def test_a_go_nvml_program_reads_the_devices(lib_path: Path, bed: Bed, tmp_path: Path) -> None:
+    go = shutil.which("go")
+    assert go is not None, "go is needed to build hack/nvml/gonvml (a go-nvml consumer)"
+    program = tmp_path / "gonvml"
+    env = dict(os.environ, CGO_CFLAGS="-Wno-deprecated-declarations", CGO_ENABLED="1")
+    build = subprocess.run(
+        [go, "build", "-o", str(program), "."],
+        cwd=REPO / "hack/nvml/gonvml",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert build.returncode == 0, build.stderr
+    run_env = {
+        "PATH": "/usr/bin:/bin",
+        "LD_LIBRARY_PATH": str(lib_path.parent),
+        "DRA_FAKE_ROOT": str(bed.root),
+    }
+    # the lost GPU: go-nvml gets GPU_IS_LOST for its handle, as with NVIDIA's library
+    lost = subprocess.run([str(program)], env=run_env, capture_output=True, text=True, timeout=60)
+    assert lost.returncode == 1
+    assert "DeviceGetHandleByIndex(2): GPU is lost" in lost.stderr
+    (bed.devices / "00000000-3B-00.0_gpu").unlink()
+    out = subprocess.run([str(program)], env=run_env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert (report["driver"], report["nvml"], report["cuda"], report["count"]) == (
+        "580.159.04",
+        "13.580.159.04",
+        13000,
+        2,
+    )
+    h200, mig_gpu = report["devices"]
+    assert (h200["name"], h200["uuid"], h200["busId"], h200["powerMilliW"]) == (
+        "NVIDIA H200",
+        H200_UUID,
+        "00000000:00:06.0",
+        77447,
+    )
+    assert "errors" not in h200
+    assert mig_gpu["migCurrent"] == 1
+    assert mig_gpu["errors"] == {"utilization": "Not Supported"}
+    assert [(m["uuid"], m["name"], m["gi"], m["sms"]) for m in mig_gpu["migDevices"]] == [
+        (MIG_UUIDS[0], "NVIDIA H200 MIG 1g.18gb", 7, 16),
+        (MIG_UUIDS[1], "NVIDIA H200 MIG 1g.18gb", 8, 16),
+    ]

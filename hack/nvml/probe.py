@@ -357,7 +357,11 @@ def main() -> int:
     result["count"] = count
     result["devices"] = []
     for i in range(count if isinstance(count, int) else 0):
-        h = N.nvmlDeviceGetHandleByIndex(i)
+        try:
+            h = N.nvmlDeviceGetHandleByIndex(i)
+        except N.NVMLError as err:  # a lost GPU still counts but has no handle
+            result["devices"].append({"handle": f"ERR {_error_name(err.value)}"})
+            continue
         dev: dict[str, Any] = {}
         for key, part in (("values", device_probe), ("lookups", handle_lookups), ("raw", raw_probe)):
             try:
@@ -365,12 +369,11 @@ def main() -> int:
             except Exception as err:  # one broken section must not cost the rest of the capture
                 dev[key] = f"EXC {type(err).__name__}: {err}"
         result["devices"].append(dev)
-    if (
-        isinstance(count, int) and count
-    ):  # events: what a monitoring agent waits on; nothing is expected on an idle GPU
-        h = N.nvmlDeviceGetHandleByIndex(0)
+    # events: what a monitoring agent waits on; nothing is expected on an idle GPU
+    if isinstance(count, int) and count:
 
         def events() -> Any:
+            h = N.nvmlDeviceGetHandleByIndex(0)
             es = N.nvmlEventSetCreate()
             try:
                 N.nvmlDeviceRegisterEvents(h, N.nvmlEventTypeXidCriticalError, es)

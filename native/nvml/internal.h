@@ -26,4 +26,7 @@ int dn_static_flag(const struct nvmlDevice_st *dev, const char *key, unsigned *o
 
 int dn_mig_enabled(const struct nvmlDevice_st *gpu);
 
+/* the GPU's ECC error count (live fault_ecc_dbe or fault_ecc_sbe; ecc.c) */
+unsigned long long dn_ecc_count(nvmlDevice_t device, int uncorrected);
+
 #endif
