@@ -3,6 +3,21 @@
 
 #include "internal.h"
 
+/* NVML's layouts on 64-bit Linux (docs/reference/nvml.md#5-buffer-sizes-and-structure-layouts) */
+_Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t");
+_Static_assert(sizeof(nvmlPciInfo_v2_t) == 52, "nvmlPciInfo_v2_t");
+_Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t");
+_Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t");
+_Static_assert(sizeof(nvmlProcessInfo_v1_t) == 16, "nvmlProcessInfo_v1_t");
+_Static_assert(sizeof(nvmlDeviceAttributes_t) == 40, "nvmlDeviceAttributes_t");
+_Static_assert(sizeof(nvmlGpuInstanceProfileInfo_t) == 48, "nvmlGpuInstanceProfileInfo_t");
+_Static_assert(nvmlGpuInstanceProfileInfo_v2 == 0x02000098, "nvmlGpuInstanceProfileInfo_v2");
+_Static_assert(nvmlGpuInstanceProfileInfo_v3 == 0x03000098, "nvmlGpuInstanceProfileInfo_v3");
+_Static_assert(nvmlComputeInstanceProfileInfo_v2 == 0x02000088, "nvmlComputeInstanceProfileInfo_v2");
+_Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t");
+_Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t");
+_Static_assert(nvmlMemory_v2 == 0x02000028, "nvmlMemory_v2");
+
 /* nvmlInit* calls not yet matched by nvmlShutdown; the store is loaded while it is above 0 */
 static int g_refcount;
 
@@ -48,7 +63,7 @@ nvmlReturn_t nvmlShutdown(void)
     return rc;
 }
 
-/* NVML 580's texts (nvmlErrorString of the real library, docs/reference/nvml.md) */
+/* NVML 580's texts (docs/reference/nvml.md#4-return-codes-and-their-texts) */
 const char *nvmlErrorString(nvmlReturn_t result)
 {
     static const char *const text[] = {
