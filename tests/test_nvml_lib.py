@@ -8,6 +8,7 @@ with that capture.
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import json
 import os
@@ -295,11 +296,10 @@ def test_init_without_the_devices_directory_is_driver_not_loaded(
     assert raw("nvmlShutdown") == N.NVML_ERROR_UNINITIALIZED
 
 
-def test_error_strings_are_nvidias() -> None:
+def test_error_strings_are_nvidias(lib_path: Path) -> None:
     real = nvdump()["args"]["ErrorString(all)"]
-    expected = eval(real, {})  # the capture prints a Python dict literal of code -> text
-    lib = ctypes.CDLL(str(LIB)) if LIB.is_file() else None
-    assert lib is not None, "make native first (the lib_path fixture of the other tests builds it)"
+    expected = ast.literal_eval(real)  # the capture prints a Python dict of code -> text
+    lib = ctypes.CDLL(str(lib_path))
     lib.nvmlErrorString.restype = ctypes.c_char_p
     for value, text in expected.items():
         assert lib.nvmlErrorString(value).decode() == text
@@ -494,7 +494,7 @@ def test_lookups_by_uuid_serial_and_every_bus_id_spelling(nvml: Any) -> None:
         return result
 
     assert index(N.nvmlDeviceGetHandleByUUID(H200_UUID)) == 0
-    assert index(N.nvmlDeviceGetHandleByUUID(H200_UUID.upper().replace("GPU-", "GPU-"))) == 0
+    assert index(N.nvmlDeviceGetHandleByUUID("GPU-" + H200_UUID[4:].upper())) == 0
     assert index(N.nvmlDeviceGetHandleBySerial("1654124044366")) == 1
     for spelling in ("00000000:2A:00.0", "00000000:2a:00.0", "0000:2A:00.0", "0000:2a:00.0", "2A:00.0"):
         assert index(N.nvmlDeviceGetHandleByPciBusId(spelling)) == 1, spelling
@@ -768,8 +768,14 @@ def test_gpu_instance_profiles_match_the_h200(nvml: Any) -> None:
         assert v1 == {k: v for k, v in got.items() if k not in ("version", "name")}
     assert code(lambda: N.nvmlDeviceGetGpuInstanceProfileInfo(h, 0x12)) == N.NVML_ERROR_INVALID_ARGUMENT
     assert N.nvmlDeviceGetGpuInstanceProfileInfoById(h, 20).name == "MIG 1g.18gb+me"
-    v3 = N.c_nvmlGpuInstanceProfileInfo_v3_t() if hasattr(N, "c_nvmlGpuInstanceProfileInfo_v3_t") else None
-    assert v3 is None or ctypes.sizeof(v3) == 152
+    # the third version (no isP2pSupported; capabilities after the name): 152 bytes, by offset
+    v3 = (ctypes.c_uint * 38)()
+    v3[0] = 0x03000098
+    assert raw("nvmlDeviceGetGpuInstanceProfileInfoV", h, 7, ctypes.byref(v3)) == 0
+    assert (v3[1], v3[2], v3[3], v3[4], v3[9]) == (20, 1, 1, 16, 1)  # id, slices, instances, SMs, OFA
+    assert bytes(v3)[48:62] == b"MIG 1g.18gb+me" and v3[36] == 0  # name; capabilities
+    v3[0] = 0x04000098
+    assert raw("nvmlDeviceGetGpuInstanceProfileInfoV", h, 7, ctypes.byref(v3)) == 25  # version mismatch
     # placements, as nvidia-smi mig -lgipp prints them
     for profile_id, want_places in (
         (19, [(s, 1) for s in range(7)]),
