@@ -16,7 +16,7 @@ NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 # kind: two DRA workers (H100, MIG) and one served through the device plugin (docs/kind.md)
 KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 
-.PHONY: help venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
+.PHONY: help native venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
 	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind
 
 help:
@@ -28,7 +28,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-venv: $(VENV)/.installed ## create .venv with the driver and its dev tools
+# dra-fake's NVML library (docs/nvml.md), copied where the plugin finds it (package data)
+NATIVE_PKG := dra_fake/gpu/nvidia_smi/native
+native: ## build the C NVML library build/native/libnvidia-ml.so.1 (and libdranvml.a), check its glibc needs
+	$(MAKE) -C native all check-glibc
+	mkdir -p $(NATIVE_PKG)
+	cp build/native/libnvidia-ml.so.1 $(NATIVE_PKG)/libnvidia-ml.so.1
+
+venv: native $(VENV)/.installed ## create .venv with the driver and its dev tools
 
 cluster-build: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, dra-kubelet
 	hack/cluster-build.sh
@@ -124,4 +131,4 @@ bench: venv cluster-build ## benchmarks -> bench/results/latest.{md,json}
 	$(PY) -m bench
 
 clean: cluster-down
-	rm -rf $(VENV) $(BIN) .local-cluster
+	rm -rf $(VENV) $(BIN) .local-cluster build/native $(NATIVE_PKG)

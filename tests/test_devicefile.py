@@ -159,6 +159,7 @@ def test_live_state_writes_the_documented_keys(tmp_path: Path) -> None:
         video_clock=1545,
         pcie_tx_bytes=2048 * 1024,
         pcie_rx_bytes=1024,
+        pcie_replay=0,
     )
     faults = {
         "xid": 79,

@@ -35,6 +35,20 @@ NVML_ARCHITECTURE = {
 SERIAL_DIGITS = 13  # every captured serial (docs/reference/gpu-profiles.md#board-identity)
 COMPUTE_MODE_DEFAULT = 0  # NVML_COMPUTEMODE_DEFAULT: every capture; the simulation never changes it
 MIB = 1 << 20
+# CUDA cores per SM (nvmlDeviceGetNumGpuCores = SMs x this): NVIDIA's architecture whitepapers
+# (GA100 64, Turing 64, Ada 128, Hopper 128); the H200 capture's 16896 = 132 x 128. Blackwell: no
+# capture and no published figure for the data-centre parts, so left out (NOT_SUPPORTED).
+CORES_PER_SM = {"Turing": 64, "Ampere": 64, "Ada Lovelace": 128, "Hopper": 128}
+# NVLink links per GPU of the NVLink-connected SXM boards (NVIDIA's datasheets: A100 12 third-gen
+# links, H100/H200 18 fourth-gen, B200/GB200 18 fifth-gen); boards without NVLink: left out.
+NVLINK_LINKS = {"Ampere": 12, "Hopper": 18, "Blackwell": 18}
+# nvmlSystemGetDriverBranch of the drivers a capture shows (h200-580 nvdump.txt).
+DRIVER_BRANCH = {"580.159.04": "r582_49"}
+# Every capture (qx-*.xml, h200-580): not a multi-GPU board, display mode 1 / active 0 (nvdump),
+# GSP firmware on (a gsp_firmware_version on every board). Virtualization: the captures from VMs say
+# Pass-Through (1); a simulated node is bare metal, NVML_GPU_VIRTUALIZATION_MODE_NONE (0), as the
+# bare-metal GB300 capture.
+MULTI_GPU_BOARD, DISPLAY_MODE, DISPLAY_ACTIVE, GSP_FIRMWARE_MODE, VIRTUALIZATION_MODE = 0, 1, 0, 1, 0
 
 
 def nvidia_bus_id(pci_bus_id: str) -> str:
@@ -164,6 +178,16 @@ def gpu_keys(gpu: PhysicalGpu) -> dict[str, Value | None]:
         # N/A on boards without MIG (L40S, T4 captures)
         "mig_mode": ("Enabled" if gpu.mig_mode != "none" else "Disabled") if p.mig_capable else None,
         "addressing_mode": p.addressing_mode,
+        "multi_gpu_board": MULTI_GPU_BOARD,
+        "num_gpu_cores": p.multiprocessors * CORES_PER_SM[p.architecture]
+        if p.architecture in CORES_PER_SM
+        else None,
+        "driver_branch": DRIVER_BRANCH.get(p.driver_version),
+        "gsp_firmware_mode": GSP_FIRMWARE_MODE,
+        "display_mode": DISPLAY_MODE,
+        "display_active": DISPLAY_ACTIVE,
+        "virtualization_mode": VIRTUALIZATION_MODE,
+        "nvlink_link_count": NVLINK_LINKS.get(p.architecture) if p.telemetry.nvlink else None,
         "gi_profiles": gi_profiles(p) or None,
         "gi_placements": gi_placements(p) or None,
         # an idle GPU's readings, until the live file says otherwise

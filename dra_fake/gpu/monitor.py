@@ -65,6 +65,12 @@ def live_state(reading: Reading, faults: Mapping[str, int]) -> dict[str, int | f
         "video_clock": reading.video_clock,
         "pcie_tx": None if reading.pcie_tx_bytes is None else reading.pcie_tx_bytes // KIB,
         "pcie_rx": None if reading.pcie_rx_bytes is None else reading.pcie_rx_bytes // KIB,
+        "pcie_replay": reading.pcie_replay,
+        # the simulation runs no JPEG or optical-flow work, and a GPU stays in P0 (the idle H200
+        # capture reads P0 too: its clocks idle inside the P-state)
+        "jpg_util": 0,
+        "ofa_util": 0,
+        "pstate": 0,
     }
     return state | {k: v for k, v in values.items() if v is not None}
 

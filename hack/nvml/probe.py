@@ -173,10 +173,8 @@ def device_probe(h: Any) -> dict[str, Any]:
         if fn is None:
             d[name] = "EXC no such binding"
             continue
-        if name == "CpuAffinity":
-            put(name, lambda fn=fn: fn(h, 4))
-        elif name == "MemoryAffinity":
-            put(name, lambda fn=fn: fn(h, 4, 0))
+        if name in ("MemoryAffinity", "CpuAffinity"):
+            put(name, lambda fn=fn, name=name: fn(h, 4) if name == "CpuAffinity" else fn(h, 4, 0))
         else:
             put(name, lambda fn=fn: fn(h))
     put("MemoryInfo_v2", lambda: N.nvmlDeviceGetMemoryInfo(h, version=N.nvmlMemory_v2))
@@ -359,7 +357,11 @@ def main() -> int:
     result["count"] = count
     result["devices"] = []
     for i in range(count if isinstance(count, int) else 0):
-        h = N.nvmlDeviceGetHandleByIndex(i)
+        try:
+            h = N.nvmlDeviceGetHandleByIndex(i)
+        except N.NVMLError as err:  # a lost GPU still counts but has no handle
+            result["devices"].append({"handle": f"ERR {_error_name(err.value)}"})
+            continue
         dev: dict[str, Any] = {}
         for key, part in (("values", device_probe), ("lookups", handle_lookups), ("raw", raw_probe)):
             try:
@@ -367,12 +369,11 @@ def main() -> int:
             except Exception as err:  # one broken section must not cost the rest of the capture
                 dev[key] = f"EXC {type(err).__name__}: {err}"
         result["devices"].append(dev)
-    if (
-        isinstance(count, int) and count
-    ):  # events: what a monitoring agent waits on; nothing is expected on an idle GPU
-        h = N.nvmlDeviceGetHandleByIndex(0)
+    # events: what a monitoring agent waits on; nothing is expected on an idle GPU
+    if isinstance(count, int) and count:
 
         def events() -> Any:
+            h = N.nvmlDeviceGetHandleByIndex(0)
             es = N.nvmlEventSetCreate()
             try:
                 N.nvmlDeviceRegisterEvents(h, N.nvmlEventTypeXidCriticalError, es)
