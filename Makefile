@@ -16,7 +16,9 @@ NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 # kind: two DRA workers (H100, MIG) and one served through the device plugin (docs/kind.md)
 KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 
-.PHONY: help venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
+NATIVE_OUT := dra_fake/gpu/nvidia_smi/native
+
+.PHONY: native help venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
 	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind
 
 help:
@@ -33,13 +35,13 @@ venv: $(VENV)/.installed ## create .venv with the driver and its dev tools
 cluster-build: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, dra-kubelet
 	hack/cluster-build.sh
 
-cluster-up: venv cluster-build ## start the local cluster: NODES=N CONFIG=inventory.yaml VALUES=values.yaml FEATURE_GATES=A=true
+cluster-up: venv native cluster-build ## start the local cluster: NODES=N CONFIG=inventory.yaml VALUES=values.yaml FEATURE_GATES=A=true
 	$(PY) -m e2e.localcluster up --nodes $(NODES) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS)
 
 cluster-down: ## stop everything cluster-up started
 	@if [ -x $(PY) ]; then $(PY) -m e2e.localcluster down; fi
 
-demo: venv cluster-build ## the main job: cluster, driver, example workloads, summary (KEEP=1 keeps it up)
+demo: venv native cluster-build ## the main job: cluster, driver, example workloads, summary (KEEP=1 keeps it up)
 	$(PY) -m e2e.demo $(if $(KEEP),--keep) --nodes $(NODES_OR_2) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS)
 
 lint: venv ## ruff, mypy, and the import layers (import-linter; docs/architecture.md)
@@ -48,13 +50,18 @@ lint: venv ## ruff, mypy, and the import layers (import-linter; docs/architectur
 	$(VENV)/bin/mypy dra_fake computedomain e2e/localcluster e2e/kindcluster e2e/soak.py
 	$(VENV)/bin/lint-imports --no-cache
 
-unit: venv ## unit tests (no cluster)
+native: ## build the NVML library and nvidia-smi (native/) into the package (docs/nvml.md)
+	$(MAKE) -C native
+	mkdir -p $(NATIVE_OUT)
+	install -m 0755 build/native/nvidia-smi build/native/libnvidia-ml.so.1 $(NATIVE_OUT)/
+
+unit: venv native ## unit tests (no cluster)
 	$(VENV)/bin/pytest -q tests
 
-e2e: venv cluster-build ## end-to-end suite on the local control plane (or KUBECONFIG)
+e2e: venv native cluster-build ## end-to-end suite on the local control plane (or KUBECONFIG)
 	$(VENV)/bin/pytest -q e2e
 
-test: venv cluster-build tools ## lint, unit tests, e2e suite on the real control plane (chart and RBAC tests included), bench smoke
+test: venv native cluster-build tools ## lint, unit tests, e2e suite on the real control plane (chart and RBAC tests included), bench smoke
 	$(MAKE) lint
 	$(VENV)/bin/pytest -q -rs -p no:cacheprovider tests e2e
 	$(MAKE) bench-smoke

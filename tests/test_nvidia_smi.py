@@ -3,8 +3,8 @@ compared with real nvidia-smi output.
 
 How a test "runs it in a container": a claim is prepared by DeviceState (as the plugin does), the
 claim's CDI spec is read back, and every mount of the devices a container gets is copied from its
-hostPath to <root>/<containerPath>; the script then runs under dash (a strict POSIX sh) with
-DRA_FAKE_ROOT=<root>, which it prefixes to its device directory. The e2e suite does the same with the
+hostPath to <root>/<containerPath>; the mounted nvidia-smi binary (native/smi, `make native`) then
+runs with DRA_FAKE_ROOT=<root>, which its NVML library prefixes to the device directory. The e2e suite does the same with the
 mounts the official CDI Go library resolved (e2e/test_cluster.py).
 
 Real output the layout is compared with (public captures, transcribed below; values are theirs):
@@ -22,6 +22,7 @@ Real output the layout is compared with (public captures, transcribed below; val
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -33,12 +34,11 @@ import yaml
 
 from dra_fake.gpu.inventory import load_inventory
 from dra_fake.gpu.monitor import GpuMonitor
-from dra_fake.gpu.nvidia_smi import CONTAINER_BINARY, NvidiaSmi, nvidia_bus_id, script_text
+from dra_fake.gpu.nvidia_smi import CONTAINER_BINARY, NvidiaSmi, binary_bytes, library_bytes, nvidia_bus_id
 from dra_fake.gpu.state import DeviceState
 
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
-SHELL = shutil.which("dash") or "sh"
 
 REAL_MIG_TABLE = """\
 +-----------------------------------------------------------------------------------------+
@@ -155,9 +155,9 @@ def container_root(tmp_path: Path, specs: list[dict[str, Any]], name: str = "ctr
 
 
 def run_smi(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    script = root / CONTAINER_BINARY.lstrip("/")
+    binary = root / CONTAINER_BINARY.lstrip("/")
     proc = subprocess.run(
-        [SHELL, str(script), *args],
+        [str(binary), *args],
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DRA_FAKE_ROOT": str(root)},
         capture_output=True,
         text=True,
@@ -198,20 +198,30 @@ def mig_names(inventory: Any) -> list[str]:
     return sorted(n for n, d in inventory.devices.items() if d.kind == "mig")
 
 
-def test_spec_mounts_script_and_one_info_file_per_device(a100: tuple[DeviceState, Any]) -> None:
+def test_spec_mounts_tools_and_one_info_file_per_device(a100: tuple[DeviceState, Any]) -> None:
     state, inventory = a100
     migs = mig_names(inventory)
     state.prepare(claim(UID1, [*migs, "gpu-1"]))
     spec = read_spec(state, UID1)
-    [script, live] = spec["containerEdits"]["mounts"]
+    [binary, *libraries, live] = spec["containerEdits"]["mounts"]
     assert live["containerPath"] == "/var/run/dra-fake/nvidia-smi/live"
     assert live["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/live") and Path(live["hostPath"]).is_dir()
-    assert live["options"] == script["options"]
-    assert script["containerPath"] == "/usr/bin/nvidia-smi"
-    assert script["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/nvidia-smi")
-    assert Path(script["hostPath"]).read_text() == script_text()
-    assert os.stat(script["hostPath"]).st_mode & 0o777 == 0o755
-    assert script["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's mount options
+    assert live["options"] == binary["options"]
+    assert binary["containerPath"] == "/usr/bin/nvidia-smi"
+    assert binary["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/nvidia-smi")
+    assert Path(binary["hostPath"]).read_bytes() == binary_bytes()
+    assert os.stat(binary["hostPath"]).st_mode & 0o777 == 0o755
+    assert binary["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's mount options
+    # docs/nvml.md: the library under both names, in the multiarch directory and /usr/lib64
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
+    assert [m["containerPath"] for m in libraries] == [
+        f"/usr/lib/{arch}-linux-gnu/libnvidia-ml.so.1",
+        f"/usr/lib/{arch}-linux-gnu/libnvidia-ml.so.580.126.09",
+        "/usr/lib64/libnvidia-ml.so.1",
+        "/usr/lib64/libnvidia-ml.so.580.126.09",
+    ]
+    assert {m["hostPath"] for m in libraries} == {binary["hostPath"].replace("nvidia-smi/nvidia-smi", "nvidia-smi/libnvidia-ml.so.1")}
+    assert Path(libraries[0]["hostPath"]).read_bytes() == library_bytes()
     for dev in spec["devices"]:
         [mount] = dev["containerEdits"]["mounts"]
         assert mount["containerPath"].startswith("/var/run/dra-fake/nvidia-smi/devices/")
@@ -370,14 +380,16 @@ def test_faults_show_while_the_container_runs(tmp_path: Path) -> None:
 def test_no_devices_and_unsupported_options(tmp_path: Path) -> None:
     root = tmp_path / "empty"
     (root / "usr/bin").mkdir(parents=True)
-    (root / "usr/bin/nvidia-smi").write_text(script_text())
+    (root / "usr/bin/nvidia-smi").write_bytes(binary_bytes())
+    (root / "usr/bin/nvidia-smi").chmod(0o755)
     proc = run_smi(root, check=False)
     assert (proc.returncode, proc.stdout, proc.stderr) == (6, "", "No devices were found\n")
     state, _ = make_state(tmp_path, "gpus:\n- profile: l40s\n")
     state.prepare(claim(UID1, ["gpu-0"]))
     root = container_root(tmp_path, [read_spec(state, UID1)])
-    assert run_smi(root, "-q", check=False).returncode == 2
-    assert "dra-fake" in run_smi(root, "--version").stdout
+    bogus = run_smi(root, "--bogus", check=False)  # bogus.txt of the H200 capture
+    assert (bogus.returncode, bogus.stderr) == (255, "ERROR: Option --bogus is not recognized. Please run 'nvidia-smi -h'.\n\n")
+    assert "dra-fake" not in run_smi(root, "--version").stdout
 
 
 def test_dynamic_mig_info_file_follows_the_claim(tmp_path: Path) -> None:
@@ -397,12 +409,14 @@ def test_startup_restores_missing_files(a100: tuple[DeviceState, Any]) -> None:
     state, _ = a100
     state.prepare(claim(UID1, ["gpu-1"]))
     spec = read_spec(state, UID1)
-    script = Path(spec["containerEdits"]["mounts"][0]["hostPath"])
+    binary = Path(spec["containerEdits"]["mounts"][0]["hostPath"])
+    library = Path(spec["containerEdits"]["mounts"][1]["hostPath"])
     info = Path(spec["devices"][0]["containerEdits"]["mounts"][0]["hostPath"])
-    script.unlink()
+    binary.unlink()
+    library.unlink()
     info.write_text("garbage")
     state.startup()
-    assert script.read_text() == script_text()
+    assert binary.read_bytes() == binary_bytes() and library.read_bytes() == library_bytes()
     assert "kind=gpu" in info.read_text()
 
 
@@ -412,13 +426,13 @@ def test_a_prepare_rewrites_files_someone_changed_since(a100: tuple[DeviceState,
     state, _ = a100
     state.prepare(claim(UID1, ["gpu-1"]))
     spec = read_spec(state, UID1)
-    script = Path(spec["containerEdits"]["mounts"][0]["hostPath"])
+    binary = Path(spec["containerEdits"]["mounts"][0]["hostPath"])
     info = Path(spec["devices"][0]["containerEdits"]["mounts"][0]["hostPath"])
-    script.write_text("#!/bin/sh\necho replaced\n")
+    binary.write_text("#!/bin/sh\necho replaced\n")
     info.unlink()
     state.unprepare(UID1)
     state.prepare(claim(UID2, ["gpu-1"]))
-    assert script.read_text() == script_text()
+    assert binary.read_bytes() == binary_bytes()
     assert "kind=gpu" in info.read_text()
 
 
@@ -433,14 +447,14 @@ def test_startup_removes_info_files_no_claim_mounts(tmp_path: Path) -> None:
     assert kept.is_file() and not orphan.exists()
 
 
-def test_script_is_posix_sh() -> None:
-    """dash -n parses it strictly; no bashisms the common ones would show."""
-    text = script_text()
-    assert text.startswith("#!/bin/sh\n")
-    if shutil.which("dash"):
-        subprocess.run(["dash", "-n", "/dev/stdin"], input=text, text=True, check=True, timeout=10)
-    for bashism in ("[[", "${BASH", "local ", "declare ", "<<<", "function ", "$'"):
-        assert bashism not in text, bashism
+def test_binary_is_static() -> None:
+    """nvidia-smi runs in images without a C library (the kind lane's busybox pods): an ELF
+    executable without an interpreter (PT_INTERP) and without dynamic section (PT_DYNAMIC)."""
+    data = binary_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2  # 64-bit
+    phoff, phentsize, phnum = (int.from_bytes(data[o : o + n], "little") for o, n in ((0x20, 8), (0x36, 2), (0x38, 2)))
+    types = {int.from_bytes(data[phoff + i * phentsize : phoff + i * phentsize + 4], "little") for i in range(phnum)}
+    assert 1 in types and not types & {2, 3}  # PT_LOAD; no PT_DYNAMIC, no PT_INTERP
 
 
 def test_nvidia_smi_shows_the_sample_the_metrics_serve(tmp_path: Path) -> None:
@@ -495,7 +509,7 @@ def test_start_up_removes_temp_files_of_interrupted_live_writes(tmp_path: Path) 
     state, _ = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  count: 1\n")
     smi = state.nvidia_smi
     assert smi is not None
-    smi.ensure_script()
+    smi.ensure_tools()
     leftover = smi.live_dir / ".GPU-x.0123456789ab.tmp"
     leftover.write_text("partial")
     (smi.live_dir / "GPU-x").write_text("utilization=5\n")

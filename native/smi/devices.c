@@ -6,7 +6,7 @@
 
 #include "smi.h"
 
-void nvml_start(void)
+void smi_init(void)
 {
     nvmlReturn_t rc = nvmlInit_v2();
     if (rc == NVML_ERROR_DRIVER_NOT_LOADED)
@@ -25,7 +25,7 @@ static void exit_lost(unsigned index)
         shown = bus + 4;
     emit("Unable to determine the device handle for GPU%s: GPU is lost.  Reboot the system to recover this GPU\n",
          shown);
-    fflush(out);
+    fflush(smi_out);
     exit(RC_LOST);
 }
 

@@ -33,7 +33,7 @@ int run_loop(const struct opts *o, int (*fn)(const struct opts *o, int first))
     clock_gettime(CLOCK_MONOTONIC, &next);
     for (int first = 1; !stop; first = 0) {
         rc = fn(o, first);
-        fflush(out);
+        fflush(smi_out);
         if (rc != RC_OK)
             return rc;
         next.tv_sec += o->loop_ms / 1000;

@@ -5,20 +5,20 @@
 
 #include "smi.h"
 
-FILE *out;
+FILE *smi_out;
 
 void emit(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(out, fmt, ap);
+    vfprintf(smi_out, fmt, ap);
     va_end(ap);
 }
 
 void fail(int rc, const char *fmt, ...)
 {
     va_list ap;
-    fflush(out);
+    fflush(smi_out);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -29,7 +29,7 @@ int main(int argc, char **argv)
 {
     struct opts o;
     int rc;
-    out = stdout;
+    smi_out = stdout;
     parse_args(argc, argv, &o);
     switch (o.mode) {
     case MODE_HELP: return cmd_help();
@@ -38,11 +38,11 @@ int main(int argc, char **argv)
     default: break;
     }
     if (o.filename != NULL) {
-        out = fopen(o.filename, "w");
-        if (out == NULL)
+        smi_out = fopen(o.filename, "w");
+        if (smi_out == NULL)
             fail(RC_INVALID_ARG, "Failed to open file %s for writing.\n", o.filename);
     }
-    nvml_start();
+    smi_init();
     switch (o.mode) {
     case MODE_VERSION: rc = cmd_version(); break;
     case MODE_LIST: rc = cmd_list(&o); break;
@@ -55,7 +55,7 @@ int main(int argc, char **argv)
     case MODE_NVLINK: rc = cmd_nvlink(&o); break;
     default: rc = cmd_table(&o); break;
     }
-    fflush(out);
+    fflush(smi_out);
     nvmlShutdown();
     return rc;
 }

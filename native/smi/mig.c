@@ -68,7 +68,7 @@ static int lgip(const struct targets *t)
         for (unsigned i = 0; i < n; i++) {
             const nvmlGpuInstanceProfileInfo_v2_t *f = &p[i].info;
             unsigned free = 0;
-            char name[96], inst[32], mem[32];
+            char name[112], inst[32], mem[32];
             if (!any) {
                 emit(LGIP_RULE);
                 emit("| GPU instance profiles:                                                        |\n");
@@ -173,7 +173,7 @@ static int list_instances(const struct targets *t, enum listing what)
         unsigned n = mig_devices(gpu, migs, MAX_MIGS);
         for (unsigned m = 0; m < n; m++) {
             struct instance in;
-            char name[96], place[32];
+            char name[112], place[32];
             if (!instance(gpu, migs[m], &in))
                 continue;
             if (!any) {

@@ -25,7 +25,7 @@
 #define MAX_MIGS 8
 
 /* ---- output (stdout, or the -f file) ---- */
-extern FILE *out;
+extern FILE *smi_out;
 void emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
@@ -79,7 +79,7 @@ struct targets {
     unsigned n;
     struct gpu gpu[MAX_GPUS];
 };
-void nvml_start(void);                                   /* nvmlInit or the real tool's failure */
+void smi_init(void);                                   /* nvmlInit or the real tool's failure */
 /* RC_OK or RC_NOT_FOUND; a lost GPU among them: the real tool's message, exit 15 */
 int select_gpus(const char *ids, struct targets *t);
 unsigned mig_devices(nvmlDevice_t gpu, nvmlDevice_t *migs, unsigned max); /* by MIG index */

@@ -74,7 +74,7 @@ static void gpu_rows(const struct gpu *gpu)
     char ecc[32] = "N/A", persistence[8] = "N/A", disp[8] = "N/A", used[32] = "N/A", total[32] = "N/A";
     nvmlEnableState_t on, pending;
     unsigned long long mib[4], errors;
-    char shown_name[32];
+    char shown_name[sizeof name.s];
 
     g_name(d, 0, &name);
     if (name.rc == NVML_SUCCESS && strlen(name.s) > 27) /* long product names are cut to 24 + "..." */
