@@ -1,11 +1,9 @@
 """The nvidia-smi mounted into pods (dra_fake/gpu/nvidia_smi): CDI mounts, host files, and its output
 compared with real nvidia-smi output.
 
-How a test "runs it in a container": a claim is prepared by DeviceState (as the plugin does), the
-claim's CDI spec is read back, and every mount of the devices a container gets is copied from its
-hostPath to <root>/<containerPath>; the mounted nvidia-smi binary (native/smi, `make native`) then
-runs with DRA_FAKE_ROOT=<root>, which its NVML library prefixes to the device directory. The e2e suite does the same with the
-mounts the official CDI Go library resolved (e2e/test_cluster.py).
+How a test "runs it in a container": tests/smi_container.py (the claim's CDI mounts copied under a
+root; the mounted nvidia-smi binary, native/smi, run with DRA_FAKE_ROOT=<root>). The e2e suite does
+the same with the mounts the official CDI Go library resolved (e2e/test_cluster.py).
 
 Real output the layout is compared with (public captures, transcribed below; values are theirs):
 - REAL_MIG_TABLE / REAL_MIG_LIST: nvidia-smi 580.126.09 on an A100-SXM4-40GB with MIG enabled
@@ -24,21 +22,15 @@ from __future__ import annotations
 import os
 import platform
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from smi_container import DRIVER, NODE, UID1, UID2, claim, container_root, make_state, read_spec, run_smi
 
-from dra_fake.gpu.inventory import load_inventory
 from dra_fake.gpu.monitor import GpuMonitor
-from dra_fake.gpu.nvidia_smi import CONTAINER_BINARY, NvidiaSmi, binary_bytes, library_bytes, nvidia_bus_id
+from dra_fake.gpu.nvidia_smi import binary_bytes, library_bytes, nvidia_bus_id
 from dra_fake.gpu.state import DeviceState
-
-NODE = "node-a"
-DRIVER = "gpu.nvidia.com"
 
 REAL_MIG_TABLE = """\
 +-----------------------------------------------------------------------------------------+
@@ -101,78 +93,6 @@ def skeleton(line: str) -> str:
     return re.sub(r"[^|+=]", " ", line) if set(line) <= set("+-=|") else re.sub(r"[^|]", " ", line)
 
 
-def write_inventory(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "inventory.yaml"
-    path.write_text(text)
-    return path
-
-
-def make_state(tmp_path: Path, inventory_text: str) -> tuple[DeviceState, Any]:
-    inventory = load_inventory(write_inventory(tmp_path, inventory_text), NODE)
-    boot = tmp_path / "boot_id"
-    boot.write_text("11111111-2222-3333-4444-555555555555\n")
-    data = tmp_path / "plugins" / DRIVER
-    state = DeviceState(
-        DRIVER,
-        NODE,
-        inventory.devices,
-        tmp_path / "cdi",
-        data,
-        node_name=NODE,
-        boot_id_path=boot,
-        nvidia_smi=NvidiaSmi.from_inventory(data, inventory),
-    )
-    state.startup()
-    return state, inventory
-
-
-def claim(uid: str, devices: list[str]) -> dict[str, Any]:
-    results = [
-        {"request": f"r{i}", "driver": DRIVER, "pool": NODE, "device": d} for i, d in enumerate(devices)
-    ]
-    return {
-        "metadata": {"uid": uid, "name": f"c-{uid[:4]}", "namespace": "default"},
-        "status": {"allocation": {"devices": {"results": results, "config": []}}},
-    }
-
-
-def container_root(tmp_path: Path, specs: list[dict[str, Any]], name: str = "ctr") -> Path:
-    """Apply the mounts of every device of the given specs (and their spec-level edits) as a
-    runtime would: copy each file hostPath to <root>/<containerPath>; a directory is linked, so
-    later changes on the host show, as through a bind mount."""
-    root = tmp_path / "containers" / name
-    for spec in specs:
-        edits = [spec.get("containerEdits") or {}] + [d["containerEdits"] for d in spec["devices"]]
-        for e in edits:
-            for m in e.get("mounts") or []:
-                target = root / m["containerPath"].lstrip("/")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if Path(m["hostPath"]).is_dir():
-                    target.symlink_to(m["hostPath"])
-                else:
-                    shutil.copy2(m["hostPath"], target)
-    return root
-
-
-def run_smi(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    binary = root / CONTAINER_BINARY.lstrip("/")
-    proc = subprocess.run(
-        [str(binary), *args],
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DRA_FAKE_ROOT": str(root)},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if check:
-        assert proc.returncode == 0, proc.stderr
-    return proc
-
-
-def read_spec(state: DeviceState, uid: str) -> dict[str, Any]:
-    spec: dict[str, Any] = yaml.safe_load(state.cdi.path(uid).read_text())
-    return spec
-
-
 A100_MIG = """
 driverVersion: "580.126.09"
 cudaDriverVersion: "13.0"
@@ -184,9 +104,6 @@ gpus:
   - {profile: 1g.5gb, start: 0}
 - profile: a100-sxm4-40gb
 """
-
-UID1 = "1a111111-1111-1111-1111-111111111111"
-UID2 = "b2222222-2222-2222-2222-222222222222"
 
 
 @pytest.fixture
@@ -220,7 +137,9 @@ def test_spec_mounts_tools_and_one_info_file_per_device(a100: tuple[DeviceState,
         "/usr/lib64/libnvidia-ml.so.1",
         "/usr/lib64/libnvidia-ml.so.580.126.09",
     ]
-    assert {m["hostPath"] for m in libraries} == {binary["hostPath"].replace("nvidia-smi/nvidia-smi", "nvidia-smi/libnvidia-ml.so.1")}
+    assert {m["hostPath"] for m in libraries} == {
+        binary["hostPath"].replace("nvidia-smi/nvidia-smi", "nvidia-smi/libnvidia-ml.so.1")
+    }
     assert Path(libraries[0]["hostPath"]).read_bytes() == library_bytes()
     for dev in spec["devices"]:
         [mount] = dev["containerEdits"]["mounts"]
@@ -388,7 +307,10 @@ def test_no_devices_and_unsupported_options(tmp_path: Path) -> None:
     state.prepare(claim(UID1, ["gpu-0"]))
     root = container_root(tmp_path, [read_spec(state, UID1)])
     bogus = run_smi(root, "--bogus", check=False)  # bogus.txt of the H200 capture
-    assert (bogus.returncode, bogus.stderr) == (255, "ERROR: Option --bogus is not recognized. Please run 'nvidia-smi -h'.\n\n")
+    assert (bogus.returncode, bogus.stderr) == (
+        255,
+        "ERROR: Option --bogus is not recognized. Please run 'nvidia-smi -h'.\n\n",
+    )
     assert "dra-fake" not in run_smi(root, "--version").stdout
 
 
@@ -452,8 +374,13 @@ def test_binary_is_static() -> None:
     executable without an interpreter (PT_INTERP) and without dynamic section (PT_DYNAMIC)."""
     data = binary_bytes()
     assert data[:4] == b"\x7fELF" and data[4] == 2  # 64-bit
-    phoff, phentsize, phnum = (int.from_bytes(data[o : o + n], "little") for o, n in ((0x20, 8), (0x36, 2), (0x38, 2)))
-    types = {int.from_bytes(data[phoff + i * phentsize : phoff + i * phentsize + 4], "little") for i in range(phnum)}
+    phoff, phentsize, phnum = (
+        int.from_bytes(data[o : o + n], "little") for o, n in ((0x20, 8), (0x36, 2), (0x38, 2))
+    )
+    types = {
+        int.from_bytes(data[phoff + i * phentsize : phoff + i * phentsize + 4], "little")
+        for i in range(phnum)
+    }
     assert 1 in types and not types & {2, 3}  # PT_LOAD; no PT_DYNAMIC, no PT_INTERP
 
 
