@@ -460,3 +460,15 @@ def test_q_display_sections(h200: dict[str, Any], name: str) -> None:
 def test_q_display_refuses_an_unknown_section(h200: dict[str, Any]) -> None:
     out, rc = smi(h200, "-q", "-d", "BOGUS")
     assert rc == 2 and "BOGUS" in out
+
+
+def test_changing_a_gpu_is_refused_as_nvml_refuses_it(h200: dict[str, Any]) -> None:
+    """-c is the compute mode (h.txt), not a count: NVML refuses every change to a simulated GPU
+    (NO_PERMISSION), and nvidia-smi stops with exit code 4 (nvidia-smi(1))."""
+    out, rc = smi(h200, "-c", "0")
+    assert (out, rc) == (
+        f"Unable to set the compute mode for GPU {bus_id(h200)}: Insufficient Permissions\n"
+        "Terminating early due to previous errors.\n",
+        4,
+    )
+    assert smi(h200, "-pm", "2")[1] == 2  # 0/DISABLED or 1/ENABLED only

@@ -120,6 +120,7 @@ int parse_args(int argc, char **argv, struct opts *o)
         return parse_subcommand(argc, argv, o);
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
+        size_t len;
         if (opt(argc, argv, &i, "-h", "--help", NULL, 0)) {
             o->mode = MODE_HELP;
             return 0; /* the real tool prints its help whatever else the line says */
@@ -154,6 +155,15 @@ int parse_args(int argc, char **argv, struct opts *o)
             o->filename = v;
         } else if (opt(argc, argv, &i, "-d", "--display", &v, 0)) {
             o->display = v;
+        } else if (change_option(argv[i], &len) != NULL) {
+            o->mode = MODE_MODIFY;
+            o->sub = change_option(argv[i], &len);
+            if (argv[i][len] == '=')
+                o->fields = argv[i] + len + 1;
+            else if (i + 1 < argc)
+                o->fields = argv[++i];
+            else
+                missing_value(argv[i]);
         } else if (opt(argc, argv, &i, "-lms", "--loop-ms", &v, 0)) {
             o->loop_ms = number(argv[i], v);
         } else if (opt(argc, argv, &i, "-l", "--loop", &v, 1)) {

@@ -53,6 +53,7 @@ int main(int argc, char **argv)
     case MODE_MIG: rc = cmd_mig(&o); break;
     case MODE_TOPO: rc = cmd_topo(&o); break;
     case MODE_NVLINK: rc = cmd_nvlink(&o); break;
+    case MODE_MODIFY: rc = cmd_modify(&o); break;
     default: rc = cmd_table(&o); break;
     }
     fflush(smi_out);

@@ -247,6 +247,10 @@ NVML_PUBLIC nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsign
                                                      unsigned long *nodeSet, unsigned int scope);
 NVML_PUBLIC nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int link, unsigned int capability,
                                                        unsigned int *capResult);
+NVML_PUBLIC nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t mode);
+NVML_PUBLIC nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode);
+NVML_PUBLIC nvmlReturn_t nvmlDeviceSetEccMode(nvmlDevice_t device, nvmlEnableState_t ecc);
+NVML_PUBLIC nvmlReturn_t nvmlDeviceSetAccountingMode(nvmlDevice_t device, nvmlEnableState_t mode);
 NVML_PUBLIC nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node);
 
 /*

@@ -55,6 +55,7 @@ enum mode {
     MODE_MIG,
     MODE_TOPO,
     MODE_NVLINK,
+    MODE_MODIFY, /* -pm, -c, -e, -am: sub the option, fields its value */
 };
 
 struct opts {
@@ -101,6 +102,8 @@ int cmd_help_query_apps(void);
 int cmd_mig(const struct opts *o);
 int cmd_topo(const struct opts *o);
 int cmd_nvlink(const struct opts *o);
+int cmd_modify(const struct opts *o);
+const char *change_option(const char *arg, size_t *name_len); /* a modification option's short name */
 
 /* ---- loop mode: runs fn until SIGINT/SIGTERM (-l/-lms), or once ---- */
 int run_loop(const struct opts *o, int (*fn)(const struct opts *o, int first));
