@@ -691,7 +691,7 @@ static struct targets q_targets;
 
 static int query_once(const struct opts *o, int first)
 {
-    struct val driver, cuda, ts;
+    struct val driver, cuda;
     char date[64];
     unsigned count = 0;
     (void)first;
@@ -700,7 +700,6 @@ static int query_once(const struct opts *o, int first)
     g_driver_version(NULL, 0, &driver);
     g_cuda_version(NULL, 0, &cuda);
     nvmlDeviceGetCount_v2(&count);
-    (void)ts;
     if (xml_mode) {
         emit("<?xml version=\"1.0\" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM \"nvsmi_device_v13.dtd\">\n<nvidia_smi_log>\n");
         xml_leaf(1, "timestamp", date);

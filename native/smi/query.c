@@ -214,7 +214,6 @@ int cmd_query_apps(const struct opts *o)
 
 int cmd_help_query_apps(void)
 {
-    smi_out = stdout;
     emit("List of valid properties to query for the switch \"--query-compute-apps\":\n\n");
     emit("Section about Active Compute Processes properties\n");
     emit("The processes with a compute context on the GPU.\n\n");
