@@ -203,7 +203,7 @@ static int list_instances(const struct targets *t, enum listing what)
             if (what == LIST_GI) {
                 gi_profile_name(gpu, in.gi_info.profileId, name, sizeof name);
                 snprintf(place, sizeof place, "%u:%u", in.gi_info.placement.start, in.gi_info.placement.size);
-                emit("|%4u  %-16s%5u%9u%13s     |\n", t->gpu[g].index, name, in.gi_info.profileId, in.gi_info.id,
+                emit("|%4u  %-17s%5u%9u%13s     |\n", t->gpu[g].index, name, in.gi_info.profileId, in.gi_info.id,
                      place);
                 emit(LGI_RULE);
             } else if (what == LIST_CI) {
@@ -230,9 +230,9 @@ static int list_instances(const struct targets *t, enum listing what)
                     snprintf(inst, sizeof inst, "%u/%u", free, p.instanceCount);
                     /* '*' marks the profile spanning the whole GPU instance (the default) */
                     snprintf(id, sizeof id, "%u%s", p.id, p.sliceCount == in.gi_info.placement.size ? "*" : " ");
-                    emit("|%4u%7u       %-14s%6s%8s%13u%11u%6u%6u      |\n", t->gpu[g].index, in.gi_info.id, name, id,
+                    emit("|%4u%7u       %-14s%5s%9s%13u%10u%6u%6u     |\n", t->gpu[g].index, in.gi_info.id, name, id,
                          inst, p.multiprocessorCount, p.sharedDecoderCount, p.sharedEncoderCount, p.sharedOfaCount);
-                    emit("|%66s%-2u%5u%13s|\n", "", p.sharedCopyEngineCount, p.sharedJpegCount, "");
+                    emit("|%66s%2u%8u%10s|\n", "", p.sharedCopyEngineCount, p.sharedJpegCount, "");
                     emit(LCIP_RULE);
                 }
             }
