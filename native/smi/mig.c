@@ -219,6 +219,11 @@ static int list_instances(const struct targets *t, enum listing what)
                      in.ci_info.profileId, in.ci_info.id, place);
                 emit(LCI_RULE);
             } else {
+                nvmlGpuInstanceProfileInfo_v2_t gp;
+                memset(&gp, 0, sizeof gp);
+                gp.version = nvmlGpuInstanceProfileInfo_v2;
+                if (nvmlDeviceGetGpuInstanceProfileInfoByIdV(gpu, in.gi_info.profileId, &gp) != NVML_SUCCESS)
+                    gp.sliceCount = 0;
                 for (unsigned k = 0; k < NVML_COMPUTE_INSTANCE_PROFILE_COUNT; k++) {
                     nvmlComputeInstanceProfileInfo_v2_t p;
                     unsigned free = 0;
@@ -229,7 +234,7 @@ static int list_instances(const struct targets *t, enum listing what)
                     mig_name(p.name, name, sizeof name);
                     snprintf(inst, sizeof inst, "%u/%u", free, p.instanceCount);
                     /* '*' marks the profile spanning the whole GPU instance (the default) */
-                    snprintf(id, sizeof id, "%u%s", p.id, p.sliceCount == in.gi_info.placement.size ? "*" : " ");
+                    snprintf(id, sizeof id, "%u%s", p.id, p.sliceCount == gp.sliceCount ? "*" : " ");
                     emit("|%4u%7u       %-14s%5s%9s%13u%10u%6u%6u     |\n", t->gpu[g].index, in.gi_info.id, name, id,
                          inst, p.multiprocessorCount, p.sharedDecoderCount, p.sharedEncoderCount, p.sharedOfaCount);
                     emit("|%66s%2u%8u%10s|\n", "", p.sharedCopyEngineCount, p.sharedJpegCount, "");
