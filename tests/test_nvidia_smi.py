@@ -449,3 +449,69 @@ def test_start_up_removes_temp_files_of_interrupted_live_writes(tmp_path: Path) 
     (smi.live_dir / "GPU-x").write_text("utilization=5\n")
     assert state.startup().driver_files_removed == 1
     assert sorted(p.name for p in smi.live_dir.iterdir()) == ["GPU-x"]
+
+
+def test_mig_instances_of_the_container(a100: tuple[DeviceState, Any], tmp_path: Path) -> None:
+    """In MIG mode a container's NVML holds only its own MIG devices: `mig -lgi` and `-lci` list
+    their GPU and compute instances (layout of the real tables; IDs from the device files)."""
+    state, inventory = a100
+    state.prepare(claim(UID1, mig_names(inventory)))
+    root = container_root(tmp_path, [read_spec(state, UID1)])
+    lgi = run_smi(root, "mig", "-lgi").stdout.splitlines()
+    assert lgi[:5] == [
+        "+-------------------------------------------------------+",
+        "| GPU instances:                                        |",
+        "| GPU   Name             Profile  Instance   Placement  |",
+        "|                          ID       ID       Start:Size |",
+        "|=======================================================|",
+    ]
+    # GI 2 is the 3g.20gb at memory slice 4, GI 7 the 1g.5gb at 0 (by GI ID, as NVML lists them)
+    assert lgi[5::2] == [
+        "|   0  MIG 3g.20gb          9        2          4:4     |",
+        "|   0  MIG 1g.5gb          19        7          0:1     |",
+    ]
+    lci = run_smi(root, "mig", "-lci").stdout.splitlines()
+    rows = [line for line in lci if re.match(r"\|   0 ", line)]
+    assert [row.split()[2:4] for row in rows] == [["2", "MIG"], ["7", "MIG"]]
+    assert all(len(line) == 70 for line in lci)
+    # the GPU without MIG devices in this container has none to list
+    state.prepare(claim(UID2, ["gpu-1"]))
+    other = container_root(tmp_path, [read_spec(state, UID2)], "other")
+    assert run_smi(other, "mig", "-lgi").stdout == "No MIG-enabled devices found.\n"
+
+
+def test_q_shows_the_mig_devices(a100: tuple[DeviceState, Any], tmp_path: Path) -> None:
+    """-q -x: one <mig_device> per MIG device, the elements of 580's DTD (NVIDIA's MIG fixture,
+    docs/reference/nvidia-smi.md); -q: the same under "MIG Devices"."""
+    import xml.etree.ElementTree as ET
+
+    state, inventory = a100
+    state.prepare(claim(UID1, mig_names(inventory)))
+    root = container_root(tmp_path, [read_spec(state, UID1)])
+    gpu = ET.fromstring(run_smi(root, "-q", "-x").stdout).find("gpu")
+    assert gpu is not None
+    devices = gpu.findall("mig_devices/mig_device")
+    assert [d.findtext("gpu_instance_id") for d in devices] == ["2", "7"]
+    assert [child.tag for child in devices[0]] == [
+        "index",
+        "gpu_instance_id",
+        "compute_instance_id",
+        "device_attributes",
+        "ecc_error_count",
+        "fb_memory_usage",
+        "bar1_memory_usage",
+    ]
+    shared = devices[1].find("device_attributes/shared")
+    assert shared is not None and [c.tag for c in shared] == [
+        "multiprocessor_count",
+        "copy_engine_count",
+        "encoder_count",
+        "decoder_count",
+        "ofa_count",
+        "jpg_count",
+    ]
+    assert devices[1].findtext("device_attributes/shared/multiprocessor_count") == "14"  # A100 1g.5gb
+    assert devices[1].findtext("fb_memory_usage/total", "").endswith(" MiB")
+    text = run_smi(root, "-q").stdout
+    assert "    MIG Devices\n        MIG Device\n            Index                             : 0\n" in text
+    assert text.count("        MIG Device\n") == 2
