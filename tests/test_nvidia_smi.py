@@ -513,5 +513,5 @@ def test_q_shows_the_mig_devices(a100: tuple[DeviceState, Any], tmp_path: Path) 
     assert devices[1].findtext("device_attributes/shared/multiprocessor_count") == "14"  # A100 1g.5gb
     assert devices[1].findtext("fb_memory_usage/total", "").endswith(" MiB")
     text = run_smi(root, "-q").stdout
-    assert "    MIG Devices\n        MIG Device\n            Index                             : 0\n" in text
+    assert "    MIG Devices\n        MIG Device\n            Index" + " " * 38 + ": 0\n" in text
     assert text.count("        MIG Device\n") == 2

@@ -401,7 +401,7 @@ SECTIONS = {
     "UTILIZATION": ["Utilization"],
     "ECC": ["ECC Mode", "ECC Errors"],
     "TEMPERATURE": ["Temperature"],
-    "POWER": ["GPU Power Readings", "GPU Memory Power Readings", "Module Power Readings"],
+    "POWER": ["GPU Power Readings", "GPU Memory Power Readings ", "Module Power Readings"],
     "CLOCK": ["Clocks", "Applications Clocks", "Default Applications Clocks", "Deferred Clocks", "Max Clocks",
               "Max Customer Boost Clocks", "Clock Policy"],
     "COMPUTE": ["Compute Mode"],
@@ -423,12 +423,18 @@ SECTIONS = {
 
 
 def first_level(text: str) -> list[str]:
-    return [line[4:].split(":")[0].rstrip() for line in text.splitlines() if re.match(r"    \S", line)]
+    """The labels under the GPU (a group title as printed, trailing space and all)."""
+    return [
+        line[4:] if " : " not in line else line[4:].split(" : ")[0].rstrip()
+        for line in text.splitlines()
+        if re.match(r"    \S", line)
+    ]
 
 
 def test_q_text_layout(h200: dict[str, Any]) -> None:
     """The NVSMI LOG header, then the GPU: every line a group title or `label : value` with the
-    colon in column 43, four spaces per level."""
+    colon in column 56 (580; the process entries keep the 43 of older drivers), four spaces per
+    level (docs/reference/nvidia-smi.md)."""
     out, rc = smi(h200, "-q")
     assert rc == 0
     lines = out.splitlines()
@@ -438,11 +444,12 @@ def test_q_text_layout(h200: dict[str, Any]) -> None:
         "Driver Version",
         "CUDA Version",
     ]
-    assert lines[7] == "Attached GPUs                             : 1"
+    assert lines[7] == "Attached GPUs" + " " * 42 + ": 1"
     assert lines[8] == f"GPU {bus_id(h200)}"
     for line in lines[9:]:
         assert not line or re.fullmatch(r"(    )+\S.*", line), line
-        assert " : " not in line or line.index(" : ") == 41 or len(line.split(" : ")[0]) > 41, line
+        column = 41 if line.startswith("    Processes ") else 54
+        assert " : " not in line or line.index(" : ") == column or len(line.split(" : ")[0]) > column, line
     labels = first_level(out)
     assert labels[:3] == ["Product Name", "Product Brand", "Product Architecture"]
     for section in SECTIONS.values():

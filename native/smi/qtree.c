@@ -1,9 +1,9 @@
 /*
  * nvidia-smi -q (text), -q -d SECTION,... and -q -x (XML) from one table: each row is one line of
  * the text and one element of the XML, with the getter (values.h) both print. The element order
- * and names are nvidia-smi 580's (qx-h100.xml, tests/data/nvidia-smi/qx); the text labels follow
- * the public 565/575 -q pastes cited in docs/reference/nvidia-smi.md. A layout change is a row
- * change here.
+ * and names are nvidia-smi 580's (qx-h100.xml, tests/data/nvidia-smi/qx); the text labels and
+ * columns those of the public 580 -q cited in docs/reference/nvidia-smi.md. A layout change is a
+ * row change here.
  */
 #include <string.h>
 
@@ -288,7 +288,7 @@ static const struct qnode gpu_nodes[] = {
     V(1, "GPU Target Temp Min", "gpu_target_temp_min", g_threshold, NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MIN, " C"),
     V(1, "GPU Target Temp Max", "gpu_target_temp_max", g_threshold, NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MAX, " C"),
     GS(D_POWER, "GPU Power Readings", "gpu_power_readings"),
-    V(1, "Power State", "power_state", g_pstate, 0, NULL),
+    VF(1, Q_XML, "Power State", "power_state", g_pstate, 0, NULL),
     V(1, "Average Power Draw", "average_power_draw", g_power_field, NVML_FI_DEV_POWER_AVERAGE, " W"),
     V(1, "Instantaneous Power Draw", "instant_power_draw", g_power_field, NVML_FI_DEV_POWER_INSTANT, " W"),
     V(1, "Current Power Limit", "current_power_limit", g_power_limit, LIMIT_ENFORCED, " W"),
@@ -296,11 +296,11 @@ static const struct qnode gpu_nodes[] = {
     V(1, "Default Power Limit", "default_power_limit", g_power_limit, LIMIT_DEFAULT, " W"),
     V(1, "Min Power Limit", "min_power_limit", g_power_limit, LIMIT_MIN, " W"),
     V(1, "Max Power Limit", "max_power_limit", g_power_limit, LIMIT_MAX, " W"),
-    GS(D_POWER, "GPU Memory Power Readings", "gpu_memory_power_readings"),
+    GS(D_POWER, "GPU Memory Power Readings ", "gpu_memory_power_readings"), /* 580's trailing space */
     V(1, "Average Power Draw", "average_power_draw", g_na, 0, " W"),
     V(1, "Instantaneous Power Draw", "instant_power_draw", g_na, 0, " W"),
     GS(D_POWER, "Module Power Readings", "module_power_readings"),
-    V(1, "Power State", "power_state", g_pstate, 0, NULL),
+    VF(1, Q_XML, "Power State", "power_state", g_pstate, 0, NULL),
     V(1, "Average Power Draw", "average_power_draw", g_module_power, NVML_FI_DEV_POWER_AVERAGE, " W"),
     V(1, "Instantaneous Power Draw", "instant_power_draw", g_module_power, NVML_FI_DEV_POWER_INSTANT, " W"),
     V(1, "Current Power Limit", "current_power_limit", g_module_power, NVML_FI_DEV_POWER_CURRENT_LIMIT, " W"),
@@ -383,7 +383,8 @@ static const struct qnode mig_nodes[] = {
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
-#define COLUMN 42 /* where -q puts the ':' */
+#define COLUMN 55          /* where 580's -q puts the ':' */
+#define PROCESS_COLUMN 42  /* ... but in its process entries, as before 580 */
 
 static int xml_mode;
 
@@ -405,14 +406,19 @@ static void tabs(int n)
         emit("\t");
 }
 
-/* A line of -q text ("label : value", the ':' in COLUMN), indented `level` steps of four. */
-static void text_line(int level, const char *label, const char *value)
+/* A line of -q text ("label : value", the ':' in `column`), indented `level` steps of four. */
+static void text_at(int column, int level, const char *label, const char *value)
 {
     int indent = 4 * level;
-    int width = COLUMN - indent;
+    int width = column - indent;
     if ((int)strlen(label) >= width)
         width = (int)strlen(label) + 1;
     emit("%*s%-*s: %s\n", indent, "", width, label, value);
+}
+
+static void text_line(int level, const char *label, const char *value)
+{
+    text_at(COLUMN, level, label, value);
 }
 
 static void xml_leaf(int level, const char *tag, const char *value)
@@ -633,12 +639,12 @@ static void processes_node(const struct qnode *n, nvmlDevice_t gpu, int level)
             } else {
                 if (!any)
                     emit("%*s%s\n", 4 * level, "", n->label);
-                text_line(level + 1, "GPU instance ID", gi);
-                text_line(level + 1, "Compute instance ID", ci);
-                text_line(level + 1, "Process ID", pid);
-                text_line(level + 2, "Type", "C");
-                text_line(level + 2, "Name", name);
-                text_line(level + 2, "Used GPU Memory", mem);
+                text_at(PROCESS_COLUMN, level + 1, "GPU instance ID", gi);
+                text_at(PROCESS_COLUMN, level + 1, "Compute instance ID", ci);
+                text_at(PROCESS_COLUMN, level + 1, "Process ID", pid);
+                text_at(PROCESS_COLUMN, level + 2, "Type", "C");
+                text_at(PROCESS_COLUMN, level + 2, "Name", name);
+                text_at(PROCESS_COLUMN, level + 2, "Used GPU Memory", mem);
             }
             any = 1;
         }
@@ -647,7 +653,7 @@ static void processes_node(const struct qnode *n, nvmlDevice_t gpu, int level)
         tabs(level);
         emit("</%s>\n", n->tag);
     } else if (!any) {
-        text_line(level, n->label, "None");
+        text_at(PROCESS_COLUMN, level, n->label, "None");
     }
 }
 
