@@ -51,6 +51,34 @@ PLATFORM = {
 } | {"platform.gpu_fabric_guid"}
 
 
+# What dra-fake's NVML does not report yet, each with what nvidia-smi prints meanwhile and why (the
+# library's answer, not nvidia-smi's). A gap that closes fails test_every_query_field: remove it.
+SRAM = "nvmlDeviceGetSramEccErrorStatus not implemented"
+COUNTER = "nvmlDeviceGetFieldValues: clock event reason counters (fields 74, 76, 269-271) not implemented"
+HISTOGRAM = "nvmlDeviceGetRowRemapperHistogram not implemented (and no per-model key: H200 3072 banks)"
+LIBRARY_GAPS: dict[str, tuple[str, str]] = {
+    "display_attached": ("[N/A]", "device files lack the display_mode key the library reads"),
+    "display_active": ("[N/A]", "device files lack the display_active key the library reads"),
+    "gpu_recovery_action": ("[N/A]", "nvmlDeviceGetFieldValues: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230)"),
+    **{f"clocks_event_reasons_counters.{r}": ("[N/A]", COUNTER) for r in
+       ("sw_power_cap", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown",
+        "hw_power_brake_slowdown")},
+    "memory.free": ("143155 MiB", "nvmlDeviceGetMemoryInfo_v2 reserves 616 MiB, not docs/nvml.md's 615.06"),
+    **{f"ecc.errors.uncorrected.{k}": ("[N/A]", SRAM) for k in
+       ("volatile.sram.parity", "volatile.sram.secded", "aggregate.sram.parity", "aggregate.sram.secded",
+        "aggregate.sram.l2", "aggregate.sram.sm", "aggregate.sram.mcu", "aggregate.sram.pcie",
+        "aggregate.sram.other")},
+    "ecc.errors.uncorrected.aggregate.sram.thresholdExceeded": ("[N/A]", SRAM),
+    "remapped_rows.correctable_inactive": ("[N/A]", "nvmlDeviceGetRemappedRows_v2 not implemented"),
+    "remapped_rows.uncorrectable_inactive": ("[N/A]", "nvmlDeviceGetRemappedRows_v2 not implemented"),
+    **{f"remapped_rows.histogram.{k}": ("[N/A]", HISTOGRAM) for k in
+       ("max", "high", "partial", "low", "none")},
+    "gsp.mode.current": ("[N/A]", "device files lack the gsp_firmware_mode key the library reads"),
+    "gsp.mode.default": ("[N/A]", "device files lack the gsp_firmware_mode key the library reads"),
+    "c2c.mode": ("[N/A]", "nvmlDeviceGetC2cModeInfoV not implemented (and no per-model key)"),
+}  # fmt: skip
+
+
 def capture(name: str) -> tuple[list[str], str, int]:
     """A capture file: its command line (argv after nvidia-smi), its output, its exit code."""
     lines = (CAPTURE / name).read_text().split("\n")
@@ -119,6 +147,8 @@ def test_every_query_field_as_the_real_tool(h200: dict[str, Any]) -> None:
         out, rc = smi(h200, *f"--query-gpu={field}".split(), "--format=csv,noheader")
         if field in PLATFORM:
             same = rc == 0 and out.count("\n") == 1
+        elif field in LIBRARY_GAPS:
+            same = (out, rc) == (LIBRARY_GAPS[field][0] + "\n", 0) and out != real
         elif field in MACHINE:
             same = rc == real_rc and shape(out) == shape(real)
         else:
@@ -147,7 +177,9 @@ def test_query_lines_as_the_real_tool(h200: dict[str, Any], name: str) -> None:
             canonical = {"clocks.sm": "clocks.current.sm", "clocks.mem": "clocks.current.memory"}.get(
                 field, field
             )
-            if canonical in MACHINE:
+            if canonical in LIBRARY_GAPS:
+                assert value in (LIBRARY_GAPS[canonical][0], LIBRARY_GAPS[canonical][0].split()[0]), field
+            elif canonical in MACHINE:
                 assert shape(value) == shape(real_value), field
             else:
                 assert value == real_value, field
@@ -206,10 +238,13 @@ def test_table_as_the_real_tool(h200: dict[str, Any], name: str) -> None:
     ours, theirs = out.splitlines(), real.splitlines()
     assert len(ours) == len(theirs)
     assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4} {7}", ours[0])
-    machine = re.compile(r"\d\d\d\d\d\d\d\d:\w\w:\w\w\.\d|\d+C|\d+W / ")
+    machine = re.compile(r"\d\d\d\d\d\d\d\d:\w\w:\w\w\.\d| +\d+C| +\d+W / ")  # right-aligned: spaces too
+    # Disp.A: NVML's display_active (LIBRARY_GAPS) is N/A for now
+    assert LIBRARY_GAPS["display_active"][0] == "[N/A]"
+    theirs[8] = theirs[8].replace(".0 Off |", ".0 N/A |")
     for mine, real_line in zip(ours[1:], theirs[1:], strict=True):
         assert len(mine) == len(real_line)
-        assert machine.sub("#", mine) == machine.sub("#", real_line) or shape(mine) == shape(real_line)
+        assert machine.sub("#", mine) == machine.sub("#", real_line)
 
 
 def test_list_as_the_real_tool(h200: dict[str, Any]) -> None:
@@ -342,7 +377,11 @@ def qx(h200: dict[str, Any]) -> ET.Element:
 def test_q_x_has_the_element_structure_of_580(h200: dict[str, Any]) -> None:
     """The element paths of the H100's `-q -x` on 580 (same DTD as the H200), in their order."""
     real = ET.fromstring(gzip.decompress((DATA / "qx" / "qx-h100.xml.gz").read_bytes()))
-    assert element_paths(qx(h200)) == element_paths(real)
+    ours = qx(h200)
+    # nvmlDeviceGetSupportedMemoryClocks is not implemented by dra-fake's NVML yet: N/A, no children
+    gap = "/nvidia_smi_log/gpu/supported_clocks/"
+    assert ours.findtext("gpu/supported_clocks") == "N/A"
+    assert element_paths(ours) == [p for p in element_paths(real) if not p.startswith(gap)]
 
 
 # -q -x element -> (the --query-gpu field with the same value, the unit -q -x adds)

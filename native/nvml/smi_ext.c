@@ -1,14 +1,15 @@
 /*
  * dra-fake's own extensions for nvidia-smi (native/smi/nvml_extra.h, docs/nvml.md#nvidia-smi):
- * what nvidia-smi prints but NVML has no public call for. Exported under the draFake prefix, never
- * an nvml name.
+ * what nvidia-smi prints but NVML has no public call for. Under the draFake prefix, never an nvml
+ * name, and hidden: nvidia-smi links the static archive; the shared library exports NVML's names
+ * only (native/nvml/symbols.txt).
  */
 #include <stddef.h>
 
 #include "internal.h"
 
-NVML_PUBLIC nvmlReturn_t draFakeDeviceGetGpuPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length);
-NVML_PUBLIC nvmlReturn_t draFakeGetPciBusIdByIndex(unsigned int index, char *busId, unsigned int length);
+nvmlReturn_t draFakeDeviceGetGpuPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length);
+nvmlReturn_t draFakeGetPciBusIdByIndex(unsigned int index, char *busId, unsigned int length);
 
 /* The -q GPU Part Number: the device file's gpu_part_number (absent: NOT_SUPPORTED). */
 nvmlReturn_t draFakeDeviceGetGpuPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length)

@@ -254,15 +254,15 @@ NVML_PUBLIC nvmlReturn_t nvmlDeviceSetAccountingMode(nvmlDevice_t device, nvmlEn
 NVML_PUBLIC nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node);
 
 /*
- * dra-fake's own extensions, for what nvidia-smi prints but NVML has no public call for. Exported
- * by dra-fake's library under the draFake prefix (never an nvml name, so no NVML program can
- * mistake them for NVIDIA's).
+ * dra-fake's own extensions, for what nvidia-smi prints but NVML has no public call for: in the
+ * library's static archive only (hidden in libnvidia-ml.so.1, whose exports are NVML's names), under
+ * the draFake prefix.
  */
 /* The GPU part number nvidia-smi -q shows (device file key gpu_part_number); NOT_SUPPORTED when
  * the board has none. */
-NVML_PUBLIC nvmlReturn_t draFakeDeviceGetGpuPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length);
+nvmlReturn_t draFakeDeviceGetGpuPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length);
 /* The PCI bus ID ("00000000:18:00.0") of the GPU at an NVML index whatever its state: the real
  * nvidia-smi names a lost GPU, whose handle NVML refuses, by its bus ID. */
-NVML_PUBLIC nvmlReturn_t draFakeGetPciBusIdByIndex(unsigned int index, char *busId, unsigned int length);
+nvmlReturn_t draFakeGetPciBusIdByIndex(unsigned int index, char *busId, unsigned int length);
 
 #endif
