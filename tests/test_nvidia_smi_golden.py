@@ -19,7 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from smi_container import DRIVER, NODE, UID1, claim, container_root, make_state, read_spec, run_smi
+from smi_container import (
+    DRIVER,
+    LIBRARY_GAPS,
+    NODE,
+    UID1,
+    claim,
+    container_root,
+    make_state,
+    read_spec,
+    run_smi,
+)
 
 from dra_fake.gpu.monitor import GpuMonitor
 from dra_fake.gpu.nvidia_smi import CONTAINER_BINARY
@@ -49,34 +59,6 @@ PLATFORM = {
     f"platform.{f}"
     for f in ("chassis_serial_number", "slot_number", "tray_index", "host_id", "peer_type", "module_id")
 } | {"platform.gpu_fabric_guid"}
-
-
-# What dra-fake's NVML does not report yet, each with what nvidia-smi prints meanwhile and why (the
-# library's answer, not nvidia-smi's). A gap that closes fails test_every_query_field: remove it.
-SRAM = "nvmlDeviceGetSramEccErrorStatus not implemented"
-COUNTER = "nvmlDeviceGetFieldValues: clock event reason counters (fields 74, 76, 269-271) not implemented"
-HISTOGRAM = "nvmlDeviceGetRowRemapperHistogram not implemented (and no per-model key: H200 3072 banks)"
-LIBRARY_GAPS: dict[str, tuple[str, str]] = {
-    "display_attached": ("[N/A]", "device files lack the display_mode key the library reads"),
-    "display_active": ("[N/A]", "device files lack the display_active key the library reads"),
-    "gpu_recovery_action": ("[N/A]", "nvmlDeviceGetFieldValues: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230)"),
-    **{f"clocks_event_reasons_counters.{r}": ("[N/A]", COUNTER) for r in
-       ("sw_power_cap", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown",
-        "hw_power_brake_slowdown")},
-    "memory.free": ("143155 MiB", "nvmlDeviceGetMemoryInfo_v2 reserves 616 MiB, not docs/nvml.md's 615.06"),
-    **{f"ecc.errors.uncorrected.{k}": ("[N/A]", SRAM) for k in
-       ("volatile.sram.parity", "volatile.sram.secded", "aggregate.sram.parity", "aggregate.sram.secded",
-        "aggregate.sram.l2", "aggregate.sram.sm", "aggregate.sram.mcu", "aggregate.sram.pcie",
-        "aggregate.sram.other")},
-    "ecc.errors.uncorrected.aggregate.sram.thresholdExceeded": ("[N/A]", SRAM),
-    "remapped_rows.correctable_inactive": ("[N/A]", "nvmlDeviceGetRemappedRows_v2 not implemented"),
-    "remapped_rows.uncorrectable_inactive": ("[N/A]", "nvmlDeviceGetRemappedRows_v2 not implemented"),
-    **{f"remapped_rows.histogram.{k}": ("[N/A]", HISTOGRAM) for k in
-       ("max", "high", "partial", "low", "none")},
-    "gsp.mode.current": ("[N/A]", "device files lack the gsp_firmware_mode key the library reads"),
-    "gsp.mode.default": ("[N/A]", "device files lack the gsp_firmware_mode key the library reads"),
-    "c2c.mode": ("[N/A]", "nvmlDeviceGetC2cModeInfoV not implemented (and no per-model key)"),
-}  # fmt: skip
 
 
 def capture(name: str) -> tuple[list[str], str, int]:
