@@ -11,7 +11,7 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG NATIVE_IMAGE=debian:bookworm-slim
 
-# dra-fake's libnvidia-ml.so.1 (docs/nvml.md): the plugin ships it into pods
+# dra-fake's libnvidia-ml.so.1 and nvidia-smi (docs/nvml.md): the plugin ships them into pods
 FROM ${NATIVE_IMAGE} AS native
 SHELL ["/bin/sh", "-eu", "-c"]
 WORKDIR /src
@@ -31,6 +31,7 @@ WORKDIR /src
 COPY . ./
 # package data of dra_fake.gpu.nvidia_smi (pyproject.toml)
 COPY --from=native /out/libnvidia-ml.so.1 dra_fake/gpu/nvidia_smi/native/libnvidia-ml.so.1
+COPY --from=native /out/nvidia-smi dra_fake/gpu/nvidia_smi/native/nvidia-smi
 ARG PIP_OFFLINE=""
 # Runtime dependencies only (no [dev] extra); a regular (non-editable) install into the venv.
 RUN /opt/dra-fake/bin/pip install --no-compile ${PIP_OFFLINE:+--no-index --find-links /src/build/wheels} . \

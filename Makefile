@@ -28,12 +28,12 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-# dra-fake's NVML library (docs/nvml.md), copied where the plugin finds it (package data)
+# dra-fake's NVML library and nvidia-smi (docs/nvml.md), copied where the plugin finds them (package data)
 NATIVE_PKG := dra_fake/gpu/nvidia_smi/native
-native: ## build the C NVML library build/native/libnvidia-ml.so.1 (and libdranvml.a), check its glibc needs
+native: ## build the C NVML library and nvidia-smi (build/native/), check the library's glibc needs
 	$(MAKE) -C native all check-glibc
 	mkdir -p $(NATIVE_PKG)
-	cp build/native/libnvidia-ml.so.1 $(NATIVE_PKG)/libnvidia-ml.so.1
+	cp build/native/libnvidia-ml.so.1 build/native/nvidia-smi $(NATIVE_PKG)/
 
 venv: native $(VENV)/.installed ## create .venv with the driver and its dev tools
 
@@ -86,7 +86,7 @@ chart-lint: venv ## the chart gates without their tests (make test runs those): 
 
 IMAGE ?= dra-fake:dev
 CONTAINER_TOOL ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
-image: ## build the container image IMAGE (docker or podman; not possible without a container engine)
+image: native ## build the container image IMAGE (docker or podman; not possible without a container engine)
 	@test -n "$(CONTAINER_TOOL)" || { echo "make image: no docker or podman on this machine (hadolint checks the Dockerfile in make chart-check)"; exit 1; }
 	$(CONTAINER_TOOL) build -t $(IMAGE) --build-arg VERSION=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) \
 		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) .

@@ -5,7 +5,7 @@ Tests ask the test bed for what differs between them:
 - `container(...)`: what a container got: its environment, `nvidia-smi`, a directory listing. On
   kind that is a real container (exec through the API server); on the harness, which runs no
   containers, it is what the kubelet's CDI library injected (the harness's pod record), with our
-  nvidia-smi script run against the mounted files;
+  nvidia-smi (the mounted binary) run against the mounted files;
 - node files (CDI specs, checkpoints) and node processes (kill a plugin or an IMEX daemon);
 - `driver_namespace`: where the driver's ComputeDomain daemons run.
 
@@ -153,8 +153,8 @@ class HarnessContainer(Container):
             return Exec(0, "".join(f"{n}\n" for n in sorted(names)))
         if argv[0] != "nvidia-smi":
             raise NotImplementedError(f"the harness runs no containers: cannot run {argv}")
-        script = mounts.get("/usr/bin/nvidia-smi")
-        if not script:
+        binary = mounts.get("/usr/bin/nvidia-smi")
+        if not binary:
             return Exec(127, "sh: nvidia-smi: not found\n")
         # Rebuild the container's view of the mounted device files under a temporary root.
         with tempfile.TemporaryDirectory() as root:
@@ -163,9 +163,7 @@ class HarnessContainer(Container):
                 link.parent.mkdir(parents=True, exist_ok=True)
                 link.symlink_to(source)
             env = {**self.env(), "DRA_FAKE_ROOT": root, "PATH": os.environ.get("PATH", "")}
-            proc = subprocess.run(
-                ["sh", script, *argv[1:]], env=env, capture_output=True, text=True, timeout=30
-            )
+            proc = subprocess.run([binary, *argv[1:]], env=env, capture_output=True, text=True, timeout=30)
         return Exec(proc.returncode, proc.stdout + proc.stderr)
 
 

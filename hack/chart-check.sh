@@ -3,7 +3,7 @@
 #  1. helm and kubeconform built from their Go modules (hack/install-tools.sh, into .tools/bin);
 #  2. helm lint (default values and charts/dra-fake/ci/*.yaml) for a 1.32 and the latest server;
 #  3. tests/test_chart.py: what helm template renders for 1.32 (v1beta1), 1.33 and the latest;
-#  4. shellcheck (nvidia-smi script, native/ build scripts, hack/ scripts, e2e/kind/run.sh, .ci/run), hadolint (Dockerfile),
+#  4. shellcheck (native/ build scripts, hack/ scripts, e2e/kind/run.sh, .ci/run), hadolint (Dockerfile),
 #     actionlint (GitHub workflows; shellcheck on their run: steps);
 #  5. e2e/test_rbac.py: a local control plane gets the rendered objects; kubeconform validates every
 #     rendered object against strict schemas generated from that API server (and CRDs); the GPU
@@ -23,7 +23,7 @@ for kube in 1.32.0 1.37.0; do
 done
 T=$PWD/.tools/bin
 echo "== shellcheck, hadolint, actionlint"
-"$T/shellcheck" -s sh dra_fake/gpu/nvidia_smi/nvidia-smi.sh native/gen-stubs.sh native/check-glibc.sh
+"$T/shellcheck" -s sh native/gen-stubs.sh native/check-glibc.sh
 "$T/shellcheck" hack/chart-check.sh hack/install-tools.sh hack/gen-k8s-replaces.sh hack/kind/*.sh e2e/kind/run.sh .ci/run
 "$T/hadolint" Dockerfile
 "$T/actionlint" -shellcheck "$T/shellcheck" .github/workflows/*.yaml

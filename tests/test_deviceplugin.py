@@ -37,7 +37,7 @@ from dra_fake.deviceplugin.server import DeviceHealth, DevicePlugins, unhealthy_
 from dra_fake.deviceplugin.topology import Link, best_effort, link_score
 from dra_fake.gpu.devices import gpu_uuid
 from dra_fake.gpu.inventory import Inventory, build_inventory, parse_config
-from dra_fake.gpu.nvidia_smi import NvidiaSmi, script_text
+from dra_fake.gpu.nvidia_smi import NvidiaSmi, binary_bytes, library_bytes, library_dirs
 from dra_fake.gpu.profiles import load_profiles
 from dra_fake.kubelet.pb.deviceplugin.v1beta1 import api_pb2 as pb
 from dra_fake.kubelet.pb.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
@@ -232,7 +232,7 @@ def test_replicas_and_renaming() -> None:
 def smi(tmp_path: Path) -> NvidiaSmi:
     inv = inventory()
     s = NvidiaSmi.from_inventory(tmp_path / "data", inv)
-    s.ensure_script()
+    s.ensure_tools()
     return s
 
 
@@ -243,6 +243,7 @@ def test_allocate_per_strategy(smi: NvidiaSmi) -> None:
     assert env.envs == {"NVIDIA_VISIBLE_DEVICES": ",".join(ids)} and not env.cdi_devices
     mounted = {m.container_path for m in env.mounts}
     assert "/usr/bin/nvidia-smi" in mounted and len([p for p in mounted if "/devices/" in p]) == 2
+    assert {f"{d}/libnvidia-ml.so.1" for d in library_dirs()} <= mounted  # the same mounts as a claim's
     index = container_response(gpus, ids, PluginConfig(device_id_strategy="index"), smi)
     assert index.envs["NVIDIA_VISIBLE_DEVICES"] == "2,5"
     volumes = container_response(gpus, ids, PluginConfig(device_list_strategy=("volume-mounts",)), None)
@@ -644,9 +645,10 @@ def test_envvar_answer_gives_nvidia_smi_exactly_the_allocated_gpus(tmp_path: Pat
             target.symlink_to(m.host_path)
         else:
             shutil.copy(m.host_path, target)
-    assert (root / "usr/bin/nvidia-smi").read_text() == script_text()
+    assert (root / "usr/bin/nvidia-smi").read_bytes() == binary_bytes()
+    assert (root / library_dirs()[0].lstrip("/") / "libnvidia-ml.so.1").read_bytes() == library_bytes()
     out = subprocess.run(
-        [shutil.which("dash") or "sh", str(root / "usr/bin/nvidia-smi"), "-L"],
+        [str(root / "usr/bin/nvidia-smi"), "-L"],
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DRA_FAKE_ROOT": str(root)},
         capture_output=True,
         text=True,

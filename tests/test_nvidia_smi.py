@@ -1,11 +1,9 @@
 """The nvidia-smi mounted into pods (dra_fake/gpu/nvidia_smi): CDI mounts, host files, and its output
 compared with real nvidia-smi output.
 
-How a test "runs it in a container": a claim is prepared by DeviceState (as the plugin does), the
-claim's CDI spec is read back, and every mount of the devices a container gets is copied from its
-hostPath to <root>/<containerPath>; the script then runs under dash (a strict POSIX sh) with
-DRA_FAKE_ROOT=<root>, which it prefixes to its device directory. The e2e suite does the same with the
-mounts the official CDI Go library resolved (e2e/test_cluster.py).
+How a test "runs it in a container": tests/smi_container.py (the claim's CDI mounts copied under a
+root; the mounted nvidia-smi binary, native/smi, run with DRA_FAKE_ROOT=<root>). The e2e suite does
+the same with the mounts the official CDI Go library resolved (e2e/test_cluster.py).
 
 Real output the layout is compared with (public captures, transcribed below; values are theirs):
 - REAL_MIG_TABLE / REAL_MIG_LIST: nvidia-smi 580.126.09 on an A100-SXM4-40GB with MIG enabled
@@ -22,23 +20,27 @@ Real output the layout is compared with (public captures, transcribed below; val
 from __future__ import annotations
 
 import os
+import platform
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from smi_container import (
+    DRIVER,
+    NODE,
+    UID1,
+    UID2,
+    claim,
+    container_root,
+    make_state,
+    read_spec,
+    run_smi,
+)
 
-from dra_fake.gpu.inventory import load_inventory
 from dra_fake.gpu.monitor import GpuMonitor
-from dra_fake.gpu.nvidia_smi import CONTAINER_BINARY, NvidiaSmi, nvidia_bus_id, script_text
+from dra_fake.gpu.nvidia_smi import binary_bytes, library_bytes, nvidia_bus_id
 from dra_fake.gpu.state import DeviceState
-
-NODE = "node-a"
-DRIVER = "gpu.nvidia.com"
-SHELL = shutil.which("dash") or "sh"
 
 REAL_MIG_TABLE = """\
 +-----------------------------------------------------------------------------------------+
@@ -101,78 +103,6 @@ def skeleton(line: str) -> str:
     return re.sub(r"[^|+=]", " ", line) if set(line) <= set("+-=|") else re.sub(r"[^|]", " ", line)
 
 
-def write_inventory(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "inventory.yaml"
-    path.write_text(text)
-    return path
-
-
-def make_state(tmp_path: Path, inventory_text: str) -> tuple[DeviceState, Any]:
-    inventory = load_inventory(write_inventory(tmp_path, inventory_text), NODE)
-    boot = tmp_path / "boot_id"
-    boot.write_text("11111111-2222-3333-4444-555555555555\n")
-    data = tmp_path / "plugins" / DRIVER
-    state = DeviceState(
-        DRIVER,
-        NODE,
-        inventory.devices,
-        tmp_path / "cdi",
-        data,
-        node_name=NODE,
-        boot_id_path=boot,
-        nvidia_smi=NvidiaSmi.from_inventory(data, inventory),
-    )
-    state.startup()
-    return state, inventory
-
-
-def claim(uid: str, devices: list[str]) -> dict[str, Any]:
-    results = [
-        {"request": f"r{i}", "driver": DRIVER, "pool": NODE, "device": d} for i, d in enumerate(devices)
-    ]
-    return {
-        "metadata": {"uid": uid, "name": f"c-{uid[:4]}", "namespace": "default"},
-        "status": {"allocation": {"devices": {"results": results, "config": []}}},
-    }
-
-
-def container_root(tmp_path: Path, specs: list[dict[str, Any]], name: str = "ctr") -> Path:
-    """Apply the mounts of every device of the given specs (and their spec-level edits) as a
-    runtime would: copy each file hostPath to <root>/<containerPath>; a directory is linked, so
-    later changes on the host show, as through a bind mount."""
-    root = tmp_path / "containers" / name
-    for spec in specs:
-        edits = [spec.get("containerEdits") or {}] + [d["containerEdits"] for d in spec["devices"]]
-        for e in edits:
-            for m in e.get("mounts") or []:
-                target = root / m["containerPath"].lstrip("/")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if Path(m["hostPath"]).is_dir():
-                    target.symlink_to(m["hostPath"])
-                else:
-                    shutil.copy2(m["hostPath"], target)
-    return root
-
-
-def run_smi(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    script = root / CONTAINER_BINARY.lstrip("/")
-    proc = subprocess.run(
-        [SHELL, str(script), *args],
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DRA_FAKE_ROOT": str(root)},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if check:
-        assert proc.returncode == 0, proc.stderr
-    return proc
-
-
-def read_spec(state: DeviceState, uid: str) -> dict[str, Any]:
-    spec: dict[str, Any] = yaml.safe_load(state.cdi.path(uid).read_text())
-    return spec
-
-
 A100_MIG = """
 driverVersion: "580.126.09"
 cudaDriverVersion: "13.0"
@@ -185,9 +115,6 @@ gpus:
 - profile: a100-sxm4-40gb
 """
 
-UID1 = "1a111111-1111-1111-1111-111111111111"
-UID2 = "b2222222-2222-2222-2222-222222222222"
-
 
 @pytest.fixture
 def a100(tmp_path: Path) -> tuple[DeviceState, Any]:
@@ -198,20 +125,32 @@ def mig_names(inventory: Any) -> list[str]:
     return sorted(n for n, d in inventory.devices.items() if d.kind == "mig")
 
 
-def test_spec_mounts_script_and_one_info_file_per_device(a100: tuple[DeviceState, Any]) -> None:
+def test_spec_mounts_tools_and_one_info_file_per_device(a100: tuple[DeviceState, Any]) -> None:
     state, inventory = a100
     migs = mig_names(inventory)
     state.prepare(claim(UID1, [*migs, "gpu-1"]))
     spec = read_spec(state, UID1)
-    [script, live] = spec["containerEdits"]["mounts"]
+    [binary, *libraries, live] = spec["containerEdits"]["mounts"]
     assert live["containerPath"] == "/var/run/dra-fake/nvidia-smi/live"
     assert live["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/live") and Path(live["hostPath"]).is_dir()
-    assert live["options"] == script["options"]
-    assert script["containerPath"] == "/usr/bin/nvidia-smi"
-    assert script["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/nvidia-smi")
-    assert Path(script["hostPath"]).read_text() == script_text()
-    assert os.stat(script["hostPath"]).st_mode & 0o777 == 0o755
-    assert script["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's mount options
+    assert live["options"] == binary["options"]
+    assert binary["containerPath"] == "/usr/bin/nvidia-smi"
+    assert binary["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/nvidia-smi")
+    assert Path(binary["hostPath"]).read_bytes() == binary_bytes()
+    assert os.stat(binary["hostPath"]).st_mode & 0o777 == 0o755
+    assert binary["options"] == ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's mount options
+    # docs/nvml.md: the library under both names, in the multiarch directory and /usr/lib64
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
+    assert [m["containerPath"] for m in libraries] == [
+        f"/usr/lib/{arch}-linux-gnu/libnvidia-ml.so.1",
+        f"/usr/lib/{arch}-linux-gnu/libnvidia-ml.so.580.126.09",
+        "/usr/lib64/libnvidia-ml.so.1",
+        "/usr/lib64/libnvidia-ml.so.580.126.09",
+    ]
+    assert {m["hostPath"] for m in libraries} == {
+        binary["hostPath"].replace("nvidia-smi/nvidia-smi", "nvidia-smi/libnvidia-ml.so.1")
+    }
+    assert Path(libraries[0]["hostPath"]).read_bytes() == library_bytes()
     for dev in spec["devices"]:
         [mount] = dev["containerEdits"]["mounts"]
         assert mount["containerPath"].startswith("/var/run/dra-fake/nvidia-smi/devices/")
@@ -320,7 +259,8 @@ def test_query_gpu_csv_fields_and_format_options(tmp_path: Path) -> None:
     assert re.fullmatch(r"[^,]+, \d+\.\d, \d+ MiB", real.splitlines()[1])
     bad = run_smi(root, "--query-gpu=bogus", "--format=csv", check=False)
     assert bad.returncode == 2 and 'Field "bogus" is not a valid field to query.' in bad.stderr
-    assert run_smi(root, "--query-gpu=name", check=False).returncode == 2
+    # without --format: CSV with a header (qnofmt.txt of the H200 capture)
+    assert run_smi(root, "--query-gpu=name").stdout == "name\nNVIDIA H100 80GB HBM3\n"
 
 
 def test_faults_show_while_the_container_runs(tmp_path: Path) -> None:
@@ -370,14 +310,25 @@ def test_faults_show_while_the_container_runs(tmp_path: Path) -> None:
 def test_no_devices_and_unsupported_options(tmp_path: Path) -> None:
     root = tmp_path / "empty"
     (root / "usr/bin").mkdir(parents=True)
-    (root / "usr/bin/nvidia-smi").write_text(script_text())
+    (root / "usr/bin/nvidia-smi").write_bytes(binary_bytes())
+    (root / "usr/bin/nvidia-smi").chmod(0o755)
+    proc = run_smi(root, check=False)  # no device files at all: NVML finds no driver
+    assert (proc.returncode, proc.stdout) == (9, "")
+    assert proc.stderr.startswith(
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    )
+    (root / "var/run/dra-fake/nvidia-smi/devices").mkdir(parents=True)  # none of them ours
     proc = run_smi(root, check=False)
     assert (proc.returncode, proc.stdout, proc.stderr) == (6, "", "No devices were found\n")
     state, _ = make_state(tmp_path, "gpus:\n- profile: l40s\n")
     state.prepare(claim(UID1, ["gpu-0"]))
     root = container_root(tmp_path, [read_spec(state, UID1)])
-    assert run_smi(root, "-q", check=False).returncode == 2
-    assert "dra-fake" in run_smi(root, "--version").stdout
+    bogus = run_smi(root, "--bogus", check=False)  # bogus.txt of the H200 capture
+    assert (bogus.returncode, bogus.stderr) == (
+        255,
+        "ERROR: Option --bogus is not recognized. Please run 'nvidia-smi -h'.\n\n",
+    )
+    assert "dra-fake" not in run_smi(root, "--version").stdout
 
 
 def test_dynamic_mig_info_file_follows_the_claim(tmp_path: Path) -> None:
@@ -397,12 +348,14 @@ def test_startup_restores_missing_files(a100: tuple[DeviceState, Any]) -> None:
     state, _ = a100
     state.prepare(claim(UID1, ["gpu-1"]))
     spec = read_spec(state, UID1)
-    script = Path(spec["containerEdits"]["mounts"][0]["hostPath"])
+    binary = Path(spec["containerEdits"]["mounts"][0]["hostPath"])
+    library = Path(spec["containerEdits"]["mounts"][1]["hostPath"])
     info = Path(spec["devices"][0]["containerEdits"]["mounts"][0]["hostPath"])
-    script.unlink()
+    binary.unlink()
+    library.unlink()
     info.write_text("garbage")
     state.startup()
-    assert script.read_text() == script_text()
+    assert binary.read_bytes() == binary_bytes() and library.read_bytes() == library_bytes()
     assert "kind=gpu" in info.read_text()
 
 
@@ -412,13 +365,13 @@ def test_a_prepare_rewrites_files_someone_changed_since(a100: tuple[DeviceState,
     state, _ = a100
     state.prepare(claim(UID1, ["gpu-1"]))
     spec = read_spec(state, UID1)
-    script = Path(spec["containerEdits"]["mounts"][0]["hostPath"])
+    binary = Path(spec["containerEdits"]["mounts"][0]["hostPath"])
     info = Path(spec["devices"][0]["containerEdits"]["mounts"][0]["hostPath"])
-    script.write_text("#!/bin/sh\necho replaced\n")
+    binary.write_text("#!/bin/sh\necho replaced\n")
     info.unlink()
     state.unprepare(UID1)
     state.prepare(claim(UID2, ["gpu-1"]))
-    assert script.read_text() == script_text()
+    assert binary.read_bytes() == binary_bytes()
     assert "kind=gpu" in info.read_text()
 
 
@@ -433,14 +386,19 @@ def test_startup_removes_info_files_no_claim_mounts(tmp_path: Path) -> None:
     assert kept.is_file() and not orphan.exists()
 
 
-def test_script_is_posix_sh() -> None:
-    """dash -n parses it strictly; no bashisms the common ones would show."""
-    text = script_text()
-    assert text.startswith("#!/bin/sh\n")
-    if shutil.which("dash"):
-        subprocess.run(["dash", "-n", "/dev/stdin"], input=text, text=True, check=True, timeout=10)
-    for bashism in ("[[", "${BASH", "local ", "declare ", "<<<", "function ", "$'"):
-        assert bashism not in text, bashism
+def test_binary_is_static() -> None:
+    """nvidia-smi runs in images without a C library (the kind lane's busybox pods): an ELF
+    executable without an interpreter (PT_INTERP) and without dynamic section (PT_DYNAMIC)."""
+    data = binary_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2  # 64-bit
+    phoff, phentsize, phnum = (
+        int.from_bytes(data[o : o + n], "little") for o, n in ((0x20, 8), (0x36, 2), (0x38, 2))
+    )
+    types = {
+        int.from_bytes(data[phoff + i * phentsize : phoff + i * phentsize + 4], "little")
+        for i in range(phnum)
+    }
+    assert 1 in types and not types & {2, 3}  # PT_LOAD; no PT_DYNAMIC, no PT_INTERP
 
 
 def test_nvidia_smi_shows_the_sample_the_metrics_serve(tmp_path: Path) -> None:
@@ -485,7 +443,8 @@ def test_nvidia_smi_shows_the_sample_the_metrics_serve(tmp_path: Path) -> None:
     out = run_smi(root, f"--query-gpu={fields}", "--format=csv,noheader,nounits").stdout
     temp = values[("DCGM_FI_DEV_GPU_TEMP", "1")]
     # nvidia-smi's free is one MiB above total - reserved - used (docs/nvml.md#free-memory)
-    assert out == f"{int(util)}, 20480, {81559 - 480 - 20480 + 1}, {power:.2f}, 1980, {int(temp)}\n"
+    free = 81559 - 480 - 20480 + 1
+    assert out == f"{int(util)}, 20480, {free}, {power:.2f}, 1980, {int(temp)}\n"
     assert any(f"{int(util)}%      Default" in line for line in run_smi(root).stdout.splitlines())
 
 
@@ -495,9 +454,75 @@ def test_start_up_removes_temp_files_of_interrupted_live_writes(tmp_path: Path) 
     state, _ = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  count: 1\n")
     smi = state.nvidia_smi
     assert smi is not None
-    smi.ensure_script()
+    smi.ensure_tools()
     leftover = smi.live_dir / ".GPU-x.0123456789ab.tmp"
     leftover.write_text("partial")
     (smi.live_dir / "GPU-x").write_text("utilization=5\n")
     assert state.startup().driver_files_removed == 1
     assert sorted(p.name for p in smi.live_dir.iterdir()) == ["GPU-x"]
+
+
+def test_mig_instances_of_the_container(a100: tuple[DeviceState, Any], tmp_path: Path) -> None:
+    """In MIG mode a container's NVML holds only its own MIG devices: `mig -lgi` and `-lci` list
+    their GPU and compute instances (layout of the real tables; IDs from the device files)."""
+    state, inventory = a100
+    state.prepare(claim(UID1, mig_names(inventory)))
+    root = container_root(tmp_path, [read_spec(state, UID1)])
+    lgi = run_smi(root, "mig", "-lgi").stdout.splitlines()
+    assert lgi[:5] == [
+        "+-------------------------------------------------------+",
+        "| GPU instances:                                        |",
+        "| GPU   Name             Profile  Instance   Placement  |",
+        "|                          ID       ID       Start:Size |",
+        "|=======================================================|",
+    ]
+    # GI 2 is the 3g.20gb at memory slice 4, GI 7 the 1g.5gb at 0 (by GI ID, as NVML lists them)
+    assert lgi[5::2] == [
+        "|   0  MIG 3g.20gb          9        2          4:4     |",
+        "|   0  MIG 1g.5gb          19        7          0:1     |",
+    ]
+    lci = run_smi(root, "mig", "-lci").stdout.splitlines()
+    rows = [line for line in lci if re.match(r"\|   0 ", line)]
+    assert [row.split()[2:4] for row in rows] == [["2", "MIG"], ["7", "MIG"]]
+    assert all(len(line) == 70 for line in lci)
+    # the GPU without MIG devices in this container has none to list
+    state.prepare(claim(UID2, ["gpu-1"]))
+    other = container_root(tmp_path, [read_spec(state, UID2)], "other")
+    assert run_smi(other, "mig", "-lgi").stdout == "No MIG-enabled devices found.\n"
+
+
+def test_q_shows_the_mig_devices(a100: tuple[DeviceState, Any], tmp_path: Path) -> None:
+    """-q -x: one <mig_device> per MIG device, the elements of 580's DTD (NVIDIA's MIG fixture,
+    docs/reference/nvidia-smi.md); -q: the same under "MIG Devices"."""
+    import xml.etree.ElementTree as ET
+
+    state, inventory = a100
+    state.prepare(claim(UID1, mig_names(inventory)))
+    root = container_root(tmp_path, [read_spec(state, UID1)])
+    gpu = ET.fromstring(run_smi(root, "-q", "-x").stdout).find("gpu")
+    assert gpu is not None
+    devices = gpu.findall("mig_devices/mig_device")
+    assert [d.findtext("gpu_instance_id") for d in devices] == ["2", "7"]
+    assert [child.tag for child in devices[0]] == [
+        "index",
+        "gpu_instance_id",
+        "compute_instance_id",
+        "device_attributes",
+        "ecc_error_count",
+        "fb_memory_usage",
+        "bar1_memory_usage",
+    ]
+    shared = devices[1].find("device_attributes/shared")
+    assert shared is not None and [c.tag for c in shared] == [
+        "multiprocessor_count",
+        "copy_engine_count",
+        "encoder_count",
+        "decoder_count",
+        "ofa_count",
+        "jpg_count",
+    ]
+    assert devices[1].findtext("device_attributes/shared/multiprocessor_count") == "14"  # A100 1g.5gb
+    assert devices[1].findtext("fb_memory_usage/total", "").endswith(" MiB")
+    text = run_smi(root, "-q").stdout
+    assert "    MIG Devices\n        MIG Device\n            Index" + " " * 38 + ": 0\n" in text
+    assert text.count("        MIG Device\n") == 2

@@ -108,7 +108,7 @@ def container_response(
     if nvidia_smi is not None and not names_cdi(strategies):
         # what the NVIDIA container runtime would add: nvidia-smi, for exactly these devices (with
         # a CDI strategy the CDI spec brings them)
-        edits = [nvidia_smi.script_mount(), nvidia_smi.live_mount()]
+        edits = nvidia_smi.spec_mounts()
         edits += [nvidia_smi.device_mount(d.device, d.uuid) for d in devices]
         out.mounts += [Mount(e["containerPath"], e["hostPath"]) for e in edits]
     return out

@@ -126,10 +126,10 @@ def select_config(args: argparse.Namespace, api: ApiClient) -> str | None:
 def write_files(
     config: PluginConfig, inventory: Inventory, resources: list[Resource], args: argparse.Namespace
 ) -> NvidiaSmi:
-    """The nvidia-smi script and info files of every advertised device; the CDI spec when a CDI
+    """nvidia-smi, the NVML library and the info files of every advertised device; the CDI spec when a CDI
     strategy is on."""
     smi = NvidiaSmi.from_inventory(Path(args.data_dir), inventory)
-    smi.ensure_script()
+    smi.ensure_tools()
     smi.remove_stale_live_files()
     written = set()
     for resource in resources:

@@ -1,7 +1,7 @@
 """Container edits of gpu.nvidia.com claims: what a container gets for its GPUs and MIG devices.
 
 There is no hardware: the edits are environment variables; when the plugin passes its
-`NvidiaSmi`, read-only bind mounts of the nvidia-smi script and one info file per device
+`NvidiaSmi`, read-only bind mounts of nvidia-smi, the NVML library and one info file per device
 (dra_fake.gpu.nvidia_smi); when the host allows them (dra_fake.gpu.devnodes), NVIDIA's device nodes,
 which reach nothing. No hooks (docs/reference/nvidia-gpu-driver.md#54-hooks). docs/prepare.md
 lists them.
@@ -133,12 +133,12 @@ def gpu_edits(
 
 
 def common_edits(nvidia_smi: NvidiaSmi | None, device_nodes: DeviceNodes | None) -> dict[str, Any]:
-    """What any GPU brings once: the control and uvm nodes, the nvidia-smi script and live files."""
+    """What any GPU brings once: the control and uvm nodes, nvidia-smi, the NVML library and live files."""
     edits: dict[str, Any] = {}
     if device_nodes is not None:
         edits["deviceNodes"] = device_nodes.common()
     if nvidia_smi is not None:
-        edits["mounts"] = [nvidia_smi.script_mount(), nvidia_smi.live_mount()]
+        edits["mounts"] = nvidia_smi.spec_mounts()
     return edits
 
 
@@ -175,7 +175,7 @@ def build_claim_spec(
     device_nodes: DeviceNodes | None = None,
 ) -> dict[str, Any]:
     """The claim's CDI spec (a dict), with the minimum cdiVersion its content needs. With
-    `nvidia_smi`, the spec mounts the nvidia-smi script and each device its info file; with
+    `nvidia_smi`, the spec mounts nvidia-smi and the NVML library and each device its info file; with
     `device_nodes`, each device gets its GPU's node and the spec the control and uvm nodes."""
     if not devices:
         raise CdiSpecError("a CDI spec needs at least one device")

@@ -1,23 +1,27 @@
-"""`nvidia-smi` inside pods: a POSIX shell script plus one info file per allocated device.
+"""`nvidia-smi` and NVML inside pods (docs/nvml.md): dra-fake's NVML library and its nvidia-smi
+(native/, built by `make native` into this package's `native/` directory), plus one device file
+per allocated device.
 
 Host side (the plugin's data dir, `<kubelet plugins dir>/<driver>/nvidia-smi/`):
 
-- `nvidia-smi`: the script (`nvidia-smi.sh` of this package), mode 0755;
+- `nvidia-smi` (a static C program) and `libnvidia-ml.so.1` (the NVML library), mode 0755;
 - `devices/<device>_<uuid>`: one device file per device and UUID (a dynamic MIG device has a new
-  UUID per claim): the static keys of docs/nvml.md (dra_fake.gpu.devicefile), which the script
-  sources and the in-pod NVML library reads;
+  UUID per claim): the static keys of docs/nvml.md (dra_fake.gpu.devicefile), which the library
+  reads;
 - `live/<GPU or MIG UUID>`: the device's readings now (the live keys of docs/nvml.md:
   dra_fake.gpu.monitor.live_state, the numbers the metrics endpoint serves) and what active
   GpuFaults change (lost, ECC counters, Xid; docs/faults.md), rewritten while the containers run.
 
 Container side (CDI mounts of the claim's spec, read-only bind mounts):
 
-- `/usr/bin/nvidia-smi` (spec-level edit: any device of the claim brings it);
+- `/usr/bin/nvidia-smi` and the library as `/usr/lib/<arch>-linux-gnu/libnvidia-ml.so.1`,
+  `.../libnvidia-ml.so.<driver version>` and the same two in `/usr/lib64` (spec-level edits: any
+  device of the claim brings them; <arch> is this machine's: x86_64, aarch64);
 - `/var/run/dra-fake/nvidia-smi/devices/<bus id>_<gpu|mig-<GI id>>` per device (device edit), so a
   container lists exactly the devices it was given; names sort in nvidia-smi's order;
 - `/var/run/dra-fake/nvidia-smi/live` (spec-level edit): the whole live directory, a directory
   mount so files replaced on the host show in running containers (a file mount would keep the old
-  inode); the script reads only the files of its own devices.
+  inode); the library reads only the files of its own devices.
 
 The file names of the info files carry their own identity (device name and UUID), so any spec can
 be made whole again from its mounts alone (`ensure_files`), e.g. after a restart.
@@ -28,6 +32,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import platform
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -44,20 +49,43 @@ from dra_fake.gpu.inventory import Inventory, PhysicalGpu
 _log = logging.getLogger(__name__)
 
 CONTAINER_BINARY = "/usr/bin/nvidia-smi"
+LIBRARY = "libnvidia-ml.so.1"
 CONTAINER_DEVICES_DIR = "/var/run/dra-fake/nvidia-smi/devices"
 CONTAINER_LIVE_DIR = "/var/run/dra-fake/nvidia-smi/live"
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's, for its nvidia-smi mount
 _INFO_NAME = re.compile(r"^(?P<device>[a-z0-9-]+)_(?P<uuid>(GPU|MIG)-[0-9a-f-]+)$")
 
 
-@functools.cache
-def script_text() -> str:
-    return resources.files("dra_fake.gpu.nvidia_smi").joinpath("nvidia-smi.sh").read_text(encoding="utf-8")
+class NativeArtifactsMissing(RuntimeError):
+    """The package has no built nvidia-smi or NVML library."""
 
 
 @functools.cache
-def script_bytes() -> bytes:
-    return script_text().encode()
+def native_bytes(name: str) -> bytes:
+    """A built native artifact of this package (`nvidia-smi` or `libnvidia-ml.so.1`)."""
+    path = resources.files("dra_fake.gpu.nvidia_smi").joinpath("native", name)
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise NativeArtifactsMissing(
+            f"dra-fake's native nvidia-smi and NVML library are not built ({name} missing in "
+            "dra_fake/gpu/nvidia_smi/native): run `make native`"
+        ) from e
+
+
+def binary_bytes() -> bytes:
+    return native_bytes("nvidia-smi")
+
+
+def library_bytes() -> bytes:
+    return native_bytes(LIBRARY)
+
+
+def library_dirs(machine: str | None = None) -> list[str]:
+    """Where images look for libnvidia-ml: the Debian multiarch directory and /usr/lib64."""
+    machine = machine or platform.machine()
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    return [f"/usr/lib/{arch}-linux-gnu", "/usr/lib64"]
 
 
 class NvidiaSmi:
@@ -69,12 +97,16 @@ class NvidiaSmi:
         devices: Mapping[str, AllocatableDevice],
         gpus: Iterable[PhysicalGpu],
     ) -> None:
+        binary_bytes(), library_bytes()  # a plugin without them stops at start-up, saying why
         self.dir = Path(plugin_data_dir) / "nvidia-smi"
-        self.script_path = self.dir / "nvidia-smi"
+        self.binary_path = self.dir / "nvidia-smi"
+        self.library_path = self.dir / LIBRARY
         self.live_dir = self.dir / "live"
         self._info_prefix = f"{self.dir / 'devices'}/"  # of a spec's info file mounts
         self.devices = dict(devices)
         self.gpus = {gpu.minor: gpu for gpu in gpus}
+        versions = sorted({gpu.profile.driver_version for gpu in self.gpus.values()})
+        self.driver_version = versions[0] if versions else None  # one driver per node
         self._gpu_text: dict[int, str] = {}  # minor -> its GPU's lines of every device file
         # path -> (inode, size, mtime) and the bytes that file held when this process last wrote or
         # read it: a prepare checks its spec's files with one stat instead of reading each.
@@ -93,19 +125,16 @@ class NvidiaSmi:
 
     # --- CDI edits ---------------------------------------------------------------------------
 
-    def script_mount(self) -> dict[str, Any]:
-        return {
-            "hostPath": str(self.script_path),
-            "containerPath": CONTAINER_BINARY,
-            "options": list(MOUNT_OPTIONS),
-        }
+    def spec_mounts(self) -> list[dict[str, Any]]:
+        """What any device of a spec brings: nvidia-smi, the NVML library under the names and in
+        the directories programs load it from, and the live directory."""
+        mounts = [_mount(self.binary_path, CONTAINER_BINARY)]
+        names = [LIBRARY] + ([f"libnvidia-ml.so.{self.driver_version}"] if self.driver_version else [])
+        mounts += [_mount(self.library_path, f"{d}/{n}") for d in library_dirs() for n in names]
+        return [*mounts, self.live_mount()]
 
     def live_mount(self) -> dict[str, Any]:
-        return {
-            "hostPath": str(self.live_dir),
-            "containerPath": CONTAINER_LIVE_DIR,
-            "options": list(MOUNT_OPTIONS),
-        }
+        return _mount(self.live_dir, CONTAINER_LIVE_DIR)
 
     def device_mount(self, device: AllocatableDevice, uuid: str) -> dict[str, Any]:
         if device.kind == "mig" and device.mig is not None:
@@ -135,18 +164,18 @@ class NvidiaSmi:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._write(path, self.info_text(device, uuid).encode(), 0o644)
 
-    def ensure_script(self) -> None:
-        """The script and the (maybe empty) live directory every spec mounts."""
-        text = script_bytes()
-        if not self._holds(self.script_path, text):
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._write(self.script_path, text, 0o755)
+    def ensure_tools(self) -> None:
+        """nvidia-smi, the library and the (maybe empty) live directory every spec mounts."""
+        for path, data in ((self.binary_path, binary_bytes()), (self.library_path, library_bytes())):
+            if not self._holds(path, data):
+                self.dir.mkdir(parents=True, exist_ok=True)
+                self._write(path, data, 0o755)
         if not os.path.isdir(self.live_dir):
             self.live_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
 
     def write_live(self, states: Mapping[str, Mapping[str, int | float | str]]) -> None:
-        """GPU or MIG UUID -> its current values (shell assignments the script sources); files of
-        devices not named are removed. Only changed files are rewritten."""
+        """GPU or MIG UUID -> its current values (the live keys of docs/nvml.md); files of devices
+        not named are removed. Only changed files are rewritten."""
         self.live_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         for uuid, state in states.items():
             text = devicefile.render(dict(sorted(state.items())), f"dra-fake live state: {uuid}").encode()
@@ -168,13 +197,13 @@ class NvidiaSmi:
         return out
 
     def ensure_files(self, spec: Mapping[str, Any]) -> None:
-        """Write the script and every info file a CDI spec mounts (idempotent; only changes)."""
-        self.ensure_script()
+        """Write the tools and every info file a CDI spec mounts (idempotent; only changes)."""
+        self.ensure_tools()
         for edits in _edits(spec):
             for mount in edits.get("mounts") or []:
                 host_path = str(mount.get("hostPath", ""))
                 if self._unchanged(host_path):  # a file this process wrote or read: its text follows
-                    continue  # from its name (an info file) or is the script's
+                    continue  # from its name (an info file) or is a tool
                 name = host_path.removeprefix(self._info_prefix)
                 if name == host_path or "/" in name:
                     continue  # not an info file
@@ -244,6 +273,10 @@ class NvidiaSmi:
                 self._verified.pop(str(path), None)
                 removed += remove_durably(path)
         return removed
+
+
+def _mount(host: Path, container: str) -> dict[str, Any]:
+    return {"hostPath": str(host), "containerPath": container, "options": list(MOUNT_OPTIONS)}
 
 
 def _read(path: Path) -> bytes | None:
