@@ -8,64 +8,77 @@
 #   hack/device/h200-capture.sh OUTDIR      (wheels in .whl/, the go-nvml program in .devbin/)
 set -u
 out=${1:?output directory}
-mkdir -p "$out/smi" "$out/nvml"
-run() { # name, command...: the command line, its merged output, its exit code (as the captures)
-  local name=$1; shift
-  { echo "\$ $*"; timeout 30 "$@" 2>&1; echo "rc=$?"; } >"$out/smi/$name.txt"
+mkdir -p "$out/nvml"
+# run DIR NAME ARGS...: `nvidia-smi ARGS` with $SMI, its command line as the real captures write it,
+# its merged output and its exit code.
+run() {
+  local dir=$1 name=$2; shift 2
+  { echo "\$ nvidia-smi $*"; timeout 30 $SMI "$@" 2>&1; echo "rc=$?"; } >"$dir/$name.txt"
 }
-run q nvidia-smi -q
-run qx nvidia-smi -q -x
-run qi0 nvidia-smi -q -i 0
-for d in MEMORY UTILIZATION ECC TEMPERATURE POWER CLOCK COMPUTE PIDS PERFORMANCE SUPPORTED_CLOCKS \
-  PAGE_RETIREMENT ACCOUNTING ENCODER_STATS SUPPORTED_GPU_TARGET_TEMP VOLTAGE FBC_STATS ROW_REMAPPER \
-  RESET_STATUS GSP_FIRMWARE_VERSION POWER_SMOOTHING POWER_PROFILES; do
-  run "qd-$d" nvidia-smi -q -d "$d"
-done
-run qd-combined nvidia-smi -q -d MEMORY,ECC,POWER
-run qd-bogus nvidia-smi -q -d BOGUS
-run qd-x nvidia-smi -q -d MEMORY -x
-run qx-i0 nvidia-smi -q -x -i 0
-run qi-bad nvidia-smi -q -i 7
-run qi-uuid-bad nvidia-smi -q -i GPU-00000000-0000-0000-0000-000000000000
-run L-i0 nvidia-smi -L -i 0
-run list-gpus nvidia-smi --list-gpus
-run help-apps nvidia-smi --help-query-compute-apps
-run help-retired nvidia-smi --help-query-retired-pages
-run help-remapped nvidia-smi --help-query-remapped-rows
-run help-clocks nvidia-smi --help-query-supported-clocks
-run query-clocks nvidia-smi --query-supported-clocks=timestamp,gpu_name,gpu_bus_id,gpu_uuid,memory,graphics --format=csv
-run query-retired nvidia-smi --query-retired-pages=gpu_uuid,retired_pages.address,retired_pages.cause --format=csv
-run query-remapped nvidia-smi --query-remapped-rows=gpu_bus_id,gpu_uuid,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure --format=csv
-run query-empty nvidia-smi --query-gpu= --format=csv
-run query-noquery nvidia-smi --format=csv
-run query-twobad nvidia-smi --query-gpu=name,bogus --format=csv
-run query-space nvidia-smi --query-gpu="name, uuid" --format=csv
-run query-csv-bad nvidia-smi --query-gpu=name --format=csv,bogus
-run query-i-uuid-list nvidia-smi -i 0,0 --query-gpu=index,name --format=csv
-run query-dup nvidia-smi --query-gpu=name,name,index --format=csv,noheader
-run query-count nvidia-smi --query-gpu=count,index --format=csv,noheader,nounits
-run query-mig nvidia-smi --query-gpu=mig.mode.current,mig.mode.pending --format=csv
-run apps-fields nvidia-smi --query-compute-apps=pid,process_name,used_gpu_memory,gpu_uuid,gpu_bus_id,gpu_name --format=csv
-run mig-lgi-i0 nvidia-smi mig -lgi -i 0
-run mig-lgipp nvidia-smi mig -lgipp
-run mig-lcip nvidia-smi mig -lcip
-run mig-lcip-gi nvidia-smi mig -lcip -gi 0
-run mig-h nvidia-smi mig -h
-run mig-none nvidia-smi mig
-run mig-lgip-i-bad nvidia-smi mig -lgip -i 3
-run topo-h nvidia-smi topo -h
-run topo-mp nvidia-smi topo -mp
-run topo-p2p nvidia-smi topo -p2p r
-run nvlink-h nvidia-smi nvlink -h
-run nvlink-status-i0 nvidia-smi nvlink -s -i 0
-run nvlink-c nvidia-smi nvlink -c
-run nvlink-e nvidia-smi nvlink -e
-run dmon-c1 nvidia-smi dmon -c 1
-run pmon-c1 nvidia-smi pmon -c 1
-run x-only nvidia-smi -x
-run L-extra nvidia-smi -L --query-gpu=name --format=csv
-run loop-q nvidia-smi --query-gpu=index,name --format=csv -l 1 -c 2
-run version-h nvidia-smi -h
+smi_suite() { # DIR: every nvidia-smi view we simulate, and its errors
+  local d=$1; mkdir -p "$d"
+  run "$d" smi
+  run "$d" L -L
+  run "$d" q -q
+  run "$d" qx -q -x
+  run "$d" qi0 -q -i 0
+  for s in MEMORY UTILIZATION ECC TEMPERATURE POWER CLOCK COMPUTE PIDS PERFORMANCE SUPPORTED_CLOCKS \
+    PAGE_RETIREMENT ACCOUNTING ENCODER_STATS SUPPORTED_GPU_TARGET_TEMP VOLTAGE FBC_STATS ROW_REMAPPER \
+    RESET_STATUS GSP_FIRMWARE_VERSION POWER_SMOOTHING POWER_PROFILES; do
+    run "$d" "qd-$s" -q -d "$s"
+  done
+  run "$d" qd-combined -q -d MEMORY,ECC,POWER
+  run "$d" qd-bogus -q -d BOGUS
+  run "$d" qd-x -q -d MEMORY -x
+  run "$d" qx-i0 -q -x -i 0
+  run "$d" qi-bad -q -i 7
+  run "$d" qi-uuid-bad -q -i GPU-00000000-0000-0000-0000-000000000000
+  run "$d" L-i0 -L -i 0
+  run "$d" list-gpus --list-gpus
+  run "$d" ver --version
+  run "$d" help -h
+  run "$d" helpq --help-query-gpu
+  run "$d" help-apps --help-query-compute-apps
+  run "$d" query-every --query-gpu="$(tr '\n' , <"$FIELDS" | sed 's/,$//')" --format=csv
+  run "$d" query-every-nu --query-gpu="$(tr '\n' , <"$FIELDS" | sed 's/,$//')" --format=csv,noheader,nounits
+  run "$d" query-empty --query-gpu= --format=csv
+  run "$d" query-noquery --format=csv
+  run "$d" query-twobad --query-gpu=name,bogus --format=csv
+  run "$d" query-space --query-gpu="name, uuid" --format=csv
+  run "$d" query-csv-bad --query-gpu=name --format=csv,bogus
+  run "$d" query-i-list -i 0,0 --query-gpu=index,name --format=csv
+  run "$d" query-dup --query-gpu=name,name,index --format=csv,noheader
+  run "$d" query-count --query-gpu=count,index --format=csv,noheader,nounits
+  run "$d" query-nofmt --query-gpu=name,memory.total
+  run "$d" apps --query-compute-apps=pid,process_name,used_gpu_memory,gpu_uuid,gpu_bus_id,gpu_name --format=csv
+  run "$d" mig-lgip mig -lgip
+  run "$d" mig-lgipp mig -lgipp
+  run "$d" mig-lgi mig -lgi
+  run "$d" mig-lgi-i0 mig -lgi -i 0
+  run "$d" mig-lci mig -lci
+  run "$d" mig-lcip mig -lcip
+  run "$d" mig-h mig -h
+  run "$d" mig-none mig
+  run "$d" mig-lgip-i-bad mig -lgip -i 3
+  run "$d" topo-m topo -m
+  run "$d" topo-h topo -h
+  run "$d" nvlink-s nvlink -s
+  run "$d" nvlink-h nvlink -h
+  run "$d" nvlink-c nvlink -c
+  run "$d" bogus --bogus
+  run "$d" pm -pm 1
+  run "$d" x-only -x
+  run "$d" L-extra -L --query-gpu=name --format=csv
+  run "$d" loop-c --query-gpu=index,name --format=csv -l 1 -c 2
+  { echo "\$ timeout 3 nvidia-smi --query-gpu=index,name --format=csv -l 1"; timeout 3 $SMI --query-gpu=index,name --format=csv -l 1 2>&1; echo "rc=$?"; } >"$d/loop.txt"
+  { echo "\$ timeout 1 nvidia-smi --query-gpu=index --format=csv,noheader -lms 300"; timeout 1 $SMI --query-gpu=index --format=csv,noheader -lms 300 2>&1; echo "rc=$?"; } >"$d/loopms.txt"
+}
+FIELDS=$(mktemp)  # the field names of the real tool's list (its --help-query-gpu), one a line
+nvidia-smi --help-query-gpu | sed -n 's/^"\([^"]*\)".*/\1/p' | tr -d ' ' | tr '"' '\n' | grep -v '^$' >"$FIELDS"
+SMI=nvidia-smi smi_suite "$out/smi-real"
+if [ -n "${DRA_FAKE_NVML:-}" ]; then
+  SMI="env DRA_FAKE_ROOT=$DRA_FAKE_NVML/root $DRA_FAKE_NVML/bin/nvidia-smi" smi_suite "$out/smi-fake"
+fi
 # The library and what it exports: where NVIDIA's toolkit puts it, and its symbol names.
 {
   lib=$(python3 -c 'import ctypes.util as u; print(u.find_library("nvidia-ml") or "")')
