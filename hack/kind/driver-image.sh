@@ -4,6 +4,8 @@
 #                                  Python base built here (PYTHON_IMAGE build argument; users keep the
 #                                  public python:3.11-slim default), wheels from the host's pip
 #                                  (PIP_OFFLINE: the build container has no package index);
+#                                  The native stage builds on a debootstrapped gcc image
+#                                  (NATIVE_IMAGE) for the same reason.
 #   dra-fake-shell:e2e             what test and demo pods run: Debian's static busybox (a POSIX sh
 #                                  for the injected nvidia-smi, and sleep).
 LOG_NAME=kind-images
@@ -33,6 +35,10 @@ debian_image() {
 
 python_base=$IMAGE_PREFIX/python:3.11-$DEBIAN_SUITE
 debian_image "$python_base" python3,python3-venv,ca-certificates
+# The Dockerfile's native stage (libnvidia-ml.so.1, nvidia-smi) needs a C toolchain; its default
+# base installs one with apt, which has no package index here.
+native_base=$IMAGE_PREFIX/native:$DEBIAN_SUITE
+debian_image "$native_base" gcc,libc6-dev,make
 
 # Wheels of the driver and its dependencies (and setuptools for its build), for an offline pip.
 wheels=$REPO/build/wheels
@@ -45,8 +51,9 @@ if ! fresh wheels "$wheel_key" || [ -z "$(ls "$wheels" 2>/dev/null)" ]; then
   stamp wheels "$wheel_key"
 fi
 
-log "docker build dra-fake:$tag (Dockerfile, PYTHON_IMAGE=$python_base)"
-docker_build -q -t "dra-fake:$tag" --build-arg PYTHON_IMAGE="$python_base" --build-arg PIP_OFFLINE=1 \
+log "docker build dra-fake:$tag (Dockerfile, PYTHON_IMAGE=$python_base, NATIVE_IMAGE=$native_base)"
+docker_build -q -t "dra-fake:$tag" --build-arg PYTHON_IMAGE="$python_base" \
+  --build-arg NATIVE_IMAGE="$native_base" --build-arg PIP_OFFLINE=1 \
   --build-arg VERSION="$(git -C "$REPO" describe --tags --always --dirty 2>/dev/null || echo dev)" \
   --build-arg REVISION="$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)" "$REPO" >/dev/null
 docker image prune -f --filter label=org.opencontainers.image.title=dra-fake >/dev/null  # superseded builds
