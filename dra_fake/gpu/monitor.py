@@ -19,6 +19,7 @@ from typing import Any
 
 from kubernetes import client
 
+from dra_fake.core.events import post_pod_event
 from dra_fake.core.informer import lister, run_informer
 from dra_fake.core.retry import run_forever
 from dra_fake.gpu import dcgm
@@ -30,6 +31,7 @@ from dra_fake.gpu.workloads import ClaimHolding, users_by_device
 log = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL = 5.0  # seconds between samples (dcgm-exporter collects every 30 s by default)
+EVENT_REASON = "SimulatedLoadIgnored"  # the Event on a pod whose load annotation cannot be read
 KIB = 1024  # NVML's PCIe throughput unit, KB/s, is 1024 bytes per second
 
 
@@ -93,6 +95,7 @@ class GpuMonitor:
         self._pods: dict[str, dict[str, Any]] = {}
         self._faults: dict[str, dict[str, int]] = {}
         self._reported: dict[str, str] = {}  # pod -> load annotation error already logged
+        self._api: client.ApiClient | None = None  # for the Events on pods with a bad annotation
         self._lock = threading.Lock()
         self._poke = threading.Event()
         self.text = ""  # the latest /metrics body
@@ -141,6 +144,7 @@ class GpuMonitor:
         for pod, error in errors.items():
             if self._reported.get(pod) != error:
                 log.warning("simulated load annotation ignored", extra={"pod": pod, "error": error})
+                self._post_event(pods, pod, error)
         self._reported = errors
         dynamic = {d.name: d.uuid for c in holdings for d in c.devices if d.uuid}
         readings = self.simulator.sample(self.clock(), users, faults, dynamic)
@@ -158,6 +162,25 @@ class GpuMonitor:
         self.text = text
         return text
 
+    def _post_event(self, pods: list[dict[str, Any]], key: str, error: str) -> None:
+        """A Warning Event on the pod whose annotation was ignored (its owner sees why)."""
+        if self._api is None:
+            return
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            if f"{meta.get('namespace', '')}/{meta.get('name', '')}" == key:
+                post_pod_event(
+                    self._api,
+                    meta.get("namespace", ""),
+                    meta.get("name", ""),
+                    meta.get("uid", ""),
+                    self.hostname,
+                    reason=EVENT_REASON,
+                    message=f"simulated load annotation ignored, the default load is used: {error}",
+                    component=f"{self.driver}-kubelet-plugin",
+                )
+                return
+
     # ---- threads --------------------------------------------------------------------------------
 
     def start(self, stop: threading.Event, api: client.ApiClient | None, node: str, port: int) -> None:
@@ -170,6 +193,7 @@ class GpuMonitor:
             daemon=True,
         ).start()
         if api is not None:
+            self._api = api
             threading.Thread(
                 target=run_informer,
                 args=(
