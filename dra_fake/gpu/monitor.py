@@ -9,7 +9,6 @@ dra_fake.core.retry.run_forever), and the HTTP server when a port is set.
 
 from __future__ import annotations
 
-import http.server
 import logging
 import threading
 import time
@@ -20,6 +19,7 @@ from typing import Any
 from kubernetes import client
 
 from dra_fake.core.events import post_pod_event
+from dra_fake.core.httpserve import BoundedHTTPServer
 from dra_fake.core.informer import lister, run_informer
 from dra_fake.core.retry import run_forever
 from dra_fake.gpu import dcgm
@@ -211,44 +211,21 @@ class GpuMonitor:
             start_metrics_server(lambda: self.text, port, stop)
 
 
-def start_metrics_server(body: Callable[[], str], port: int, stop: threading.Event) -> None:
+def start_metrics_server(
+    body: Callable[[], str], port: int, stop: threading.Event, addr: str | None = None
+) -> None:
     """serve_metrics in a thread until `stop`."""
-    server = serve_metrics(body, port)
-    threading.Thread(target=server.serve_forever, name="dcgm-metrics", daemon=True).start()
-
-    def shut_down() -> None:
-        stop.wait()
-        server.shutdown()
-
-    threading.Thread(target=shut_down, name="dcgm-metrics-stop", daemon=True).start()
-    log.info("dcgm-exporter metrics served", extra={"port": server.server_address[1]})
+    server = serve_metrics(body, port, addr)
+    server.start(stop)
+    log.info("dcgm-exporter metrics served", extra={"port": server.server_port})
 
 
-def serve_metrics(body: Callable[[], str], port: int, addr: str = "") -> http.server.ThreadingHTTPServer:
+def serve_metrics(body: Callable[[], str], port: int, addr: str | None = None) -> BoundedHTTPServer:
     """dcgm-exporter's endpoints: /metrics (`body()`, the latest sample), /health."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._reply(200, body())
-            elif path == "/health":
-                self._reply(200, "OK")
-            else:
-                self._reply(404, "404 page not found\n")
-
-        def _reply(self, status: int, body: str) -> None:
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", dcgm.CONTENT_TYPE)
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # scrapes are not worth a log line each
-
-    server = http.server.ThreadingHTTPServer((addr, port), Handler)
-    server.daemon_threads = True
-    return server
+    return BoundedHTTPServer(
+        {"/metrics": lambda: (200, body()), "/health": lambda: (200, "OK")},
+        port,
+        addr,
+        content_type=dcgm.CONTENT_TYPE,
+        name="dcgm-metrics",
+    )
