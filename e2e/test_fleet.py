@@ -17,7 +17,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from dra_fake.fleet.core import NodeTemplate, node_manifest
+from dra_fake.fleet.core import FLEET_TAINT, FLEET_TOLERATION, NodeTemplate, node_manifest
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.localcluster.processes import free_port
 
@@ -88,14 +88,16 @@ def _ready_untainted(kube: Kube, fleet: str) -> list[str]:
     ok = sorted(
         str(n["metadata"]["name"])
         for n in nodes
-        if not n["spec"].get("taints")
+        if n["spec"].get("taints") == [{**FLEET_TAINT, "value": fleet}]  # admission's taints removed
         and any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
     )
     return ok if len(ok) == NODES else []
 
 
 def test_fleet_publishes_keeps_slices_and_runs_pods(kube: Kube, fleet: Fleet, ns: str) -> None:
-    nodes = poll("fleet nodes Ready and untainted", lambda: _ready_untainted(kube, fleet.name), 60)
+    nodes = poll(
+        "fleet nodes Ready, with only the fleet taint", lambda: _ready_untainted(kube, fleet.name), 60
+    )
     for node in nodes:
 
         def node_slices(node: str = node) -> list[dict[str, Any]]:
@@ -139,6 +141,7 @@ def test_fleet_publishes_keeps_slices_and_runs_pods(kube: Kube, fleet: Fleet, ns
     kube.create(GPU_TEMPLATE, ns)
     pod = pod_with_claim_template("on-fleet", "fleet-gpu")
     pod["spec"]["nodeSelector"] = {"dra-fake.dev/fleet": fleet.name}
+    pod["spec"]["tolerations"] = [FLEET_TOLERATION]  # fleet nodes are tainted (no kubelet)
     kube.create(pod, ns)
     running = kube.wait_running(ns, "on-fleet", 90)
     assert running["spec"]["nodeName"] in nodes
@@ -163,7 +166,7 @@ def test_fleet_adopts_and_forgets_nodes_its_watch_sees(kube: Kube, fleet: Fleet)
     """A Node with the fleet's label created after the fleet started reaches it only through its
     Node watch (metadata only, PartialObjectMetadata): the fleet publishes its slices and serves
     its metrics; deleted, it is forgotten (its metrics go)."""
-    poll("fleet nodes Ready and untainted", lambda: _ready_untainted(kube, fleet.name), 60)
+    poll("fleet nodes Ready, with only the fleet taint", lambda: _ready_untainted(kube, fleet.name), 60)
     name = f"{fleet.name}-late"
     kube.core.create_node(node_manifest(name, NodeTemplate(fleet=fleet.name)))
 
@@ -185,7 +188,9 @@ def test_fleet_adopts_and_forgets_nodes_its_watch_sees(kube: Kube, fleet: Fleet)
 def test_fleet_nodes_apply_gpu_faults(kube: Kube, fleet: Fleet) -> None:
     """A GpuFault naming a fleet node taints that node's device (NVMLDeviceHealthCheck on) and gets
     its status from the fleet; a fault that ends with recovery `clear` removes the taint."""
-    node = poll("fleet nodes Ready and untainted", lambda: _ready_untainted(kube, fleet.name), 60)[1]
+    node = poll(
+        "fleet nodes Ready, with only the fleet taint", lambda: _ready_untainted(kube, fleet.name), 60
+    )[1]
     poll(f"slices of {node}", lambda: kube.slices(node=node), 60)
     name = f"{fleet.name}-lost"
     fault = {

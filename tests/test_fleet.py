@@ -48,6 +48,9 @@ def test_node_manifest_is_ready_labelled_and_has_allocatable() -> None:
     assert labels[FLEET_LABEL] == "f1" and labels["zone"] == "a"
     assert node["status"]["allocatable"] == node["status"]["capacity"]
     assert node["status"]["allocatable"]["pods"] == "110"
+    # no kubelet: other workloads stay off (issue 46); the fleet's own pods tolerate it
+    assert node["spec"]["taints"] == [{"key": FLEET_LABEL, "effect": "NoSchedule", "value": "f1"}]
+    assert untaint_patch({"spec": {"taints": node["spec"]["taints"]}}) is None  # kept
     assert [c["type"] for c in node["status"]["conditions"]] == ["Ready"]
 
 

@@ -12,6 +12,11 @@ from typing import Any
 from dra_fake.core.poolsync import ExistingSlice
 
 FLEET_LABEL = "dra-fake.dev/fleet"
+# Fleet nodes have no kubelet: a pod scheduled there never runs unless the fleet plays the kubelet
+# for it (--mark-pods-running). The taint keeps other workloads off; pods meant for the fleet
+# tolerate it (docs/security.md).
+FLEET_TAINT = {"key": FLEET_LABEL, "effect": "NoSchedule"}
+FLEET_TOLERATION = {"key": FLEET_LABEL, "operator": "Exists", "effect": "NoSchedule"}
 
 
 def node_names(prefix: str, count: int) -> list[str]:
@@ -32,8 +37,9 @@ class NodeTemplate:
 
 
 def node_manifest(name: str, template: NodeTemplate) -> dict[str, Any]:
-    """A Ready, schedulable Node. The API server accepts status on Node create; the NodeTaint
-    admission plugin still adds `node.kubernetes.io/not-ready`, see `untaint_patch`."""
+    """A Ready Node, tainted FLEET_TAINT (value: the fleet's name), so only pods that tolerate it
+    land there. The API server accepts status on Node create; the NodeTaint admission plugin still
+    adds `node.kubernetes.io/not-ready`, see `untaint_patch`."""
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
@@ -50,7 +56,7 @@ def node_manifest(name: str, template: NodeTemplate) -> dict[str, Any]:
             "labels": labels,
             "annotations": {"dra-fake.dev/simulated": "true", **template.annotations},
         },
-        "spec": {},
+        "spec": {"taints": [{**FLEET_TAINT, "value": template.fleet}]},
         "status": {
             "capacity": dict(template.capacity),
             "allocatable": dict(template.capacity),
