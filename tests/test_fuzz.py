@@ -415,3 +415,47 @@ def test_the_pods_of_a_node(pods: list[Any]) -> None:
     users, errors = workloads.users_by_device([*pods, good], holdings)
     assert [u.pod for u in users["gpu-1"]] == ["good"] and "ns/good" not in errors
     assert all(e.strip() and "\n" not in e for e in errors.values())
+
+
+# --- flag parsers (every flag or environment variable parsed beyond argparse's choices) ---------
+
+flag_text = st.one_of(
+    st.text(max_size=40),
+    st.from_regex(r"[ ,]*([A-Za-z0-9]{0,12}(=(true|false|[a-z]{0,5}))?[ ,]+){0,4}", fullmatch=True),
+    st.from_regex(r"v?[0-9]{1,6}\.[0-9]{1,6}(\.[0-9]{0,3})?", fullmatch=True),
+    st.builds(lambda n: "9" * n, st.integers(4000, 5000)),  # past Python's int() digit limit
+    st.sampled_from(["all", "xids", "13,31", "disabled", "memory", "unlimited", "42", "-1", "²", "٣"]),
+)
+
+
+def _flag_parsers() -> list[tuple[str, Callable[[str], object], tuple[type[Exception], ...]]]:
+    from dra_fake.cli import parse_server_version
+    from dra_fake.core import featuregates
+    from dra_fake.core.kubeconfig import StartupError
+    from dra_fake.deviceplugin.config import ConfigError, parse_bool
+    from dra_fake.deviceplugin.configselect import ConfigSelectionError, parse_fallbacks
+    from dra_fake.deviceplugin.plugin import health_checks
+    from dra_fake.fleet.run import parse_labels
+    from dra_fake.gpu.plugin import parse_additional_xids
+    from dra_fake.gpu.shares import SharesSettingError, node_mode
+
+    return [
+        ("--feature-gates", featuregates.parse_feature_gates, (StartupError,)),
+        ("--additional-xids-to-ignore", parse_additional_xids, (StartupError,)),
+        ("DP_DISABLE_HEALTHCHECKS", health_checks, (StartupError,)),
+        ("--fail-on-init-error", lambda raw: parse_bool(raw, "failOnInitError"), (ConfigError,)),
+        ("FALLBACK_STRATEGIES", parse_fallbacks, (ConfigSelectionError,)),
+        ("--consumable-shares", lambda raw: node_mode(raw, True), (SharesSettingError,)),
+        ("--node-label", lambda raw: parse_labels([raw]), (ValueError,)),
+        ("--server-version", parse_server_version, (SystemExit,)),
+    ]
+
+
+FLAG_PARSERS = _flag_parsers()
+
+
+@FUZZ
+@given(st.sampled_from(range(len(FLAG_PARSERS))), flag_text)
+def test_flag_parsers(which: int, raw: str) -> None:
+    _, parse, errors = FLAG_PARSERS[which]
+    accepted_or_one_line_error(lambda: parse(raw), errors)

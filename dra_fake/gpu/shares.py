@@ -72,7 +72,7 @@ def parse_mode(raw: str | int, field: str | None = None) -> SharesMode | None:
         return SharesMode("memory")
     if value == UNLIMITED:
         return SharesMode("unlimited")
-    if _INTEGER.match(value) and 0 < int(value) <= _INT64_MAX:
+    if _INTEGER.match(value) and len(value) <= 20 and 0 < int(value) <= _INT64_MAX:  # int() caps digits
         return SharesMode("count", int(value))
     raise SharesSettingError(invalid_value(text, field))
 
