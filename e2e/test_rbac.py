@@ -405,6 +405,32 @@ def test_plugin_writes_the_status_of_its_nodes_faults(
         custom.delete_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", "rbac-xid")
 
 
+def test_a_hostile_load_annotation_gets_an_event_and_stops_nothing(
+    installed: dict[str, Path], admin: client.ApiClient, cluster: LocalCluster
+) -> None:
+    """Any pod of a node may carry the simulated-load annotations: one of 5,000 digits (Python's
+    int() limit, which stopped the node's sampler) gets a SimulatedLoadIgnored Event, posted by
+    node-1's plugin with the chart's rights (events create), and the node's metrics go on."""
+    core = client.CoreV1Api(admin)
+    pod = {
+        "metadata": {"name": "bad-load", "annotations": {"dra-fake.dev/simulated-gpu-memory": "9" * 5000}},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "x", "command": ["sleep"]}]},
+    }
+    core.create_namespaced_pod(NS, pod)
+    try:
+
+        def load_event() -> list[str]:
+            events = core.list_namespaced_event(NS, field_selector="involvedObject.name=bad-load").items
+            return [e.message for e in events if e.reason == "SimulatedLoadIgnored"]
+
+        [message] = poll("the SimulatedLoadIgnored Event on the pod", load_event, 60)
+        assert "dra-fake.dev/simulated-gpu-memory" in message and "not a string of at most 64" in message
+        log = cluster.logs / "gpu-plugin-node-1.log"
+        assert not forbidden(log), forbidden(log)
+    finally:
+        core.delete_namespaced_pod("bad-load", NS, grace_period_seconds=0)
+
+
 @pytest.mark.parametrize(
     "call",
     [
