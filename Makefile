@@ -17,7 +17,7 @@ NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 
 .PHONY: help native venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
-	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind
+	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind generate
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -123,6 +123,9 @@ kind-matrix: venv ## e2e-kind on a fresh cluster of every pinned release (or K8S
 demo-kind: kind-images ## make demo's workloads on a kind cluster: what nvidia-smi -L printed in each pod
 	hack/install-tools.sh helm
 	$(PY) -m e2e.demo --kind $(K8S) $(if $(KEEP),--keep) $(KNOBS)
+
+generate: venv ## files written from one source (unit tests compare): examples/kind/ configs
+	$(PY) -m e2e.kindcluster examples
 
 proto: venv ## regenerate the gRPC stubs from proto/dra
 	PYTHON=$(PY) hack/gen-proto.sh
