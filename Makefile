@@ -17,7 +17,7 @@ NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 
 .PHONY: help native venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
-	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind generate
+	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind generate release
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -90,6 +90,12 @@ image: native ## build the container image IMAGE (docker or podman; not possible
 	@test -n "$(CONTAINER_TOOL)" || { echo "make image: no docker or podman on this machine (hadolint checks the Dockerfile in make chart-check)"; exit 1; }
 	$(CONTAINER_TOOL) build -t $(IMAGE) --build-arg VERSION=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) \
 		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) .
+
+VERSION ?=
+release: ## dist/VERSION/: image tarball, packaged chart, push commands, notes, SHA256SUMS (REGISTRY=host/path pushes; docs/release.md)
+	@test -n "$(VERSION)" || { echo "make release VERSION=x.y.z"; exit 2; }
+	hack/install-tools.sh helm
+	hack/release.sh $(VERSION)
 
 # ---- kind: real clusters built offline for every pinned release (docs/kind.md) --------------
 # K8S: a minor (1.33) or release (1.33.13); default: the local control plane's release.
