@@ -17,7 +17,7 @@ NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 
 .PHONY: help native venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
-	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind generate release
+	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind kind-readme generate release
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -94,7 +94,7 @@ image: native ## build the container image IMAGE (docker or podman; not possible
 VERSION ?=
 release: ## dist/VERSION/: image tarball, packaged chart, push commands, notes, SHA256SUMS (REGISTRY=host/path pushes; docs/release.md)
 	@test -n "$(VERSION)" || { echo "make release VERSION=x.y.z"; exit 2; }
-	hack/install-tools.sh helm
+	@[ -x .tools/bin/helm ] || command -v helm >/dev/null || hack/install-tools.sh helm
 	hack/release.sh $(VERSION)
 
 # ---- kind: real clusters built offline for every pinned release (docs/kind.md) --------------
@@ -125,6 +125,11 @@ e2e-kind: kind-images ## the e2e suite in real containers on the kind cluster of
 kind-matrix: venv ## e2e-kind on a fresh cluster of every pinned release (or K8S="1.32 1.33"): .kind/matrix.tsv
 	hack/install-tools.sh helm
 	PYTHON=$(PY) hack/kind/matrix.sh $(if $(filter command line environment,$(origin K8S)),$(K8S))
+
+kind-readme: venv ## README.md's kind path as written (install, upgrade, uninstall) on a new cluster dra-fake of K8S: docker, kubectl, internet
+	hack/kind/tools.sh kind >/dev/null
+	hack/install-tools.sh helm
+	$(PY) -m e2e.kindcluster readme --k8s $(K8S)
 
 demo-kind: kind-images ## make demo's workloads on a kind cluster: what nvidia-smi -L printed in each pod
 	hack/install-tools.sh helm

@@ -8,13 +8,13 @@
 #   SHA256SUMS                     of the files above (sha256sum -c SHA256SUMS)
 # REGISTRY=host/path: also push the image (<REGISTRY>/dra-fake:<version>) and the chart
 # (oci://<REGISTRY>/charts); otherwise nothing leaves this machine. SKIP_IMAGE=1: the chart and
-# the rest only (a machine without docker). HELM, CONTAINER_TOOL: which helm and docker.
+# the rest only (a machine without docker). HELM, CONTAINER_TOOL: which helm and docker (default:
+# .tools/bin/helm, else helm on PATH; docker, else podman).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${1:-${VERSION:-}}
 [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]] ||
   { echo "release: VERSION must be x.y.z (or x.y.z-pre), not '$version'" >&2; exit 2; }
-HELM=${HELM:-$PWD/.tools/bin/helm}
 TOOL=${CONTAINER_TOOL:-$(command -v docker || command -v podman || true)}
 out=${DIST:-dist}/$version
 name=dra-fake-$version
@@ -29,6 +29,10 @@ rm -rf "$out" && mkdir -p "$out"
 printf '%s\n' "$notes" > "$out/NOTES.md"
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 
+if [ -z "${HELM:-}" ]; then  # the pinned one (hack/install-tools.sh helm), else the user's
+  if [ -x .tools/bin/helm ]; then HELM=$PWD/.tools/bin/helm; else HELM=$(command -v helm || true); fi
+fi
+[ -n "$HELM" ] || { echo "release: no helm (hack/install-tools.sh helm builds it)" >&2; exit 1; }
 "$HELM" package charts/dra-fake --version "$version" --app-version "$version" -d "$out" >/dev/null
 files=("$name.tgz" NOTES.md)
 if [ -z "${SKIP_IMAGE:-}" ]; then
