@@ -116,10 +116,11 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
         "--cpu-affinity",
         action=_EnvDefault,
         env="CPU_AFFINITY",
-        default="one",
+        default="inherit",
         choices=["one", "inherit"],
-        help="one: every thread of the plugin on the CPU it starts on (its Python threads share one "
-        "interpreter lock; handing it between CPUs costs CPU, docs/benchmarks.md); inherit: as started",
+        help="inherit: the CPUs the process was started with; one: every thread of the plugin on the "
+        "CPU it starts on (its Python threads share one interpreter lock; handing it between CPUs "
+        "costs CPU, docs/benchmarks.md, which sets it)",
     )
     p.add_argument(
         "--feature-gates",
