@@ -119,7 +119,8 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
         default="one",
         choices=["one", "inherit"],
         help="one: every thread of the plugin on the CPU it starts on (its Python threads share one "
-        "interpreter lock; handing it between CPUs costs CPU, docs/benchmarks.md); inherit: as started",
+        "interpreter lock; handing it between CPUs costs CPU, "
+        "docs/benchmarks/history.md#sixteenth-round-one-cpu); inherit: as started",
     )
     p.add_argument(
         "--feature-gates",
