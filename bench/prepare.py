@@ -273,7 +273,7 @@ def create_allocated(
     return {"uid": obj["metadata"]["uid"], "namespace": NAMESPACE, "name": name}
 
 
-# What each driver does per claim (from their code; docs/benchmarks.md#per-claim-work): the report
+# What each driver does per claim (from their code; docs/benchmarks/history.md#per-claim-work): the report
 # prints it beside the figures. N = claims in one group-commit batch (dra_fake.core.groupcommit).
 PER_CLAIM_WORK = (
     (

@@ -120,7 +120,7 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
         choices=["one", "inherit"],
         help="inherit: the CPUs the process was started with; one: every thread of the plugin on the "
         "CPU it starts on (its Python threads share one interpreter lock; handing it between CPUs "
-        "costs CPU, docs/benchmarks.md, which sets it)",
+        "costs CPU, docs/benchmarks/history.md#sixteenth-round-one-cpu; make bench sets it)",
     )
     p.add_argument(
         "--feature-gates",

@@ -990,13 +990,20 @@ def test_the_probe_runs_cleanly(lib_path: Path, bed: Bed) -> None:
     )
     assert result["devices"][2] == {"handle": "ERR NVML_ERROR_GPU_IS_LOST"}
     for dev in result["devices"][:2]:
-        assert set(dev) == {"values", "lookups", "raw"}
+        assert set(dev) == {"values", "mig", "lookups", "raw"}
         # only the bindings the probe calls with too few arguments fail to call (as on the real GPU)
         broken = {k: v for k, v in dev["values"].items() if isinstance(v, str) and v.startswith("EXC")}
         assert all("TypeError" in v and "missing" in v for v in broken.values()), broken
     values = result["devices"][0]["values"]
     assert (values["Name"], values["UUID"], values["PowerUsage"]) == ("NVIDIA H200", H200_UUID, 77447)
     assert result["devices"][0]["lookups"]["ByPciBusId.nodomain"] == "same"
+    assert result["devices"][0]["mig"] == []
+    migs = result["devices"][1]["mig"]
+    assert [(m["UUID"], m["Name"], m["GpuInstanceId"], m["IsMigDeviceHandle"]) for m in migs] == [
+        (MIG_UUIDS[0], "NVIDIA H200 MIG 1g.18gb", 7, 1),
+        (MIG_UUIDS[1], "NVIDIA H200 MIG 1g.18gb", 8, 1),
+    ]
+    assert migs[0]["MemoryInfo_v2"]["used"] == 1024 << 20
     assert result["events.xid.wait200ms"] == "wait ERR NVML_ERROR_TIMEOUT"
 
 

@@ -51,7 +51,7 @@ CHECKPOINT_FILE_NAME = "checkpoint.json"
 # is larger than the checkpoint and than this (a start-up replays at most about that much: ~10 ms
 # here). A compaction costs two file writes and four fsyncs; an 8-device prepare appends ~15 KB,
 # so at 256 KiB one prepare in 17 paid for one
-# (docs/benchmarks.md#ninth-round-less-python-per-device-fewer-compactions).
+# (docs/benchmarks/history.md#ninth-round-less-python-per-device-fewer-compactions).
 COMPACT_MIN_BYTES = 1024 * 1024
 CHECKPOINT_FILE_MODE = 0o600
 KEEP_CORRUPT = 5  # quarantined corrupt checkpoints kept beside the live one

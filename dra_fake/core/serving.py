@@ -72,7 +72,7 @@ class PluginContext:
     @property
     def api(self) -> client.ApiClient:
         """The API client, built on first use: importing the kubernetes client takes ~0.3 s,
-        which run_plugin spends after the sockets serve (docs/benchmarks.md#start-up).
+        which run_plugin spends after the sockets serve (docs/benchmarks/history.md#start-up).
         StartupError if the kubeconfig is unusable."""
         with self._lock:
             if self._api is None:
