@@ -28,7 +28,8 @@ from computedomain import api as cd_api
 from computedomain.plugin import configs as cd_configs
 from computedomain.plugin.state import DomainClaimData
 from dra_fake.core import journal
-from dra_fake.core.checkpoint import FORMAT_VERSION, CheckpointStore, CorruptCheckpointError, checksum
+from dra_fake.core.checkpoint import FORMAT_VERSION, CorruptCheckpointError, checksum
+from dra_fake.core.checkpointstore import CheckpointStore
 from dra_fake.core.claims import ClaimError, parse_claim
 from dra_fake.gpu import configs as gpu_configs
 from dra_fake.gpu.inventory import InventoryError, build_inventory, parse_config

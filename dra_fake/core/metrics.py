@@ -72,7 +72,7 @@ FEATURE_ENABLED = METRICS.feature_enabled
 
 
 def record_checkpoint_error(reason: str) -> None:
-    """A corrupt checkpoint was found (dra_fake.core.checkpoint's default corruption hook)."""
+    """A corrupt checkpoint was found (dra_fake.core.checkpointstore's default corruption hook)."""
     CHECKPOINT_ERRORS_TOTAL.labels(reason=reason).inc()
 
 

@@ -32,15 +32,14 @@ from typing import Any, Generic, TypeVar
 
 from dra_fake.core import cdi, metrics
 from dra_fake.core.checkpoint import (
-    DEFAULT_BOOT_ID_PATH,
     PREPARE_COMPLETED,
     PREPARE_STARTED,
     CheckpointData,
     CheckpointedDevice,
-    CheckpointStore,
     ClaimEntry,
     P,
 )
+from dra_fake.core.checkpointstore import DEFAULT_BOOT_ID_PATH, CheckpointStore
 from dra_fake.core.claims import ClaimError, ParsedClaim, parse_claim
 from dra_fake.core.groupcommit import GroupCommit
 from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS, LockTimeoutError, NodeSerializer
