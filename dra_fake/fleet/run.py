@@ -687,7 +687,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         "fleet running",
         extra={"selector": fleet.selector, "startupSeconds": round(time.monotonic() - started, 3)},
     )
-    from dra_fake.kubelet.server import install_signal_handlers
+    from dra_fake.kubelet.signals import install_signal_handlers
 
     install_signal_handlers(fleet.stop_event)
     deadline = None if args.exit_after is None else time.monotonic() + args.exit_after
