@@ -34,9 +34,10 @@ from dra_fake.core.checkpoint import (
     _Model,
 )
 from dra_fake.core.claims import ClaimError, ParsedClaim, PermanentClaimError
+from dra_fake.core.crashpoints import crash_point
 from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS
 from dra_fake.core.opaque import main_request
-from dra_fake.core.state import PreparedClaims, crash_point, to_prepared
+from dra_fake.core.state import PreparedClaims, to_prepared
 from dra_fake.gpu import configs, edits
 from dra_fake.gpu.configs import FeatureGates, GateLookup, Quantity
 from dra_fake.gpu.devices import AllocatableDevice, mig_uuid
