@@ -31,6 +31,7 @@ from dra_fake.core import journal
 from dra_fake.core.checkpoint import FORMAT_VERSION, CorruptCheckpointError, checksum
 from dra_fake.core.checkpointstore import CheckpointStore
 from dra_fake.core.claims import ClaimError, parse_claim
+from dra_fake.gpu import configdecode as gpu_configdecode
 from dra_fake.gpu import configs as gpu_configs
 from dra_fake.gpu.inventory import InventoryError, build_inventory, parse_config
 from dra_fake.gpu.profiles import load_profiles
@@ -198,7 +199,7 @@ def accepted_or_one_line_error(
 @given(config_entries(DRIVER, gpu_parameters))
 def test_gpu_opaque_configs(entries: list[Any]) -> None:
     def decode() -> None:
-        for claim_config in gpu_configs.decode_claim_configs(DRIVER, entries):
+        for claim_config in gpu_configdecode.decode_claim_configs(DRIVER, entries):
             config = gpu_configs.normalize(claim_config.config, gpu_configs.FeatureGates.of("MPSSupport"))
             gpu_configs.validate(config, gpu_configs.FeatureGates.of("MPSSupport", "TimeSlicingSettings"))
 
