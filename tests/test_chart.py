@@ -151,6 +151,7 @@ def test_rbac_is_least_privilege() -> None:
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},  # own Node only (policy)
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # on a pod: bad annotation
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
         {
             "apiGroups": ["resource.k8s.io"],
