@@ -135,8 +135,10 @@ demo-kind: kind-images ## make demo's workloads on a kind cluster: what nvidia-s
 	hack/install-tools.sh helm
 	$(PY) -m e2e.demo --kind $(K8S) $(if $(KEEP),--keep) $(KNOBS)
 
-generate: venv ## files written from one source (unit tests compare): examples/kind/ configs
+generate: venv ## files written from one source (unit tests compare): examples/kind/ configs, the chart's README, docs/kind.md's matrix
 	$(PY) -m e2e.kindcluster examples
+	$(PY) hack/chartdoc.py
+	$(PY) -m e2e.kindcluster matrix-table
 
 proto: venv ## regenerate the gRPC stubs from proto/dra
 	PYTHON=$(PY) hack/gen-proto.sh

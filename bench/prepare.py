@@ -41,7 +41,7 @@ from e2e.localcluster.processes import Process, spawn
 NAMESPACE = "bench-prepare"
 OURS, REF = "gpu.nvidia.com", "gpu.example.com"
 # Our plugin's --cpu-affinity in the benchmark: one, as measured since the sixteenth round
-# (docs/benchmarks.md); the chart's and CLI's default is inherit. CPU_AFFINITY=inherit make bench
+# (docs/benchmarks/history.md); the chart's and CLI's default is inherit. CPU_AFFINITY=inherit make bench
 # measures the default.
 CPU_AFFINITY = os.environ.get("CPU_AFFINITY", "one")
 DEVICES = 128  # 16 concurrent 8-device claims hold distinct devices

@@ -51,7 +51,7 @@ def test_the_packaged_chart_has_the_version_and_the_checksums_verify(tmp_path: P
         chart = yaml.safe_load(tgz.extractfile("dra-fake/Chart.yaml").read())  # type: ignore[union-attr]
         names = tgz.getnames()
     assert (chart["version"], chart["appVersion"]) == ("0.1.0", "0.1.0")
-    assert "dra-fake/values.schema.json" in names
+    assert "dra-fake/values.schema.json" in names and "dra-fake/README.md" in names
     check = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=out, capture_output=True, text=True)
     assert check.returncode == 0 and check.stdout.count(": OK") == 3, check.stdout
     changelog = (REPO / "CHANGELOG.md").read_text()

@@ -1,4 +1,4 @@
-"""python -m e2e.kindcluster up|down|config|versions|public-image|examples|readme
+"""python -m e2e.kindcluster up|down|config|versions|public-image|examples|readme|matrix-*
 (make kind-up, kind-down, generate, kind-readme; e2e/kind/run.sh)"""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from e2e.kindcluster import readme
+from e2e.kindcluster import matrix, readme
 from e2e.kindcluster.cluster import KindCluster
 from e2e.kindcluster.config import HostFacts, dump, kind_config, write_examples
 from e2e.kindcluster.versions import REPO, Release, newest, pinned, public_node_image, resolve
@@ -25,6 +25,13 @@ def main() -> int:
     pub = sub.add_parser("public-image", help="the public kindest/node image of a minor (e2e/kind/run.sh)")
     pub.add_argument("minor", help="1.34")
     sub.add_parser("examples", help="write examples/kind/kind-<minor>.yaml (make generate)")
+    sub.add_parser("matrix-table", help="docs/kind.md's matrix table from docs/results/kind-matrix.tsv")
+    mrow = sub.add_parser("matrix-row", help="a kind-matrix.tsv row from a lane's pytest output (matrix.sh)")
+    for name in ("kubernetes", "date", "commit"):
+        mrow.add_argument(name)
+    for name in ("workers", "up_s", "lane_s"):
+        mrow.add_argument(name, type=int)
+    mrow.add_argument("log", type=Path, help="the lane's pytest output")
     rd = sub.add_parser("readme", help="run README.md's kind path as written (make kind-readme; internet)")
     rd.add_argument("--k8s", default=newest().short, help="minor: examples/kind/kind-<minor>.yaml")
     rd.add_argument("--print", action="store_true", help="print the blocks for that release, run nothing")
@@ -65,6 +72,14 @@ def main() -> int:
                 print(f"# ---- {step}\n{readme.for_release(block, minor)}", end="")
         else:
             readme.run(minor, keep=args.keep)
+        return 0
+    if args.cmd == "matrix-table":
+        print(matrix.write_doc().relative_to(REPO))
+        return 0
+    if args.cmd == "matrix-row":
+        text = args.log.read_text(errors="replace")
+        tag = resolve(args.kubernetes).tag
+        print(matrix.row(tag, args.date, args.commit, args.workers, args.up_s, args.lane_s, text))
         return 0
     if args.cmd == "examples":
         for path in write_examples():
