@@ -124,7 +124,7 @@ class GpuDriver:
                 "serve a node's GPUs through the device plugin or through DRA, not both "
                 "(--allow-device-plugin=true to run anyway)"
             )
-        return self._shares_refusal()
+        return self._shares_refusal() or self._attach_refusal()
 
     def shares_setting(self) -> str | None:
         """What turns consumable shares on for this node, as refusals name it; None: nothing."""
@@ -139,19 +139,35 @@ class GpuDriver:
         setting = self.shares_setting()
         if setting is None or self._ctx is None:
             return None
-        from dra_fake.core.events import post_node_event
         from dra_fake.gpu import sharesgate
 
         ctx = self._ctx
         reason = sharesgate.server_refusal(
             setting, ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop
         )
-        if reason is not None:
+        return self._refused(reason, sharesgate.EVENT_REASON)
+
+    def _attach_refusal(self) -> str | None:
+        """Fabric-attached GPUs on a server that drops binding conditions (dra_fake.gpu.attachgate)."""
+        if not self.inventory.attachable or self._ctx is None:
+            return None
+        from dra_fake.gpu import attachgate
+
+        ctx = self._ctx
+        reason = attachgate.server_refusal(ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop)
+        return self._refused(reason, attachgate.EVENT_REASON)
+
+    def _refused(self, reason: str | None, event_reason: str) -> str | None:
+        """A refusal, also as a Warning event on the Node."""
+        if reason is not None and self._ctx is not None:
+            from dra_fake.core.events import post_node_event
+
+            ctx = self._ctx
             post_node_event(
                 ctx.api,
                 ctx.node,
                 ctx.node_uid,
-                reason=sharesgate.EVENT_REASON,
+                reason=event_reason,
                 message=reason,
                 component=f"{self.driver}-kubelet-plugin",
             )
@@ -215,6 +231,12 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
             profile_dirs,
             SharesSetting(consumable_shares, shares_gate),
         )
+        device_status = args.device_status == "true"
+        if inventory.attachable and not device_status:
+            raise StartupError(
+                "the inventory's attach (fabric-attached GPUs) is reported in the claims' status: "
+                "it needs --device-status=true"
+            )
         check_config_source(args.kubeconfig)
     except SharesSettingError as err:  # NVIDIA's plugin exits 1 on these (validateCLIFlags)
         print(f"dra-fake gpu-kubelet-plugin: error: {err}", file=sys.stderr)
@@ -236,6 +258,7 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         dcgm_port=args.dcgm_exporter_port,
         node_labels=args.node_labels == "true",
         mig_strategy=args.mig_strategy,
+        attach=device_status,
     )
     driver = GpuDriver(
         args.driver_name,
