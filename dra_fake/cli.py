@@ -210,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
         env="DEVICE_STATUS",
         default="true",
         choices=["true", "false"],
-        help="write into claims' status.devices: the attach of fabric-attached GPUs (docs/inventory.md)",
+        help="write each prepared device's status (Ready; data: UUID, MIG parent and profile) into its "
+        "claim's status.devices, and the attach of fabric-attached GPUs (docs/prepare.md)",
     )
 
     gpu.add_argument(

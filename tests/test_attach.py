@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_fake.gpu import attach, attachgate, claimstatus
+from dra_fake.core import claimstatus
+from dra_fake.gpu import attach, attachgate
 from dra_fake.gpu.attach import AttachConfig
 from dra_fake.gpu.inventory import Inventory, InventoryError, build_inventory, parse_config
 from dra_fake.gpu.profiles import load_profiles
@@ -169,7 +170,7 @@ def test_merged_keeps_what_the_driver_set_before() -> None:
         {"driver": DRIVER, "pool": NODE, "device": "gpu-0", "conditions": []},
         {"driver": "other.example.com", "pool": NODE, "device": "x", "conditions": []},
     ])  # fmt: skip
-    ready = attach.Condition("Ready", "True", "Prepared", "")
+    ready = claimstatus.Condition("Ready", "True", "Prepared", "")
     entries = claimstatus.with_conditions(
         [{"driver": DRIVER, "pool": NODE, "device": "gpu-1"}], [ready], before
     )

@@ -10,11 +10,11 @@ their status is dra_fake.gpu.services.attach.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from dra_fake.core.claimstatus import Condition
 from dra_fake.gpu.profiles.models import StrictModel
 
 # The condition types our devices publish (valid condition types: a name, optionally qualified).
@@ -59,14 +59,6 @@ def outcome(config: AttachConfig, claim_uid: str, attempt: int) -> Outcome:
     digest = hashlib.sha256(f"{claim_uid}/{attempt}".encode()).digest()
     draw = int.from_bytes(digest[:8], "big") / 2**64
     return "failed" if draw < config.failure_rate else "attached"
-
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: Literal["True", "False"]
-    reason: str
-    message: str
 
 
 def conditions(result: Outcome, node: str, attempt: int) -> list[Condition]:

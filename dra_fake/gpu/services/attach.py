@@ -16,7 +16,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from dra_fake.gpu import attach, claimstatus
+from dra_fake.core import claimstatus
+from dra_fake.gpu import attach
 
 if TYPE_CHECKING:
     from dra_fake.gpu.runtime import Host, NodeRuntime, NodeService, SharedPart

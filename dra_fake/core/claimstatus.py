@@ -10,15 +10,24 @@ driver wants to keep on the claim, so a later apply carries over the conditions 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from kubernetes import client
 
-    from dra_fake.gpu.attach import Condition
-
 APPLY = "application/apply-patch+yaml"  # JSON is YAML
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A device condition as a driver sets it (metav1.Condition without its times)."""
+
+    type: str
+    status: Literal["True", "False"]
+    reason: str
+    message: str
 
 
 def now() -> str:
