@@ -205,6 +205,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="sorted: slice devices by PCI bus ID and name; shuffled: a new order on every start, "
         "as NVIDIA's plugin, to flush out tests that depend on the order",
     )
+    gpu.add_argument(
+        "--device-status",
+        action=_EnvDefault,
+        env="DEVICE_STATUS",
+        default="true",
+        choices=["true", "false"],
+        help="write each prepared device's status (Ready; data: UUID, MIG parent and profile) into its "
+        "claim's status.devices, and the attach of fabric-attached GPUs (docs/prepare.md)",
+    )
 
     gpu.add_argument(
         "--allow-device-plugin",

@@ -323,6 +323,12 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         found = {m.uuid: m for e in data.claims.values() for m in e.driverData.migDevices}
         return list(found.values())
 
+    def created_mig_uuids(self, claim_uid: str) -> dict[str, str]:
+        """The dynamic MIG devices created for one prepared claim: device name -> UUID."""
+        data = self.store.peek()
+        entry = data.claims.get(claim_uid) if data is not None else None
+        return {m.device: m.uuid for m in entry.driverData.migDevices} if entry is not None else {}
+
     def holdings(self) -> list[ClaimHolding]:
         """The prepared claims and their devices (read without the lock, for the telemetry)."""
         data = self.store.peek()
