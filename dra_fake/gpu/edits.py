@@ -17,6 +17,7 @@ from typing import Any
 
 from dra_fake.core import yamlio
 from dra_fake.core.cdi import EARLIEST_VERSION, CdiSpecError, claim_kind, minimum_version
+from dra_fake.gpu import devicefile
 from dra_fake.gpu.configs import NO_SHARING, STRATEGY_MPS, STRATEGY_TIME_SLICING, AppliedSharing
 from dra_fake.gpu.devices import AllocatableDevice
 from dra_fake.gpu.devnodes import DeviceNodes
@@ -162,9 +163,15 @@ def device_edits(
         if len(_DEVICE_EDITS) >= _DEVICE_EDITS_MAX:
             _DEVICE_EDITS.clear()
         _DEVICE_EDITS[key] = yamlio.FRAGMENTS.register(edits)
-    if d.share is not None:
-        return edits | {"env": edits["env"] + d.share.env(env_prefix(d.device.name))}
-    return edits
+    if d.share is None:
+        return edits
+    share = edits | {"env": edits["env"] + d.share.env(env_prefix(d.device.name))}
+    if nvidia_smi is not None:  # the share's own device file, at the device's place
+        mib = devicefile.share_memory_mib(d.device.memory_bytes, d.share.memory_bytes)
+        mount = nvidia_smi.device_mount(d.device, d.uuid, d.share.share_id, mib)
+        here = mount["containerPath"]
+        share["mounts"] = [mount if m["containerPath"] == here else m for m in edits["mounts"]]
+    return share
 
 
 def build_claim_spec(

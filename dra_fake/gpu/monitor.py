@@ -23,8 +23,8 @@ from dra_fake.core.informer import lister, run_informer
 from dra_fake.core.retry import run_forever
 from dra_fake.gpu import dcgm
 from dra_fake.gpu.inventory import Inventory
-from dra_fake.gpu.nvidia_smi import NvidiaSmi
-from dra_fake.gpu.telemetry import Reading, Simulator
+from dra_fake.gpu.nvidia_smi import SHARE_LIVE_PREFIX, NvidiaSmi
+from dra_fake.gpu.telemetry import MEMORY_UTIL_SHARE, Reading, ShareUse, Simulator
 from dra_fake.gpu.workloads import ClaimHolding, users_by_device
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,15 @@ def live_state(reading: Reading, faults: Mapping[str, int]) -> dict[str, int | f
         "pstate": 0,
     }
     return state | {k: v for k, v in values.items() if v is not None}
+
+
+def share_live_state(share: ShareUse) -> dict[str, int | float | str]:
+    """A share's live keys (docs/nvml.md#shares): its own utilization and memory used."""
+    return {
+        "utilization": share.utilization,
+        "memory_util": round(share.utilization * MEMORY_UTIL_SHARE),
+        "memory_used": share.memory_used_mib,
+    }
 
 
 class GpuMonitor:
@@ -153,6 +162,9 @@ class GpuMonitor:
             if entity.is_mig:
                 live[entity.mig_uuid] = {"mig_memory_used": reading.fb_used or 0}
             live[gpu]["memory_used"] = int(live[gpu]["memory_used"]) + (reading.fb_used or 0)
+        shares = self.simulator.share_uses(self.clock(), users, dynamic)
+        for share in shares:
+            live[f"{SHARE_LIVE_PREFIX}{share.share_id}"] = share_live_state(share)
         self.nvidia_smi.write_live(live)
         text = dcgm.render([(self.hostname, e, r, users.get(e.device, [])) for e, r in readings], self.driver)
         self.text = text
