@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from dra_fake.core.checkpoint import read_claims
 from dra_fake.gpu.workloads import ANNOTATION_MEMORY, ANNOTATION_UTILIZATION
@@ -294,3 +295,20 @@ def test_nvidia_smi_in_each_share_shows_the_same_gpu_with_its_own_limit_and_usag
     assert poll("the large share's view", lambda: smi("large"), 60) == [uuid, "30720", "4096", "20"]
     listing = bed.container(ns, "small").nvidia_smi("-L")
     assert listing.code == 0 and uuid in listing.output, listing.output
+
+    # the metrics endpoint attributes each share's own usage to its pod (docs/observability.md)
+    def share_metrics() -> dict[tuple[str, str], float] | None:
+        found = {
+            (f.name, s.labels["pod"]): s.value
+            for f in text_string_to_metric_families(bed.gpu_metrics(shared_node))
+            for s in f.samples
+            if f.name.startswith("DRA_FAKE_SHARE_FB") and s.labels.get("UUID") == uuid
+        }
+        return found if len(found) == 4 else None
+
+    assert poll("per-share metrics", share_metrics, 60) == {
+        ("DRA_FAKE_SHARE_FB_USED", "small"): 10240,
+        ("DRA_FAKE_SHARE_FB_USED", "large"): 4096,
+        ("DRA_FAKE_SHARE_FB_TOTAL", "small"): 20480,
+        ("DRA_FAKE_SHARE_FB_TOTAL", "large"): 30720,
+    }

@@ -166,7 +166,12 @@ class GpuMonitor:
         for share in shares:
             live[f"{SHARE_LIVE_PREFIX}{share.share_id}"] = share_live_state(share)
         self.nvidia_smi.write_live(live)
-        text = dcgm.render([(self.hostname, e, r, users.get(e.device, [])) for e, r in readings], self.driver)
+        by_share = {(u.device, u.share_id): u for u in shares if u.share_id is not None}
+        text = dcgm.render(
+            [(self.hostname, e, r, users.get(e.device, [])) for e, r in readings],
+            self.driver,
+            shares=by_share,
+        )
         self.text = text
         return text
 
