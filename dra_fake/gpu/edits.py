@@ -88,6 +88,8 @@ def device_env(spec_device: SpecDevice) -> list[str]:
             "MIG_PLACEMENT_SIZE": str(dev.mig.size),
             "MIG_DYNAMIC": "true" if dev.dynamic else "false",
         }
+    if dev.lends is not None:  # a lend view (dra_fake.gpu.lending): the owner's GPU, lent
+        env |= {"SPOT": "true", "LENDER": dev.lends}
     if spec_device.admin_access:
         env["ADMIN_ACCESS"] = "true"
     sharing = spec_device.sharing
