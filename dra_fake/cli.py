@@ -359,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     if args.command == "fleet":
-        from dra_fake.fleet.run import run_fleet
+        from dra_fake.fleet.main import run_fleet
 
         return run_fleet(args)
     if args.command == "fault":
