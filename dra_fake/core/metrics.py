@@ -19,10 +19,17 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
 
+from dra_fake.core.httpserve import BoundedHTTPServer
 from dra_fake.kubelet.metrics import RequestMetrics
 
 
@@ -78,8 +85,16 @@ def record_checkpoint_error(reason: str) -> None:
 
 
 def start_metrics_server(
-    port: int, addr: str = "0.0.0.0", registry: CollectorRegistry = REGISTRY
-) -> tuple[WSGIServer, threading.Thread]:
-    """Serve ``/metrics`` over HTTP on ``addr:port`` in a daemon thread (port 0: ephemeral, see
-    ``server.server_port``). Stop with ``server.shutdown(); server.server_close()``."""
-    return start_http_server(port, addr=addr, registry=registry)
+    port: int, addr: str | None = None, registry: CollectorRegistry = REGISTRY
+) -> tuple[BoundedHTTPServer, threading.Thread]:
+    """Serve ``/metrics`` over HTTP on ``addr:port`` (default: dra_fake.core.httpserve's) in a daemon
+    thread (port 0: ephemeral, see ``server.server_port``), with dra_fake.core.httpserve's bounds.
+    Stop with ``server.shutdown(); server.server_close()``."""
+    server = BoundedHTTPServer(
+        {"/metrics": lambda: (200, generate_latest(registry).decode())},
+        port,
+        addr,
+        content_type=CONTENT_TYPE_LATEST,
+        name="metrics",
+    )
+    return server, server.start()

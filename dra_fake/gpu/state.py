@@ -14,6 +14,7 @@ argues why a SIGKILL between any two steps is safe):
 from __future__ import annotations
 
 import logging
+import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,9 +32,9 @@ from dra_fake.core.claims import ClaimError, ParsedClaim
 from dra_fake.core.crashpoints import crash_point
 from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS
 from dra_fake.core.state import PreparedClaims, to_prepared
-from dra_fake.gpu import configs, edits
+from dra_fake.gpu import configs, devicefile, edits
 from dra_fake.gpu.claimdata import GpuClaimData, GpuClaimEntry, MigDeviceRecord, ShareRecord
-from dra_fake.gpu.configs import FeatureGates, GateLookup
+from dra_fake.gpu.configs import FeatureGates, GateLookup, Quantity
 from dra_fake.gpu.devices import AllocatableDevice
 from dra_fake.gpu.devnodes import DeviceNodes
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
@@ -212,6 +213,12 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         found = {m.uuid: m for e in data.claims.values() for m in e.driverData.migDevices}
         return list(found.values())
 
+    def created_mig_uuids(self, claim_uid: str) -> dict[str, str]:
+        """The dynamic MIG devices created for one prepared claim: device name -> UUID."""
+        data = self.store.peek()
+        entry = data.claims.get(claim_uid) if data is not None else None
+        return {m.device: m.uuid for m in entry.driverData.migDevices} if entry is not None else {}
+
     def holdings(self) -> list[ClaimHolding]:
         """The prepared claims and their devices (read without the lock, for the telemetry)."""
         data = self.store.peek()
@@ -222,12 +229,32 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             if entry.state != PREPARE_COMPLETED:
                 continue
             migs = {m.device: m.uuid for m in entry.driverData.migDevices}
+            consumed = {(s.device, s.shareID): s.consumedCapacity for s in entry.driverData.shares}
             devices = tuple(
-                HeldDevice(d.deviceName, d.poolName, tuple(d.requests), migs.get(d.deviceName))
+                HeldDevice(
+                    d.deviceName,
+                    d.poolName,
+                    tuple(d.requests),
+                    migs.get(d.deviceName),
+                    d.shareID,
+                    self._share_view(d.deviceName, consumed.get((d.deviceName, d.shareID))),
+                )
                 for d in entry.preparedDevices
             )
             out.append(ClaimHolding(entry.namespace, entry.name, devices))
         return out
+
+    def _share_view(self, device: str, consumed: Mapping[str, str] | None) -> int | None:
+        """The MiB a share sees as its memory (devicefile.share_memory_mib), None: the device's."""
+        raw = (consumed or {}).get("memory")
+        known = self.devices.get(device)
+        if raw is None or known is None:
+            return None
+        try:
+            memory = math.floor(Quantity.parse(raw).value)
+        except ValueError:
+            return None
+        return devicefile.share_memory_mib(known.memory_bytes, memory)
 
     # --- steps --------------------------------------------------------------------------------
 
@@ -331,6 +358,8 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         `data`, in any state, holds it (NVIDIA counts completed claims only; a partial one may be
         completed by the kubelet's retry). Counted afresh from the checkpoint on every call."""
         undo = entry.driverData
+        if undo.shares and entry.cdiSpec and self.nvidia_smi is not None:
+            self.nvidia_smi.remove_share_files(entry.cdiSpec)  # each share's own: not counted
         if not (undo.migDevices or undo.timeSlicing):
             return
         others = data.claims.values()
