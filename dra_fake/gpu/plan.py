@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from dra_fake.gpu.state import DeviceState
 
 
-def overlaps(a_start: int, a_size: int, b_start: int, b_size: int) -> bool:
+def _overlaps(a_start: int, a_size: int, b_start: int, b_size: int) -> bool:
     return a_start < b_start + b_size and b_start < a_start + a_size
 
 
@@ -172,7 +172,7 @@ def check_conflicts(
                 if (
                     m.parentUUID == device.gpu_uuid
                     and m.device != r.device
-                    and overlaps(m.placementStart, m.placementSize, device.mig.start, device.mig.size)
+                    and _overlaps(m.placementStart, m.placementSize, device.mig.start, device.mig.size)
                 ):
                     raise ClaimError(
                         f"requested device {r.device} overlaps MIG device {m.device} "
