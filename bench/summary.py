@@ -1,6 +1,6 @@
 """docs/benchmarks.md's latest table and docs/benchmarks/history.svg, from bench/results.
 
-    python -m bench.summary    # after a change of this module; make bench runs it after a full run
+    python -m bench.summary    # (make generate) after a change of this module; make bench runs it
 
 Both are generated from the committed results (latest.json, history.jsonl), so the page a user
 reads cannot drift from them; tests/test_bench_tools.py fails when the committed files differ from

@@ -3,7 +3,8 @@ pyproject.toml's import-linter contracts (top to bottom), each package with its 
 package tree), and an arrow wherever a package imports another (the import graph, by grimp, the
 library import-linter checks the contracts with), labelled where a contract narrows it.
 
-    python hack/archmap.py    # after adding, moving or removing a module; tests/test_archmap.py checks it
+    python hack/archmap.py    # (make generate) after adding, moving or removing a module;
+                              # tests/test_archmap.py checks it
 """
 
 from __future__ import annotations

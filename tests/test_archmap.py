@@ -20,7 +20,7 @@ def archmap() -> ModuleType:
 def test_the_committed_module_map_is_what_the_code_draws() -> None:
     m = archmap()
     text = m.DOC.read_text()
-    assert text == m.document(text), "the module map is stale: run python hack/archmap.py"
+    assert text == m.document(text), "the module map is stale: make generate"
 
 
 def test_the_map_has_every_layer_module_and_import_with_the_contracts_limits() -> None:

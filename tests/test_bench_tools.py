@@ -109,8 +109,8 @@ def test_across_runs_reads_the_prepare_figures_history_line_writes() -> None:
 def test_docs_benchmarks_page_and_plot_are_what_bench_summary_generates_from_the_results() -> None:
     """`python -m bench.summary` (make bench runs it) regenerates both after a change."""
     latest = json.loads((RESULTS / "latest.json").read_text())
-    assert PAGE.read_text() == page(PAGE.read_text(), latest), "run python -m bench.summary"
-    assert PLOT.read_text() == history_svg(read_history(HISTORY)), "run python -m bench.summary"
+    assert PAGE.read_text() == page(PAGE.read_text(), latest), "make generate"
+    assert PLOT.read_text() == history_svg(read_history(HISTORY)), "make generate"
     commit = latest["machine"]["git_commit"][:7]
     assert f"`make bench` at `{commit}`" in PAGE.read_text().split(BEGIN)[1]
 
