@@ -223,7 +223,8 @@ def run_plugin(args: argparse.Namespace, driver: KubeletDriver) -> int:
     background (`Publishing`, below), retried until they succeed."""
     from dra_fake.kubelet.device_health import DeviceHealthBoard
     from dra_fake.kubelet.health import HealthServer
-    from dra_fake.kubelet.server import KubeletPlugin, serve_forever
+    from dra_fake.kubelet.server import KubeletPlugin
+    from dra_fake.kubelet.signals import serve_forever
 
     started = time.monotonic()
     # Before the plugin starts its threads (they inherit it); docs in dra_fake.core.cpuaffinity.
