@@ -118,10 +118,10 @@ def test_every_consumer_prints_the_claims_gpus_with_the_metrics_values(
 def test_a_mig_device_is_a_mig_device_to_every_consumer(
     kube: Kube, bed: TestBed, ns: str, nodes: list[str]
 ) -> None:
-    # a pre-created MIG device (its UUID is published), on the MIG node
-    node = nodes[1]
-    device = next(
-        d
+    # a pre-created 1g.10gb MIG device (its UUID is published; the MIG node's inventory has them)
+    node, device = next(
+        (node, d)
+        for node in nodes
         for d in sorted(published(kube, node).values(), key=lambda d: str(d["name"]))
         if attr(d, "type") == "mig" and "uuid" in d["attributes"] and attr(d, "profile") == "1g.10gb"
     )
