@@ -447,6 +447,57 @@ def test_memory_counts_the_reserved_memory_and_the_live_usage(nvml: Any, bed: Be
     assert raw("nvmlDeviceGetMemoryInfo_v2", h, ctypes.byref(bad)) == N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 
 
+SHARE_ID = "5f8a3c1e-0b4d-4f0e-9a51-2f1d7c3e8b6a"
+
+
+def test_a_share_sees_its_own_memory_and_usage_on_the_same_gpu(lib_path: Path, tmp_path: Path) -> None:
+    """docs/nvml.md#shares: with share_id and share_memory_mib the share's memory is the total
+    (nothing reserved) and its own live file gives used memory and utilization; the GPU's
+    identity and every other reading stay the device's. Without share_memory_mib (the
+    `unlimited` and count modes) the whole device shows."""
+
+    def view(fields: dict[str, str | int], share: dict[str, str | int] | None) -> tuple[Any, ...]:
+        b = Bed(tmp_path / f"r{len(list(tmp_path.iterdir()))}")
+        b.device("00000000-06-00.0_gpu", fields)
+        b.set_live(H200_UUID, H200_LIVE | {"memory_used": 90000, "utilization": 95, "temperature": 70})
+        if share is not None:
+            b.set_live(f"share-{SHARE_ID}", share)
+        os.environ["DRA_FAKE_ROOT"] = str(b.root)
+        try:
+            shutdown_all()
+            N.nvmlInit()
+            h = N.nvmlDeviceGetHandleByIndex(0)
+            mem = N.nvmlDeviceGetMemoryInfo(h, version=N.nvmlMemory_v2)
+            out = (
+                N.nvmlDeviceGetUUID(h),
+                (mem.total // MIB, mem.reserved, mem.used // MIB, mem.free // MIB),
+                N.nvmlDeviceGetUtilizationRates(h).gpu,
+                N.nvmlDeviceGetTemperature(h, 0),
+            )
+        finally:
+            shutdown_all()
+            del os.environ["DRA_FAKE_ROOT"]
+        return out
+
+    load(lib_path)
+    share = H200 | {"share_id": SHARE_ID, "share_memory_mib": 20480}
+    assert view(share, {"memory_used": 4096, "utilization": 30}) == (
+        H200_UUID,
+        (20480, 0, 4096, 16384),
+        30,
+        70,
+    )
+    # no share live file yet: an idle share
+    assert view(share, None)[1:3] == ((20480, 0, 0, 20480), 0)
+    # usage above the limit reads as full, never more
+    assert view(share, {"memory_used": 30000})[1] == (20480, 0, 20480, 0)
+    # the device view: no share_memory_mib, or an ID that could name another file
+    whole = view(H200 | {"share_id": SHARE_ID}, {"memory_used": 4096, "utilization": 30})
+    assert whole[1][0] == 143771 and whole[1][2] == 90000 and whole[2] == 95
+    bad = view(H200 | {"share_id": "../x", "share_memory_mib": 20480}, {"memory_used": 1})
+    assert bad[1][0] == 143771
+
+
 # ---- argument checks ------------------------------------------------------------------------------
 
 
