@@ -158,6 +158,7 @@ class GpuView:
     uuid: str | None = None
     name: str | None = None
     lost: bool = False
+    memory_total_mib: int | None = None
     memory_used_mib: int | None = None  # without the driver's reservation (NVML v2 `used`)
     memory_free_mib: int | None = None  # whole MiB of the free bytes
     utilization: int | None = None
@@ -187,6 +188,7 @@ def parse_probe(text: str) -> list[GpuView]:
                 bus_id=v["PciInfo"]["busId"],
                 uuid=v["UUID"],
                 name=v["Name"],
+                memory_total_mib=mem["total"] // MIB,
                 memory_used_mib=mem["used"] // MIB,
                 memory_free_mib=mem["free"] // MIB,
                 utilization=util["gpu"] if isinstance(util, dict) else None,
@@ -218,6 +220,7 @@ def parse_gpustat(text: str) -> list[GpuView]:
             GpuView(
                 uuid=gpu["uuid"],
                 name=gpu["name"],
+                memory_total_mib=gpu["memory.total"],
                 memory_used_mib=gpu["memory.used"],
                 utilization=gpu["utilization.gpu"],
                 temperature=gpu["temperature.gpu"],
@@ -235,6 +238,7 @@ def parse_gonvml(text: str) -> list[GpuView]:
             bus_id=d["busId"],
             uuid=d["uuid"],
             name=d["name"],
+            memory_total_mib=d["memoryTotal"] // MIB,
             memory_free_mib=d["memoryFree"] // MIB,
             utilization=None if "utilization" in (d.get("errors") or {}) else d["gpuUtil"],
             temperature=d["temperature"],
@@ -261,7 +265,7 @@ def parse_gonvml(text: str) -> list[GpuView]:
 NVITOP_GPU = re.compile(r"^│\s+(\d+)\s+(.*?)\s+\S+\s+│\s+(\S+)\s+\S+\s+│")
 NVITOP_LOST = re.compile(r"^│\s+(\d+)\s+ERROR: GPU is Lost")
 NVITOP_READINGS = re.compile(
-    r"^│\s+\S+\s+(\d+)C\s+P\d+\s+(\d+)W\s+/\s+\d+W\s+│\s+(\S+)\s+/\s+\S+\s+│\s+(\S+)\s"
+    r"^│\s+\S+\s+(\d+)C\s+P\d+\s+(\d+)W\s+/\s+\d+W\s+│\s+(\S+)\s+/\s+(\S+)\s+│\s+(\S+)\s"
 )
 NVITOP_MIG = re.compile(r"^│\s+\d+:\d+\s+(\S+)\s+@\s+GI/CI:\s*(\d+)/(\d+)\s+│\s+(\S+)\s+/\s+(\S+)\s+│")
 SIZE = re.compile(r"^(\d+(?:\.\d+)?)(B|KiB|MiB|GiB)$")
@@ -300,7 +304,8 @@ def parse_nvitop(text: str) -> list[GpuView]:
                     power_w=int(m[2]),
                     power_step=1,
                     memory_used_mib=mib(m[3]),
-                    utilization=int(m[4].rstrip("%")) if m[4] != "N/A" else None,
+                    memory_total_mib=None if m[4].endswith("GiB") else mib(m[4]),  # 79.65GiB: not exact
+                    utilization=int(m[5].rstrip("%")) if m[5] != "N/A" else None,
                 )
             )
             pending = None
@@ -308,6 +313,13 @@ def parse_nvitop(text: str) -> list[GpuView]:
 
 
 PARSERS = {"probe": parse_probe, "gpustat": parse_gpustat, "nvitop": parse_nvitop, "gonvml": parse_gonvml}
+
+
+def printed(view: Container, consumer: str) -> list[GpuView]:
+    """What a consumer printed in the container, parsed; it must have succeeded."""
+    result = run_consumer(view, consumer)
+    assert result.code == 0, f"{consumer}: exit {result.code}: {result.output[-2000:]}"
+    return PARSERS[consumer](result.output)
 
 
 # ---- the metrics ------------------------------------------------------------------------------------
@@ -342,9 +354,11 @@ def metrics_gpus(text: str) -> dict[str, MetricsGpu]:
 def differences(view: GpuView, gpu: MetricsGpu) -> list[str]:
     """What a consumer printed for a GPU that is not the metrics sample's value (empty: it agrees)."""
     m = gpu.values
+    parts = [m.get(f"DCGM_FI_DEV_FB_{p}") for p in ("FREE", "USED", "RESERVED")]
     wanted: list[tuple[str, Any, Any]] = [
         ("bus id", view.bus_id, gpu.bus_id),
         ("uuid", view.uuid, gpu.uuid),
+        ("memory total (MiB)", view.memory_total_mib, None if None in parts else sum(parts)),
         ("memory used (MiB)", view.memory_used_mib, m.get("DCGM_FI_DEV_FB_USED")),
         ("memory free (MiB)", view.memory_free_mib, m.get("DCGM_FI_DEV_FB_FREE")),
         ("utilization (%)", view.utilization, m.get("DCGM_FI_DEV_GPU_UTIL")),

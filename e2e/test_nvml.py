@@ -19,13 +19,13 @@ from e2e.kindcluster.cluster import NVML_CONSUMERS_IMAGE
 from e2e.kube import Kube, poll
 from e2e.nvmlview import (
     CONSUMERS,
-    PARSERS,
     XID_WAIT,
     Background,
     GpuView,
     MetricsGpu,
     differences,
     metrics_gpus,
+    printed,
     run_consumer,
 )
 from e2e.test_allocation import attr, devices_of, pod, template
@@ -60,12 +60,6 @@ def start(
     kube.wait_running(ns, name)
     gpus, migs, _ = expected_gpus(kube, ns, pod_claims(kube.pod(ns, name), "ctr"))
     return bed.container(ns, name), gpus, migs
-
-
-def printed(view: Container, consumer: str) -> list[GpuView]:
-    result = run_consumer(view, consumer)
-    assert result.code == 0, f"{consumer}: exit {result.code}: {result.output[-2000:]}"
-    return PARSERS[consumer](result.output)
 
 
 def matched(views: list[GpuView], gpus: dict[str, MetricsGpu]) -> dict[str, GpuView]:

@@ -22,6 +22,7 @@ METRICS = MetricsGpu(
         "DCGM_FI_DEV_GPU_UTIL": 75,
         "DCGM_FI_DEV_FB_USED": 10240,
         "DCGM_FI_DEV_FB_FREE": 143771 - 616 - 10240,
+        "DCGM_FI_DEV_FB_RESERVED": 616,
         "DCGM_FI_DEV_GPU_TEMP": 33,
         "DCGM_FI_DEV_POWER_USAGE": 77.447312,  # the live file has two decimals
     },
@@ -44,6 +45,7 @@ def test_each_consumer_prints_the_files_values(consumer: str, lib_path: Path, be
     h200, mig_gpu, *lost = views(consumer, lib_path, bed)
     assert differences(h200, METRICS) == []
     assert h200.uuid in (H200_UUID, None) and h200.bus_id in ("00000000:00:06.0", None)
+    assert h200.memory_total_mib in (143771, None) and h200.memory_used_mib in (10240, None)
     # a sample of other values: each printed value is compared
     other = MetricsGpu(H200_UUID, METRICS.bus_id, METRICS.values | {"DCGM_FI_DEV_GPU_UTIL": 74})
     other.values["DCGM_FI_DEV_POWER_USAGE"] = 80.0
