@@ -148,6 +148,18 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
     )
 
 
+def add_allow_real_gpu_node(p: argparse._ActionsContainer) -> None:
+    p.add_argument(
+        "--allow-real-gpu-node",
+        action=_EnvDefault,
+        env="ALLOW_REAL_GPU_NODE",
+        default="false",
+        choices=["true", "false"],
+        help="start even on a node with NVIDIA PCI functions or a loaded NVIDIA driver, or whose "
+        "hardware cannot be read (fake GPUs beside real ones; docs/security.md)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dra-fake", description="A DRA driver that simulates NVIDIA GPUs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -240,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
         "claim's status.devices, and the attach of fabric-attached GPUs (docs/prepare.md)",
     )
 
+    add_allow_real_gpu_node(gpu)
     gpu.add_argument(
         "--allow-device-plugin",
         action=_EnvDefault,
