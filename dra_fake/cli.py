@@ -283,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dra_fake.gpu.faultcli import add_fault_parser
 
     add_fault_parser(sub)
+    from dra_fake.scenario.cli import add_scenario_parser
+
+    add_scenario_parser(sub)
     from dra_fake.deviceplugin.cli import add_device_plugin_parser
 
     add_device_plugin_parser(sub, _EnvDefault)
@@ -340,6 +343,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dra_fake.gpu.faultcli import run_fault_command
 
         return run_fault_command(args)
+    if args.command == "scenario":
+        from dra_fake.scenario.cli import run_scenario_command
+
+        return run_scenario_command(args)
     if args.command == "device-plugin":
         from dra_fake.deviceplugin.plugin import run_device_plugin
 

@@ -143,6 +143,15 @@ def test_a_failed_attempt_then_a_new_allocation_attaches(recorded: Any) -> None:
     assert conditions_of(rec.applied[1])[attach.ATTACHED] == "True"
 
 
+def test_a_claims_annotation_asks_for_its_outcome(recorded: Any) -> None:
+    rec = recorded({"delaySeconds": 0})
+    failing = claim()
+    failing["metadata"]["annotations"] = {attach.ANNOTATION_OUTCOME: "failed"}
+    rec.attacher.seen(failing)
+    assert rec.done.wait(5)
+    assert conditions_of(rec.applied[0])[attach.ATTACH_FAILED] == "True"
+
+
 def test_hang_reports_nothing_and_others_are_ignored(recorded: Any) -> None:
     rec = recorded({"delaySeconds": 0, "hang": True})
     assert rec.attacher.seen(claim()) == 0
