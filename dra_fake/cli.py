@@ -116,10 +116,11 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
         "--cpu-affinity",
         action=_EnvDefault,
         env="CPU_AFFINITY",
-        default="one",
+        default="inherit",
         choices=["one", "inherit"],
-        help="one: every thread of the plugin on the CPU it starts on (its Python threads share one "
-        "interpreter lock; handing it between CPUs costs CPU, docs/benchmarks.md); inherit: as started",
+        help="inherit: the CPUs the process was started with; one: every thread of the plugin on the "
+        "CPU it starts on (its Python threads share one interpreter lock; handing it between CPUs "
+        "costs CPU, docs/benchmarks/history.md#sixteenth-round-one-cpu; make bench sets it)",
     )
     p.add_argument(
         "--feature-gates",
@@ -179,6 +180,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="NVIDIA's consumable shares: several claims on one GPU or MIG device, its memory accounted "
         "by the scheduler: disabled, memory, unlimited or a positive integer (at most N claims); needs "
         "feature gate ConsumableShares (docs/sharing-design.md)",
+    )
+    gpu.add_argument(
+        "--gpu-lending",
+        action=_EnvDefault,
+        env="GPU_LENDING",
+        default="false",
+        choices=("true", "false"),
+        help="ours: lend allocated but idle GPUs to spot claims (class spot.<driver>) through a second "
+        "device gpu-N-spot, reclaimed by NoExecute device-taint eviction (docs/sharing.md)",
+    )
+    gpu.add_argument(
+        "--gpu-lending-idle-threshold",
+        action=_EnvDefault,
+        env="GPU_LENDING_IDLE_THRESHOLD",
+        type=int,
+        default=10,
+        help="percent: owners below it are idle, at or above it busy (reclaim at once)",
+    )
+    gpu.add_argument(
+        "--gpu-lending-idle-for",
+        action=_EnvDefault,
+        env="GPU_LENDING_IDLE_FOR",
+        type=float,
+        default=60.0,
+        help="seconds the owners must be idle in every sample before their GPU is lent (again)",
     )
     gpu.add_argument(
         "--additional-xids-to-ignore",
@@ -336,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     if args.command == "fleet":
-        from dra_fake.fleet.run import run_fleet
+        from dra_fake.fleet.main import run_fleet
 
         return run_fleet(args)
     if args.command == "fault":

@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from dra_fake.core.checkpoint import read_claims
+from dra_fake.gpu.workloads import ANNOTATION_MEMORY, ANNOTATION_UTILIZATION
 from e2e.conftest import published
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.localcluster import LocalCluster
@@ -89,9 +91,13 @@ def time_slicing(interval: str) -> list[dict[str, Any]]:
     return [{"opaque": {"driver": GPU_DRIVER, "parameters": parameters}}]
 
 
-def pod_on(kube: Kube, ns: str, name: str, template: str, node: str) -> None:
+def pod_on(
+    kube: Kube, ns: str, name: str, template: str, node: str, annotations: dict[str, str] | None = None
+) -> None:
     pod = pod_with_claim_template(name, template)
     pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    if annotations:
+        pod["metadata"]["annotations"] = annotations
     kube.create(pod, ns)
 
 
@@ -258,3 +264,51 @@ def test_one_shares_unprepare_through_a_plugin_sigkill_leaves_the_other(
     assert checkpoint[stay["metadata"]["uid"]]["state"] == "PrepareCompleted"
     assert bed.read_node_file(shared_node, spec_path(stay)) == stay_spec
     assert_sees_its_gpus(bed, ns, "stay")
+
+
+def test_nvidia_smi_in_each_share_shows_the_same_gpu_with_its_own_limit_and_usage(
+    kube: Kube, ns: str, bed: TestBed, shared_node: str
+) -> None:
+    """docs/nvml.md#shares: a 20Gi and a 30Gi share of one GPU; each pod's nvidia-smi names the
+    same GPU (UUID) with its share as the total and only its own pod's memory and utilization."""
+    uuid = gpu_uuid(kube, shared_node, "gpu-5")
+    kube.create(share_template("s20", uuid, "20Gi"), ns)
+    kube.create(share_template("s30", uuid, "30Gi"), ns)
+    load = {
+        "small": {ANNOTATION_MEMORY: "50%", ANNOTATION_UTILIZATION: "30"},
+        "large": {ANNOTATION_MEMORY: "4096", ANNOTATION_UTILIZATION: "20"},
+    }
+    pod_on(kube, ns, "small", "s20", shared_node, load["small"])
+    pod_on(kube, ns, "large", "s30", shared_node, load["large"])
+    for pod in ("small", "large"):
+        kube.wait_running(ns, pod)
+
+    def smi(pod: str) -> list[str] | None:
+        out = bed.container(ns, pod).nvidia_smi(
+            "--query-gpu=uuid,memory.total,memory.used,utilization.gpu", "--format=csv,noheader,nounits"
+        )
+        assert out.code == 0, out.output
+        fields = out.output.strip().split(", ")
+        return fields if fields[2] != "0" else None  # until the first sample with the pods
+
+    assert poll("the small share's view", lambda: smi("small"), 60) == [uuid, "20480", "10240", "30"]
+    assert poll("the large share's view", lambda: smi("large"), 60) == [uuid, "30720", "4096", "20"]
+    listing = bed.container(ns, "small").nvidia_smi("-L")
+    assert listing.code == 0 and uuid in listing.output, listing.output
+
+    # the metrics endpoint attributes each share's own usage to its pod (docs/observability.md)
+    def share_metrics() -> dict[tuple[str, str], float] | None:
+        found = {
+            (f.name, s.labels["pod"]): s.value
+            for f in text_string_to_metric_families(bed.gpu_metrics(shared_node))
+            for s in f.samples
+            if f.name.startswith("DRA_FAKE_SHARE_FB") and s.labels.get("UUID") == uuid
+        }
+        return found if len(found) == 4 else None
+
+    assert poll("per-share metrics", share_metrics, 60) == {
+        ("DRA_FAKE_SHARE_FB_USED", "small"): 10240,
+        ("DRA_FAKE_SHARE_FB_USED", "large"): 4096,
+        ("DRA_FAKE_SHARE_FB_TOTAL", "small"): 20480,
+        ("DRA_FAKE_SHARE_FB_TOTAL", "large"): 30720,
+    }

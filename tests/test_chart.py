@@ -131,8 +131,8 @@ def test_both_plugins_get_the_cpu_affinity_and_a_wrong_one_is_refused() -> None:
         containers = ds["spec"]["template"]["spec"]["containers"]
         return [next(e["value"] for e in c["env"] if e["name"] == "CPU_AFFINITY") for c in containers]
 
-    assert affinity() == ["one", "one"]
-    assert affinity(**{"kubeletPlugin.cpuAffinity": "inherit"}) == ["inherit", "inherit"]
+    assert affinity() == ["inherit", "inherit"]
+    assert affinity(**{"kubeletPlugin.cpuAffinity": "one"}) == ["one", "one"]
     with pytest.raises(AssertionError, match="cpuAffinity"):
         render(**{"kubeletPlugin.cpuAffinity": "two"})
 
@@ -151,6 +151,7 @@ def test_rbac_is_least_privilege() -> None:
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},  # own Node only (policy)
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # on a pod: bad annotation
         # deviceStatus (on by default): claims watched (attach), their status applied per driver
         {
             "apiGroups": ["resource.k8s.io"],

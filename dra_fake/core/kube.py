@@ -195,7 +195,7 @@ class DirectJson:
     """Requests whose answer is read whole (get_json, send_json) on kept-alive connections, one
     per thread (dra_fake.core.httpconn): the ApiClient's host, TLS files and credentials (its
     refresh hook included), without urllib3's pool, http.client and the client's call layers,
-    which cost most of the CPU of a claim GET (docs/benchmarks.md). Only for configurations it
+    which cost most of the CPU of a claim GET (docs/benchmarks/history.md). Only for configurations it
     reproduces exactly (`supports`); anything else (a proxy, a TLS server name, inline CA data)
     goes through the client."""
 

@@ -21,6 +21,7 @@ from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
 from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, servable_taints
 from dra_fake.gpu.gfd import MIG_STRATEGIES
 from dra_fake.gpu.inventory import Inventory, InventoryError, SharesSetting, load_inventory
+from dra_fake.gpu.lending import LendingSettings, with_lend_views
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.gpu.runtime import Host, Node, NodeSettings
 from dra_fake.gpu.shares import FLAG, GATE_CONSUMABLE_SHARES, SharesMode, SharesSettingError, node_mode
@@ -84,6 +85,7 @@ class GpuDriver:
         self.nvidia_smi: NvidiaSmi | None = None  # set by create_state
         self.state: DeviceState | None = None
         self._taints: dict[str, list[dict[str, str]]] = {}
+        self._lend_taints: dict[str, list[dict[str, str]]] = {}  # the lend views' (dra_fake.gpu.lending)
         self._slices: tuple[object, list[DesiredSlice]] | None = None  # (key, slices) of the last call
         self._lock = threading.Lock()
 
@@ -137,7 +139,11 @@ class GpuDriver:
     def desired_slices(self, server: ServerInfo) -> list[DesiredSlice]:
         """Rebuilt only when the taints change (the publisher asks at every sync)."""
         with self._lock:
-            taints = servable_taints(self._taints, server.version)
+            merged = {
+                d: self._taints.get(d, []) + self._lend_taints.get(d, [])
+                for d in sorted({*self._taints, *self._lend_taints})
+            }
+            taints = servable_taints(merged, server.version)
             key = (server.version, repr(taints))
             if self._slices is None or self._slices[0] != key:
                 wanted = desired_slices(self.inventory, self.driver, server.version, taints)
@@ -222,7 +228,13 @@ class GpuDriver:
             ctx.device_health.set_health(effects.health)
             ctx.republish()
 
+        def lend(taints: dict[str, list[dict[str, str]]]) -> None:
+            with self._lock:
+                self._lend_taints = taints
+            ctx.republish()
+
         runtime.on_faults(apply)
+        runtime.on_lending(lend)
         runtime.start()
 
 
@@ -271,6 +283,10 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
                 "it needs --device-status=true"
             )
         check_config_source(args.kubeconfig)
+        lending_settings = None
+        if args.gpu_lending == "true":
+            lending_settings = LendingSettings(args.gpu_lending_idle_threshold, args.gpu_lending_idle_for)
+            inventory = with_lend_views(inventory)
     except SharesSettingError as err:  # NVIDIA's plugin exits 1 on these (validateCLIFlags)
         print(f"dra-fake gpu-kubelet-plugin: error: {err}", file=sys.stderr)
         return 1
@@ -292,6 +308,7 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         node_labels=args.node_labels == "true",
         mig_strategy=args.mig_strategy,
         attach=device_status,
+        lending=lending_settings,
     )
     driver = GpuDriver(
         args.driver_name,

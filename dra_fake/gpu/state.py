@@ -34,10 +34,11 @@ from dra_fake.core.checkpoint import (
     _Model,
 )
 from dra_fake.core.claims import ClaimError, ParsedClaim, PermanentClaimError
+from dra_fake.core.crashpoints import crash_point
 from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS
 from dra_fake.core.opaque import main_request
-from dra_fake.core.state import PreparedClaims, crash_point, to_prepared
-from dra_fake.gpu import configs, edits
+from dra_fake.core.state import PreparedClaims, to_prepared
+from dra_fake.gpu import configresolve, configs, devicefile, edits
 from dra_fake.gpu.configs import FeatureGates, GateLookup, Quantity
 from dra_fake.gpu.devices import AllocatableDevice, mig_uuid
 from dra_fake.gpu.devnodes import DeviceNodes
@@ -85,7 +86,7 @@ class ShareRecord(_Model):
 
     device: str
     shareID: str | None = None  # None: allocated whole before the device was shared
-    config: str | None = None  # the normalized config (configs.fingerprint); None: unknown (recovered)
+    config: str | None = None  # the normalized config (configresolve.fingerprint); None: unknown (recovered)
     consumedCapacity: dict[str, str] = Field(default_factory=dict)  # as the allocation result has it
 
 
@@ -339,12 +340,32 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             if entry.state != PREPARE_COMPLETED:
                 continue
             migs = {m.device: m.uuid for m in entry.driverData.migDevices}
+            consumed = {(s.device, s.shareID): s.consumedCapacity for s in entry.driverData.shares}
             devices = tuple(
-                HeldDevice(d.deviceName, d.poolName, tuple(d.requests), migs.get(d.deviceName))
+                HeldDevice(
+                    d.deviceName,
+                    d.poolName,
+                    tuple(d.requests),
+                    migs.get(d.deviceName),
+                    d.shareID,
+                    self._share_view(d.deviceName, consumed.get((d.deviceName, d.shareID))),
+                )
                 for d in entry.preparedDevices
             )
             out.append(ClaimHolding(entry.namespace, entry.name, devices))
         return out
+
+    def _share_view(self, device: str, consumed: Mapping[str, str] | None) -> int | None:
+        """The MiB a share sees as its memory (devicefile.share_memory_mib), None: the device's."""
+        raw = (consumed or {}).get("memory")
+        known = self.devices.get(device)
+        if raw is None or known is None:
+            return None
+        try:
+            memory = math.floor(Quantity.parse(raw).value)
+        except ValueError:
+            return None
+        return devicefile.share_memory_mib(known.memory_bytes, memory)
 
     # --- steps --------------------------------------------------------------------------------
 
@@ -541,11 +562,11 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                 raise PermanentClaimError(f"prepare devices failed: requested device {r.device} has no UUID")
 
         try:
-            resolved = configs.resolve_configs(
+            resolved = configresolve.resolve_configs(
                 self.driver,
                 claim.config,
                 [
-                    configs.ResultDevice(r.request, r.device, self.devices[r.device].kind, uuid)
+                    configresolve.ResultDevice(r.request, r.device, self.devices[r.device].kind, uuid)
                     for r, uuid in zip(claim.results, uuids, strict=True)
                 ],
                 self.gates,
@@ -558,7 +579,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                 self.consumable_shares is not None or self.devices[r.device].shares is not None
             ):
                 raise PermanentClaimError(f"prepare devices failed: error applying config: {MPS_REFUSED}")
-        fingerprints = [configs.fingerprint(c.config) for c in resolved]
+        fingerprints = [configresolve.fingerprint(c.config) for c in resolved]
         try:
             self._check_conflicts(claim, held, fingerprints)
         except ClaimError as exc:
@@ -655,6 +676,8 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         `data`, in any state, holds it (NVIDIA counts completed claims only; a partial one may be
         completed by the kubelet's retry). Counted afresh from the checkpoint on every call."""
         undo = entry.driverData
+        if undo.shares and entry.cdiSpec and self.nvidia_smi is not None:
+            self.nvidia_smi.remove_share_files(entry.cdiSpec)  # each share's own: not counted
         if not (undo.migDevices or undo.timeSlicing):
             return
         others = data.claims.values()
