@@ -41,6 +41,16 @@ class _EnvDefault(argparse.Action):
 
 def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) -> None:
     p.add_argument(
+        "--device-status",
+        action=_EnvDefault,
+        env="DEVICE_STATUS",
+        default="true",
+        choices=["true", "false"],
+        help="write each prepared device's status (Ready, with its data: a GPU's UUID, MIG parent and "
+        "profile; an IMEX channel's number and domain) into its claim's status.devices; the GPU plugin "
+        "reports the attach of fabric-attached GPUs there too (docs/prepare.md)",
+    )
+    p.add_argument(
         "--node-name",
         action=_EnvDefault,
         env="NODE_NAME",
@@ -229,15 +239,6 @@ def build_parser() -> argparse.ArgumentParser:
         default="sorted",
         help="sorted: slice devices by PCI bus ID and name; shuffled: a new order on every start, "
         "as NVIDIA's plugin, to flush out tests that depend on the order",
-    )
-    gpu.add_argument(
-        "--device-status",
-        action=_EnvDefault,
-        env="DEVICE_STATUS",
-        default="true",
-        choices=["true", "false"],
-        help="write each prepared device's status (Ready; data: UUID, MIG parent and profile) into its "
-        "claim's status.devices, and the attach of fabric-attached GPUs (docs/prepare.md)",
     )
 
     gpu.add_argument(
