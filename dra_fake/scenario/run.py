@@ -172,6 +172,8 @@ class Runner:
         ns = self.ns
         if step.pods is not None:
             for spec in step.pods:
+                with self._lock:
+                    self.pods[spec.name].created = self.now()  # time to bind counts from the request
                 send_json(
                     self.api,
                     "POST",
@@ -234,11 +236,16 @@ class Runner:
                 record.observe(pod, self.now())
 
     def _settled(self) -> bool:
+        """With expectations: all met (pods expected never to bind: never, the whole window counts);
+        without: every pod runs or is gone."""
+        expect = self.scenario.expect
         with self._lock:
+            if expect.running or expect.evicted or expect.unbound:
+                return not expect.unbound and not report.check(self.pods, expect)
             return all(r.running is not None or r.deleting is not None for r in self.pods.values())
 
     def _settle(self) -> None:
-        """Until every pod runs or is gone, for at most the scenario's settleSeconds."""
+        """Until the scenario has settled (`_settled`), for at most its settleSeconds."""
         deadline = time.monotonic() + self.scenario.settle_seconds
         while time.monotonic() < deadline and not self._settled():
             self.stop.wait(0.5)
