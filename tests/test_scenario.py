@@ -135,6 +135,8 @@ def test_the_report_times_reasons_and_evictions() -> None:
         "met": False,
         "failures": ["gone: expected to run, never did", "waited: expected to be evicted, was not"],
     }
-    text = report.markdown(built)
+    pods["waited"].pending += [f"FailedScheduling: attempt {n}" for n in range(5)]
+    text = report.markdown(report.build("s", pods, [], expect, 12.0))
+    assert "FailedScheduling: attempt 0<br>(+4 more in the JSON report) |" in text
     assert "| waited | node-1 | 1.0 | 6.5 | 7.0 | 5.5 | no | " in text
     assert "Expectations: NOT met: gone: expected to run" in text

@@ -12,6 +12,7 @@ from dra_fake.scenario.model import Expect
 # Scheduler and controller events that explain a pod's wait or its end.
 PENDING_REASONS = ("FailedScheduling", "BindingConditionsPending")
 EVICTION_REASON = "DeviceTaintManagerEviction"
+MARKDOWN_REASONS = 3  # a pod's first reasons in the markdown (each attempt's can differ); all in the JSON
 
 
 @dataclass
@@ -138,7 +139,9 @@ def markdown(report: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for p in report["pods"]:
-        reasons = "<br>".join(r.replace("|", "\\|")[:160] for r in p["pending"]) or "-"
+        shown = [r.replace("|", "\\|")[:160] for r in p["pending"][:MARKDOWN_REASONS]]
+        more = len(p["pending"]) - len(shown)
+        reasons = "<br>".join(shown + ([f"(+{more} more in the JSON report)"] if more > 0 else [])) or "-"
         evicted = "yes" if p["evicted"] else "no"
         times = " | ".join(_num(p[k]) for k in ("created", "bound", "running", "timeToBind"))
         lines.append(f"| {p['name']} | {p['node'] or '-'} | {times} | {evicted} | {reasons} |")
