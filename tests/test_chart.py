@@ -161,7 +161,7 @@ def test_rbac_is_least_privilege() -> None:
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["resourceclaims/driver"],
-            "resourceNames": ["gpu.nvidia.com"],
+            "resourceNames": ["gpu.nvidia.com", "compute-domain.nvidia.com"],
             "verbs": ["associated-node:patch"],
         },
         {
