@@ -3,7 +3,12 @@ how they are published, and the state machine that taints them from samples of o
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
+import yaml
+from crash_helper import make_claim, make_devices, make_state, result
 
 from dra_fake.gpu.deviceclasses import spot_class
 from dra_fake.gpu.inventory import Inventory, build_inventory, parse_config
@@ -26,6 +31,8 @@ from dra_fake.gpu.slices import desired_slices
 
 DRIVER = "gpu.nvidia.com"
 T0 = 1_800_000_000.0
+UID_OWNER = "0a000000-0000-0000-0000-000000000001"
+UID_SPOT = "0b000000-0000-0000-0000-000000000002"
 IDLE, BUSY_OWNER, NOBODY = Owners(True, 3), Owners(True, 85), Owners(False, 0)
 
 
@@ -121,3 +128,19 @@ def test_a_gpu_without_owners_is_not_lent_and_a_new_owner_starts_busy() -> None:
 def test_bad_settings_name_their_flag(threshold: int, idle_for: float, named: str) -> None:
     with pytest.raises(LendingSettingError, match=named):
         LendingSettings(threshold, idle_for)
+
+
+def test_a_lend_view_prepares_as_its_gpu_beside_the_owner(tmp_path: Path) -> None:
+    """The owner's claim on gpu-0 and a spot claim on gpu-0-spot prepare side by side: the spot
+    container gets the same GPU UUID, marked as lent; unpreparing it leaves the owner's claim."""
+    devices = make_devices()
+    spot = dataclasses.replace(devices["gpu-0"], name="gpu-0-spot", lends="gpu-0")
+    state = make_state(tmp_path, devices={**devices, "gpu-0-spot": spot})
+    state.prepare(make_claim(UID_OWNER, [result("gpu", "gpu-0")], name="owner"))
+    state.prepare(make_claim(UID_SPOT, [result("gpu", "gpu-0-spot")], name="spot"))
+    spec = yaml.safe_load(state.cdi.path(UID_SPOT).read_text())
+    env = dict(e.split("=", 1) for d in spec["devices"] for e in d["containerEdits"]["env"])
+    assert env["DRA_FAKE_GPU_0_SPOT_UUID"] == devices["gpu-0"].uuid
+    assert (env["DRA_FAKE_GPU_0_SPOT_SPOT"], env["DRA_FAKE_GPU_0_SPOT_LENDER"]) == ("true", "gpu-0")
+    state.unprepare(UID_SPOT)
+    assert state.prepared_claims().keys() == {UID_OWNER}
