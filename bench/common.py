@@ -225,7 +225,7 @@ def rss_bytes(pid: int) -> int:
 
 def ensure_node(core: client.CoreV1Api, name: str, fleet: str = "bench") -> str:
     """A Ready, untainted Node object without a kubelet (the benchmark drives the plugins)."""
-    from dra_fake.fleet.run import create_untainted_node
+    from dra_fake.fleet.nodes import create_untainted_node
 
     node = create_untainted_node(core.api_client, name, NodeTemplate(fleet=fleet))
     return str(node["metadata"]["uid"])

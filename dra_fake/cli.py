@@ -116,10 +116,11 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
         "--cpu-affinity",
         action=_EnvDefault,
         env="CPU_AFFINITY",
-        default="one",
+        default="inherit",
         choices=["one", "inherit"],
-        help="one: every thread of the plugin on the CPU it starts on (its Python threads share one "
-        "interpreter lock; handing it between CPUs costs CPU, docs/benchmarks.md); inherit: as started",
+        help="inherit: the CPUs the process was started with; one: every thread of the plugin on the "
+        "CPU it starts on (its Python threads share one interpreter lock; handing it between CPUs "
+        "costs CPU, docs/benchmarks/history.md#sixteenth-round-one-cpu; make bench sets it)",
     )
     p.add_argument(
         "--feature-gates",
@@ -228,6 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="sorted",
         help="sorted: slice devices by PCI bus ID and name; shuffled: a new order on every start, "
         "as NVIDIA's plugin, to flush out tests that depend on the order",
+    )
+    gpu.add_argument(
+        "--device-status",
+        action=_EnvDefault,
+        env="DEVICE_STATUS",
+        default="true",
+        choices=["true", "false"],
+        help="write each prepared device's status (Ready; data: UUID, MIG parent and profile) into its "
+        "claim's status.devices, and the attach of fabric-attached GPUs (docs/prepare.md)",
     )
 
     gpu.add_argument(
@@ -349,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     if args.command == "fleet":
-        from dra_fake.fleet.run import run_fleet
+        from dra_fake.fleet.main import run_fleet
 
         return run_fleet(args)
     if args.command == "fault":

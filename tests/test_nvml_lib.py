@@ -766,6 +766,9 @@ def test_field_values_answer_each_field(nvml: Any, bed: Bed) -> None:
         N.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
         N.NVML_FI_DEV_NVLINK_LINK_COUNT,
         N.NVML_FI_DEV_NVLINK_SPEED_MBPS_L0,
+        230,  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+        74,  # NVML_FI_DEV_PERF_POLICY_POWER
+        270,  # NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN
         9999,
     ]
     values = N.nvmlDeviceGetFieldValues(h, ids)
@@ -796,8 +799,43 @@ def test_field_values_answer_each_field(nvml: Any, bed: Bed) -> None:
         (94, 0): 0,
         (91, 0): "unsupported",
         (84, 0): "unsupported",
+        (230, 0): 0,  # NVML_GPU_RECOVERY_ACTION_NONE
+        (74, 0): 0,  # no time held back by a clock event reason
+        (270, 0): 0,
         (9999, 0): "unsupported",
     }
+
+
+def test_remapped_rows_v2_and_sram_ecc_status(nvml: Any, bed: Bed) -> None:
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    bed.set_live(H200_UUID, H200_LIVE | {"fault_ecc_dbe": 2})
+    poll(lambda: N.nvmlDeviceGetTotalEccErrors(h, 1, 0) == 2, "the live DBE count")
+    info = N.c_nvmlRemappedRowsInfo_v2_t()
+    assert raw("nvmlDeviceGetRemappedRows_v2", h, ctypes.byref(info)) == 0
+    assert plain(info) == {
+        "corrActiveRemaps": 0,
+        "corrInactiveRemaps": 0,
+        "uncActiveRemaps": 2,
+        "uncInactiveRemaps": 0,
+        "bPending": 1,
+        "bfailureOccurred": 0,  # nvidia-ml-py's spelling of NVIDIA's bFailureOccurred
+    }
+    status = N.c_nvmlEccSramErrorStatus_v1_t()
+    status.version = 1  # not the version of this structure
+    assert (
+        raw("nvmlDeviceGetSramEccErrorStatus", h, ctypes.byref(status))
+        == N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    )
+    status.version = N.nvmlEccSramErrorStatus_v1
+    N.nvmlDeviceGetSramEccErrorStatus(h, ctypes.byref(status))
+    values = plain(status)
+    assert values.pop("version") == N.nvmlEccSramErrorStatus_v1
+    assert set(values.values()) == {0}, values
+    mig = N.nvmlDeviceGetMigDeviceHandleByIndex(N.nvmlDeviceGetHandleByIndex(1), 0)
+    assert (
+        code(lambda: N.nvmlDeviceGetSramEccErrorStatus(mig, ctypes.byref(status)))
+        == N.NVML_ERROR_NOT_SUPPORTED
+    )
 
 
 # ---- MIG ---------------------------------------------------------------------------------------------
@@ -1041,13 +1079,20 @@ def test_the_probe_runs_cleanly(lib_path: Path, bed: Bed) -> None:
     )
     assert result["devices"][2] == {"handle": "ERR NVML_ERROR_GPU_IS_LOST"}
     for dev in result["devices"][:2]:
-        assert set(dev) == {"values", "lookups", "raw"}
+        assert set(dev) == {"values", "mig", "lookups", "raw"}
         # only the bindings the probe calls with too few arguments fail to call (as on the real GPU)
         broken = {k: v for k, v in dev["values"].items() if isinstance(v, str) and v.startswith("EXC")}
         assert all("TypeError" in v and "missing" in v for v in broken.values()), broken
     values = result["devices"][0]["values"]
     assert (values["Name"], values["UUID"], values["PowerUsage"]) == ("NVIDIA H200", H200_UUID, 77447)
     assert result["devices"][0]["lookups"]["ByPciBusId.nodomain"] == "same"
+    assert result["devices"][0]["mig"] == []
+    migs = result["devices"][1]["mig"]
+    assert [(m["UUID"], m["Name"], m["GpuInstanceId"], m["IsMigDeviceHandle"]) for m in migs] == [
+        (MIG_UUIDS[0], "NVIDIA H200 MIG 1g.18gb", 7, 1),
+        (MIG_UUIDS[1], "NVIDIA H200 MIG 1g.18gb", 8, 1),
+    ]
+    assert migs[0]["MemoryInfo_v2"]["used"] == 1024 << 20
     assert result["events.xid.wait200ms"] == "wait ERR NVML_ERROR_TIMEOUT"
 
 

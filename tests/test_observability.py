@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_fake.gpu import dcgm
+from dra_fake.gpu import monitor as monitor_module
 from dra_fake.gpu.gfd import family, gfd_labels, is_gfd_key, sanitise
 from dra_fake.gpu.inventory import Inventory, build_inventory, parse_config
 from dra_fake.gpu.monitor import GpuMonitor, serve_metrics
@@ -377,6 +378,65 @@ def test_users_by_device_resolves_templates_requests_and_extended_resources() ->
     }
     assert users["gpu-5"][0].load == DEFAULT_LOAD
     assert list(errors) == ["ns/bad"] and ANNOTATION_UTILIZATION in errors["ns/bad"]
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {ANNOTATION_MEMORY: "9" * 5000},  # int() of it raises a plain ValueError (the digit limit)
+        {ANNOTATION_MEMORY: "99999999Ti"},
+        {ANNOTATION_MEMORY: "1" + "0" * 20},
+        {ANNOTATION_MEMORY: "50." + "0" * 5000 + "%"},
+        {ANNOTATION_UTILIZATION: "5" * 100},
+        {ANNOTATION_UTILIZATION: " " * 10_000 + "5"},
+    ],
+    ids=["5000-digits", "huge-ti", "21-digits", "long-percent", "long-utilization", "padded"],
+)
+def test_a_hostile_annotation_costs_only_its_own_pod(hostile: dict[str, str]) -> None:
+    """Any pod of the node may carry the annotations: a value past the bounds is that pod's error
+    (named), it gets the default load, and every other pod is still attributed."""
+    with pytest.raises(LoadError, match=re.escape(next(iter(hostile)))):
+        parse_load(hostile)
+    good = pod("good", "good-claim", {ANNOTATION_UTILIZATION: "10-20"})
+    bad = pod("bad", "bad-claim", hostile)
+    users, errors = users_by_device(
+        [bad, good], [holding("good-claim", "gpu-0"), holding("bad-claim", "gpu-1")]
+    )
+    assert list(errors) == ["ns/bad"] and next(iter(hostile)) in errors["ns/bad"]
+    assert users["gpu-0"][0].load == Load((10, 20), memory_fraction=0.5)
+    assert users["gpu-1"][0].load == DEFAULT_LOAD
+
+
+def test_a_pod_that_cannot_be_read_costs_only_itself() -> None:
+    broken = pod("broken", "bad-claim")
+    broken["spec"]["containers"] = [{"resources": {"claims": [{"name": "gpu"}]}}]  # no name
+    good = pod("good", "good-claim")
+    users, errors = users_by_device(
+        [broken, good], [holding("good-claim", "gpu-0"), holding("bad-claim", "gpu-1")]
+    )
+    assert list(users) == ["gpu-0"] and list(errors) == ["ns/broken"]
+    assert "pod not understood" in errors["ns/broken"]
+
+
+def test_the_monitor_posts_one_event_on_the_pod_with_a_bad_annotation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    posted: list[tuple[str, str, str, str]] = []
+
+    def post(api: Any, namespace: str, name: str, uid: str, node: str, **kw: str) -> None:
+        posted.append((namespace, name, uid, kw["reason"]))
+        assert ANNOTATION_MEMORY in kw["message"] and node == NODE
+
+    monkeypatch.setattr(monitor_module, "post_pod_event", post)
+    inv = inventory(H100x2)
+    m = monitor_for(tmp_path, inv, [holding("bad-claim", "gpu-0"), holding("good-claim", "gpu-1")])
+    m._api = object()  # type: ignore[assignment]
+    m.set_pods([pod("bad", "bad-claim", {ANNOTATION_MEMORY: "9" * 5000}), pod("good", "good-claim")])
+    text = m.sample()
+    m.sample()  # the same error again: no second event
+    assert posted == [("ns", "bad", "uid-bad", monitor_module.EVENT_REASON)]
+    attributed = {s.labels.get("pod") for s in samples(text) if s.name == "DCGM_FI_DEV_GPU_UTIL"}
+    assert attributed == {"bad", "good"}  # both attributed, the bad one with the default load
 
 
 # ---- GPU Feature Discovery labels -----------------------------------------------------------------

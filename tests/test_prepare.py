@@ -29,8 +29,8 @@ from crash_helper import (
 
 from dra_fake.core.checkpoint import CheckpointData
 from dra_fake.core.claims import ClaimError, PermanentClaimError
+from dra_fake.core.crashpoints import CRASH_ENV, CRASH_POINTS
 from dra_fake.core.locking import LockTimeoutError, PrepareUnprepareLock
-from dra_fake.core.state import CRASH_ENV, CRASH_POINTS
 from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.devices import mig_uuid
 from dra_fake.gpu.state import DeviceState, GpuClaimData
@@ -758,7 +758,7 @@ def test_every_crash_point_is_reachable(tmp_path: Path) -> None:
 
 
 def test_crash_points_are_read_from_a_comma_separated_list() -> None:
-    from dra_fake.core.state import crash_point, crash_points_wanted
+    from dra_fake.core.crashpoints import crash_point, crash_points_wanted
 
     assert crash_points_wanted({}) == frozenset()
     assert crash_points_wanted({CRASH_ENV: ""}) == frozenset()

@@ -18,7 +18,8 @@ from typing import Any
 from dra_fake.core import yamlio
 from dra_fake.core.cdi import EARLIEST_VERSION, CdiSpecError, claim_kind, minimum_version
 from dra_fake.gpu import devicefile
-from dra_fake.gpu.configs import NO_SHARING, STRATEGY_MPS, STRATEGY_TIME_SLICING, AppliedSharing
+from dra_fake.gpu.configresolve import NO_SHARING, AppliedSharing
+from dra_fake.gpu.configs import STRATEGY_MPS, STRATEGY_TIME_SLICING
 from dra_fake.gpu.devices import AllocatableDevice
 from dra_fake.gpu.devnodes import DeviceNodes
 from dra_fake.gpu.nvidia_smi import NvidiaSmi

@@ -9,7 +9,6 @@ dra_fake.core.retry.run_forever), and the HTTP server when a port is set.
 
 from __future__ import annotations
 
-import http.server
 import logging
 import threading
 import time
@@ -19,6 +18,8 @@ from typing import Any
 
 from kubernetes import client
 
+from dra_fake.core.events import post_pod_event
+from dra_fake.core.httpserve import BoundedHTTPServer
 from dra_fake.core.informer import lister, run_informer
 from dra_fake.core.retry import run_forever
 from dra_fake.gpu import dcgm
@@ -31,6 +32,7 @@ from dra_fake.gpu.workloads import ClaimHolding, users_by_device
 log = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL = 5.0  # seconds between samples (dcgm-exporter collects every 30 s by default)
+EVENT_REASON = "SimulatedLoadIgnored"  # the Event on a pod whose load annotation cannot be read
 KIB = 1024  # NVML's PCIe throughput unit, KB/s, is 1024 bytes per second
 
 
@@ -105,6 +107,7 @@ class GpuMonitor:
         self._pods: dict[str, dict[str, Any]] = {}
         self._faults: dict[str, dict[str, int]] = {}
         self._reported: dict[str, str] = {}  # pod -> load annotation error already logged
+        self._api: client.ApiClient | None = None  # for the Events on pods with a bad annotation
         self._lock = threading.Lock()
         self._poke = threading.Event()
         self.text = ""  # the latest /metrics body
@@ -153,6 +156,7 @@ class GpuMonitor:
         for pod, error in errors.items():
             if self._reported.get(pod) != error:
                 log.warning("simulated load annotation ignored", extra={"pod": pod, "error": error})
+                self._post_event(pods, pod, error)
         self._reported = errors
         dynamic = {d.name: d.uuid for c in holdings for d in c.devices if d.uuid}
         now = self.clock()
@@ -185,6 +189,25 @@ class GpuMonitor:
         self.text = text
         return text
 
+    def _post_event(self, pods: list[dict[str, Any]], key: str, error: str) -> None:
+        """A Warning Event on the pod whose annotation was ignored (its owner sees why)."""
+        if self._api is None:
+            return
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            if f"{meta.get('namespace', '')}/{meta.get('name', '')}" == key:
+                post_pod_event(
+                    self._api,
+                    meta.get("namespace", ""),
+                    meta.get("name", ""),
+                    meta.get("uid", ""),
+                    self.hostname,
+                    reason=EVENT_REASON,
+                    message=f"simulated load annotation ignored, the default load is used: {error}",
+                    component=f"{self.driver}-kubelet-plugin",
+                )
+                return
+
     # ---- threads --------------------------------------------------------------------------------
 
     def start(self, stop: threading.Event, api: client.ApiClient | None, node: str, port: int) -> None:
@@ -197,6 +220,7 @@ class GpuMonitor:
             daemon=True,
         ).start()
         if api is not None:
+            self._api = api
             threading.Thread(
                 target=run_informer,
                 args=(
@@ -214,44 +238,21 @@ class GpuMonitor:
             start_metrics_server(lambda: self.text, port, stop)
 
 
-def start_metrics_server(body: Callable[[], str], port: int, stop: threading.Event) -> None:
+def start_metrics_server(
+    body: Callable[[], str], port: int, stop: threading.Event, addr: str | None = None
+) -> None:
     """serve_metrics in a thread until `stop`."""
-    server = serve_metrics(body, port)
-    threading.Thread(target=server.serve_forever, name="dcgm-metrics", daemon=True).start()
-
-    def shut_down() -> None:
-        stop.wait()
-        server.shutdown()
-
-    threading.Thread(target=shut_down, name="dcgm-metrics-stop", daemon=True).start()
-    log.info("dcgm-exporter metrics served", extra={"port": server.server_address[1]})
+    server = serve_metrics(body, port, addr)
+    server.start(stop)
+    log.info("dcgm-exporter metrics served", extra={"port": server.server_port})
 
 
-def serve_metrics(body: Callable[[], str], port: int, addr: str = "") -> http.server.ThreadingHTTPServer:
+def serve_metrics(body: Callable[[], str], port: int, addr: str | None = None) -> BoundedHTTPServer:
     """dcgm-exporter's endpoints: /metrics (`body()`, the latest sample), /health."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._reply(200, body())
-            elif path == "/health":
-                self._reply(200, "OK")
-            else:
-                self._reply(404, "404 page not found\n")
-
-        def _reply(self, status: int, body: str) -> None:
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", dcgm.CONTENT_TYPE)
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # scrapes are not worth a log line each
-
-    server = http.server.ThreadingHTTPServer((addr, port), Handler)
-    server.daemon_threads = True
-    return server
+    return BoundedHTTPServer(
+        {"/metrics": lambda: (200, body()), "/health": lambda: (200, "OK")},
+        port,
+        addr,
+        content_type=dcgm.CONTENT_TYPE,
+        name="dcgm-metrics",
+    )

@@ -8,6 +8,7 @@ import logging
 import secrets
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from dra_fake.gpu.state import DeviceState
 
 if TYPE_CHECKING:
     from dra_fake.core.resourceapi import ServerInfo
+    from dra_fake.kubelet.api import PreparedDevice
 
 GATE_HEALTH_CHECK = featuregates.NVML_DEVICE_HEALTH_CHECK
 DEVICE_ORDERS = ("sorted", "shuffled")
@@ -67,6 +69,7 @@ class GpuDriver:
         node_settings: NodeSettings | None = None,
         allow_device_plugin: bool = False,
         consumable_shares: SharesMode | None = None,
+        device_status: bool = False,
     ) -> None:
         self.driver = driver_name
         self.inventory = inventory
@@ -77,6 +80,7 @@ class GpuDriver:
         self.node_settings = node_settings if node_settings is not None else NodeSettings(driver_name)
         self.allow_device_plugin = allow_device_plugin
         self.consumable_shares = consumable_shares  # --consumable-shares (node-wide); None: disabled
+        self.device_status = device_status  # --device-status: prepared devices' status in claims
         self._ctx: PluginContext | None = None  # set by create_state
         self.nvidia_smi: NvidiaSmi | None = None  # set by create_state
         self.state: DeviceState | None = None
@@ -101,7 +105,36 @@ class GpuDriver:
             on_checkpoint_error=ctx.checkpoint_error_hook(self.driver),
             consumable_shares=self.consumable_shares,
         )
-        return self.state
+        if not self.device_status:
+            return self.state
+        from dra_fake.core.devicestatus import ReportingState
+
+        return ReportingState(
+            self.state,
+            self.driver,
+            self.device_data,
+            lambda: ctx.api,
+            lambda: ctx.resources.info.resource_version,
+            ctx.stop,
+        )
+
+    def device_data(self, claim: Mapping[str, Any], prepared: PreparedDevice) -> dict[str, Any]:
+        """A prepared device's `data` in the claim's status: its UUID, and a MIG device's parent
+        and profile (a dynamic MIG device's UUID is the one created for this claim)."""
+        device = self.inventory.devices.get(prepared.device_name)
+        if device is None or self.state is None:
+            return {}
+        uuid = device.uuid
+        if device.dynamic:
+            uuid = self.state.created_mig_uuids(claim["metadata"]["uid"]).get(device.name, uuid)
+        data: dict[str, Any] = {
+            "uuid": uuid,
+            "productName": device.product_name,
+            "pciBusID": device.pci_bus_id,
+        }
+        if device.mig is not None:
+            data |= {"parentUUID": device.gpu_uuid, "profile": device.mig.profile}
+        return {k: v for k, v in data.items() if v is not None}
 
     def desired_slices(self, server: ServerInfo) -> list[DesiredSlice]:
         """Rebuilt only when the taints change (the publisher asks at every sync)."""
@@ -130,7 +163,7 @@ class GpuDriver:
                 "serve a node's GPUs through the device plugin or through DRA, not both "
                 "(--allow-device-plugin=true to run anyway)"
             )
-        return self._shares_refusal()
+        return self._shares_refusal() or self._attach_refusal()
 
     def shares_setting(self) -> str | None:
         """What turns consumable shares on for this node, as refusals name it; None: nothing."""
@@ -145,19 +178,35 @@ class GpuDriver:
         setting = self.shares_setting()
         if setting is None or self._ctx is None:
             return None
-        from dra_fake.core.events import post_node_event
         from dra_fake.gpu import sharesgate
 
         ctx = self._ctx
         reason = sharesgate.server_refusal(
             setting, ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop
         )
-        if reason is not None:
+        return self._refused(reason, sharesgate.EVENT_REASON)
+
+    def _attach_refusal(self) -> str | None:
+        """Fabric-attached GPUs on a server that drops binding conditions (dra_fake.gpu.attachgate)."""
+        if not self.inventory.attachable or self._ctx is None:
+            return None
+        from dra_fake.gpu import attachgate
+
+        ctx = self._ctx
+        reason = attachgate.server_refusal(ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop)
+        return self._refused(reason, attachgate.EVENT_REASON)
+
+    def _refused(self, reason: str | None, event_reason: str) -> str | None:
+        """A refusal, also as a Warning event on the Node."""
+        if reason is not None and self._ctx is not None:
+            from dra_fake.core.events import post_node_event
+
+            ctx = self._ctx
             post_node_event(
                 ctx.api,
                 ctx.node,
                 ctx.node_uid,
-                reason=sharesgate.EVENT_REASON,
+                reason=event_reason,
                 message=reason,
                 component=f"{self.driver}-kubelet-plugin",
             )
@@ -227,6 +276,12 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
             profile_dirs,
             SharesSetting(consumable_shares, shares_gate),
         )
+        device_status = args.device_status == "true"
+        if inventory.attachable and not device_status:
+            raise StartupError(
+                "the inventory's attach (fabric-attached GPUs) is reported in the claims' status: "
+                "it needs --device-status=true"
+            )
         check_config_source(args.kubeconfig)
         lending_settings = None
         if args.gpu_lending == "true":
@@ -252,6 +307,7 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         dcgm_port=args.dcgm_exporter_port,
         node_labels=args.node_labels == "true",
         mig_strategy=args.mig_strategy,
+        attach=device_status,
         lending=lending_settings,
     )
     driver = GpuDriver(
@@ -263,5 +319,6 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         node_settings,
         args.allow_device_plugin == "true",
         consumable_shares,
+        device_status,
     )
     return run_plugin(args, driver)

@@ -46,6 +46,7 @@ class NodeSettings:
     node_labels: bool = False  # GPU Feature Discovery's labels patched onto the Node
     mig_strategy: str = "none"  # GFD's MIG strategy for those labels
     sharing: Shared = NOT_SHARED  # GPU sharing as the device plugin's config sets it, for the labels
+    attach: bool = False  # simulate the attach of fabric-attached GPUs (the DRA plugin only)
     lending: LendingSettings | None = None  # idle-GPU lending (dra_fake.gpu.lending); None: off
 
 

@@ -39,6 +39,7 @@ from dra_fake.core.slices import (
     DesiredSlice,
     canonical_quantity,
 )
+from dra_fake.gpu import attach
 from dra_fake.gpu.devices import AllocatableDevice
 from dra_fake.gpu.inventory import MIB, Inventory, PhysicalGpu
 from dra_fake.gpu.lending import LENDER_ATTRIBUTE, SPOT_TYPE
@@ -196,6 +197,8 @@ def device_entry(
         entry["taints"] = [dict(t) for t in taints[device.name]]
     if device.shares is not None:  # NVIDIA's ConsumableShares: every GPU and MIG device
         entry["allowMultipleAllocations"] = True
+    if gpu.attach is not None:  # fabric-attached: binds only once attached (dra_fake.gpu.attach)
+        entry.update(attach.slice_fields())
     _check_device_limits(entry)
     return entry
 

@@ -34,10 +34,11 @@ from dra_fake.core.checkpoint import (
     _Model,
 )
 from dra_fake.core.claims import ClaimError, ParsedClaim, PermanentClaimError
+from dra_fake.core.crashpoints import crash_point
 from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS
 from dra_fake.core.opaque import main_request
-from dra_fake.core.state import PreparedClaims, crash_point, to_prepared
-from dra_fake.gpu import configs, devicefile, edits
+from dra_fake.core.state import PreparedClaims, to_prepared
+from dra_fake.gpu import configresolve, configs, devicefile, edits
 from dra_fake.gpu.configs import FeatureGates, GateLookup, Quantity
 from dra_fake.gpu.devices import AllocatableDevice, mig_uuid
 from dra_fake.gpu.devnodes import DeviceNodes
@@ -85,7 +86,7 @@ class ShareRecord(_Model):
 
     device: str
     shareID: str | None = None  # None: allocated whole before the device was shared
-    config: str | None = None  # the normalized config (configs.fingerprint); None: unknown (recovered)
+    config: str | None = None  # the normalized config (configresolve.fingerprint); None: unknown (recovered)
     consumedCapacity: dict[str, str] = Field(default_factory=dict)  # as the allocation result has it
 
 
@@ -323,6 +324,12 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         found = {m.uuid: m for e in data.claims.values() for m in e.driverData.migDevices}
         return list(found.values())
 
+    def created_mig_uuids(self, claim_uid: str) -> dict[str, str]:
+        """The dynamic MIG devices created for one prepared claim: device name -> UUID."""
+        data = self.store.peek()
+        entry = data.claims.get(claim_uid) if data is not None else None
+        return {m.device: m.uuid for m in entry.driverData.migDevices} if entry is not None else {}
+
     def holdings(self) -> list[ClaimHolding]:
         """The prepared claims and their devices (read without the lock, for the telemetry)."""
         data = self.store.peek()
@@ -555,11 +562,11 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                 raise PermanentClaimError(f"prepare devices failed: requested device {r.device} has no UUID")
 
         try:
-            resolved = configs.resolve_configs(
+            resolved = configresolve.resolve_configs(
                 self.driver,
                 claim.config,
                 [
-                    configs.ResultDevice(r.request, r.device, self.devices[r.device].kind, uuid)
+                    configresolve.ResultDevice(r.request, r.device, self.devices[r.device].kind, uuid)
                     for r, uuid in zip(claim.results, uuids, strict=True)
                 ],
                 self.gates,
@@ -572,7 +579,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                 self.consumable_shares is not None or self.devices[r.device].shares is not None
             ):
                 raise PermanentClaimError(f"prepare devices failed: error applying config: {MPS_REFUSED}")
-        fingerprints = [configs.fingerprint(c.config) for c in resolved]
+        fingerprints = [configresolve.fingerprint(c.config) for c in resolved]
         try:
             self._check_conflicts(claim, held, fingerprints)
         except ClaimError as exc:
