@@ -136,6 +136,10 @@ def main() -> int:
         lending(kube, bed, node)
     finally:
         if args.keep or not started:
+            if not started:  # someone else's cluster: as it was
+                kube.delete_namespace(NAMESPACE, wait=True)
+                cluster.stop_plugin(node)
+                cluster.start_plugin(node)
             where = f"export KUBECONFIG={cluster.kubeconfig}; stop it with `make cluster-down`"
             print(f"\ncluster left running: {where}")
         else:
