@@ -108,6 +108,15 @@ def reclaim_taint(kube: Kube, node: str) -> tuple[str, str] | None:
     return None
 
 
+def lending_events(kube: Kube, node: str) -> set[str] | None:
+    """The reasons of the lending service's Node events about gpu-0 (None: no reclaim yet)."""
+    found = kube.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}")
+    reasons = {
+        str(e.reason) for e in found.items if str(e.reason).startswith("Gpu") and "gpu-0 " in str(e.message)
+    }
+    return reasons if "GpuReclaimed" in reasons else None
+
+
 def gone_or_going(kube: Kube, ns: str, pod: str) -> bool:
     return not kube.pod_exists(ns, pod) or bool(kube.pod(ns, pod)["metadata"].get("deletionTimestamp"))
 
@@ -153,6 +162,11 @@ def test_an_idle_gpu_is_lent_reclaimed_by_eviction_and_lent_again_while_the_owne
     poll("the spot pod evicted", lambda: gone_or_going(kube, ns, "spot-1"), 60)
     owner = kube.pod(ns, "owner")
     assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+    # every step is visible with kubectl: the eviction's event on the spot pod, ours on the node
+    reasons = {e.get("reason") for e in kube.events(ns, "spot-1")}
+    assert "DeviceTaintManagerEviction" in reasons, reasons
+    node_events = poll("the lending Node events", lambda: lending_events(kube, node), 30)
+    assert {"GpuLendable", "GpuReclaimed"} <= node_events, node_events
 
     # a new spot pod waits while the owner is busy ...
     pod_on(kube, ns, "spot-2", "spot", node)

@@ -23,6 +23,7 @@ from dra_fake.gpu.lending import (
     LendingSettingError,
     LendingSettings,
     Owners,
+    event,
     lent_gpus,
     with_lend_views,
 )
@@ -144,3 +145,20 @@ def test_a_lend_view_prepares_as_its_gpu_beside_the_owner(tmp_path: Path) -> Non
     assert (env["DRA_FAKE_GPU_0_SPOT_SPOT"], env["DRA_FAKE_GPU_0_SPOT_LENDER"]) == ("true", "gpu-0")
     state.unprepare(UID_SPOT)
     assert state.prepared_claims().keys() == {UID_OWNER}
+
+
+def test_each_move_but_into_unknown_has_its_node_event() -> None:
+    settings = LendingSettings(threshold=10, idle_for=60)
+    assert event("gpu-0", LENDABLE, IDLE, settings) == (
+        "GpuLendable",
+        "gpu-0 lendable: owners idle (3% < 10%) for 60s",
+    )
+    assert event("gpu-0", BUSY, BUSY_OWNER, settings) == (
+        "GpuReclaimed",
+        "gpu-0 reclaimed: owners at 85% (>= 10%)",
+    )
+    assert event("gpu-0", UNOWNED, NOBODY, settings) == (
+        "GpuNotLendable",
+        "gpu-0 not lendable: no claim is prepared on it",
+    )
+    assert event("gpu-0", UNKNOWN, IDLE, settings) is None
