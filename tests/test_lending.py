@@ -10,7 +10,11 @@ import pytest
 import yaml
 from crash_helper import make_claim, make_devices, make_state, result
 
+from dra_fake.core.resourceapi import ServerInfo
+from dra_fake.gpu import lendinggate
+from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.deviceclasses import spot_class
+from dra_fake.gpu.devnodes import DeviceNodePolicy
 from dra_fake.gpu.inventory import Inventory, build_inventory, parse_config
 from dra_fake.gpu.lending import (
     BUSY,
@@ -27,7 +31,9 @@ from dra_fake.gpu.lending import (
     lent_gpus,
     with_lend_views,
 )
+from dra_fake.gpu.plugin import GpuDriver
 from dra_fake.gpu.profiles import load_profiles
+from dra_fake.gpu.runtime import NodeSettings
 from dra_fake.gpu.slices import desired_slices
 
 DRIVER = "gpu.nvidia.com"
@@ -162,3 +168,36 @@ def test_each_move_but_into_unknown_has_its_node_event() -> None:
         "gpu-0 not lendable: no claim is prepared on it",
     )
     assert event("gpu-0", UNKNOWN, IDLE, settings) is None
+
+
+def test_a_server_without_device_taints_is_refused_naming_the_gate() -> None:
+    """Lending without taints would oversell with no reclaim: the plugin refuses such a server."""
+    refusal = lendinggate.version_refusal((1, 32), "v1.32.5")
+    assert refusal == (
+        "--gpu-lending needs device taints (feature gate DRADeviceTaints, Kubernetes 1.33+); "
+        "the API server is v1.32.5"
+    )
+    assert lendinggate.version_refusal((1, 33), "v1.33.4") is None
+    kept = {"spec": {"devices": [lendinggate.PROBE_DEVICE]}}
+    assert lendinggate.taints_kept(kept)
+    assert lendinggate.taints_kept({"spec": {"devices": [{"basic": lendinggate.PROBE_DEVICE}]}})  # v1beta1
+    assert not lendinggate.taints_kept({"spec": {"devices": [{"name": "gpu-lending-probe"}]}})
+    assert "DRADeviceTaints" in lendinggate.dropped_refusal()
+
+
+def test_the_plugins_first_slice_already_keeps_spot_claims_off_the_lend_views() -> None:
+    """Before the lending service's first sample, every lend view is `unknown` (NoSchedule)."""
+    settings = NodeSettings(DRIVER, lending=LendingSettings())
+    driver = GpuDriver(
+        DRIVER, inventory(), FeatureGates.of(), DeviceNodePolicy("never"), node_settings=settings
+    )
+    [first] = driver.desired_slices(ServerInfo((1, 37), ("v1",)))
+    taints = {
+        d["name"]: [(t["key"], t.get("value"), t["effect"]) for t in d.get("taints", [])]
+        for d in first.devices
+    }
+    assert taints["gpu-0-spot"] == [
+        (SPOT_TAINT, "true", "NoSchedule"),
+        (NOT_LENDABLE_TAINT, "unknown", "NoSchedule"),
+    ]
+    assert taints["gpu-0"] == []
