@@ -138,10 +138,12 @@ demo-kind: kind-images ## make demo's workloads on a kind cluster: what nvidia-s
 	hack/install-tools.sh helm
 	$(PY) -m e2e.demo --kind $(K8S) $(if $(KEEP),--keep) $(KNOBS)
 
-generate: venv ## files written from one source (unit tests compare): examples/kind/ configs, the chart's README, docs/kind.md's matrix
+generate: venv ## files written from one source (unit tests compare): examples/kind/ configs, the chart's README, docs/kind.md's matrix, docs/architecture.md's module map, docs/benchmarks.md's table and plot
 	$(PY) -m e2e.kindcluster examples
 	$(PY) hack/chartdoc.py
 	$(PY) -m e2e.kindcluster matrix-table
+	$(PY) hack/archmap.py
+	$(PY) -m bench.summary
 
 proto: venv ## regenerate the gRPC stubs from proto/dra
 	PYTHON=$(PY) hack/gen-proto.sh

@@ -1,6 +1,6 @@
 """docs/benchmarks.md's latest table and docs/benchmarks/history.svg, from bench/results.
 
-    python -m bench.summary    # after a change of this module; make bench runs it after a full run
+    python -m bench.summary    # (make generate) after a change of this module; make bench runs it
 
 Both are generated from the committed results (latest.json, history.jsonl), so the page a user
 reads cannot drift from them; tests/test_bench_tools.py fails when the committed files differ from
@@ -71,8 +71,9 @@ def latest_table(results: dict[str, Any]) -> list[str]:
             ]
             out.append(f"| {devices} x {callers} | " + " | ".join(cells) + " |")
     rows = []
-    for r in (sections.get("fleet") or {}).get("result", {}).get("runs", []):
-        if r["nodes"] == max(run["nodes"] for run in sections["fleet"]["result"]["runs"]):
+    runs = ((sections.get("fleet") or {}).get("result") or {}).get("runs") or []
+    for r in runs:
+        if r["nodes"] == max(run["nodes"] for run in runs):  # the largest fleet
             rows.append(
                 f"| fleet mode, {r['nodes']} nodes x 8 GPUs, wall s vs the bare Go client (at most 1.25x) "
                 f"| {_vs(r['fleet_wall_s']['median'], r['bare_wall_s']['median'])} |"
@@ -84,7 +85,7 @@ def latest_table(results: dict[str, Any]) -> list[str]:
         rows.append(
             f"| start-up to the registration socket, s, slower of ours (at most 0.5 s) | {socket:.3f} |"
         )
-    for b in (sections.get("computedomain") or {}).get("result", {}).get("bursts", []):
+    for b in ((sections.get("computedomain") or {}).get("result") or {}).get("bursts") or []:
         target = " (at most 1000 ms)" if b["computedomains"] == 200 else ""
         rows.append(
             f"| {b['computedomains']} ComputeDomains at once, p99 create -> objects, ms{target} "

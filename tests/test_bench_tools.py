@@ -11,7 +11,7 @@ from typing import Any
 from bench.burst import kth_answers
 from bench.profile import summarize
 from bench.report import ACROSS_RUNS, HISTORY, RESULTS, across_runs, history_line, read_history
-from bench.summary import BEGIN, PAGE, PLOT, SERIES, history_svg, page
+from bench.summary import BEGIN, PAGE, PLOT, SERIES, history_svg, latest_table, page
 
 
 def test_the_kth_answer_is_averaged_over_the_bursts_of_every_repetition() -> None:
@@ -109,8 +109,8 @@ def test_across_runs_reads_the_prepare_figures_history_line_writes() -> None:
 def test_docs_benchmarks_page_and_plot_are_what_bench_summary_generates_from_the_results() -> None:
     """`python -m bench.summary` (make bench runs it) regenerates both after a change."""
     latest = json.loads((RESULTS / "latest.json").read_text())
-    assert PAGE.read_text() == page(PAGE.read_text(), latest), "run python -m bench.summary"
-    assert PLOT.read_text() == history_svg(read_history(HISTORY)), "run python -m bench.summary"
+    assert PAGE.read_text() == page(PAGE.read_text(), latest), "make generate"
+    assert PLOT.read_text() == history_svg(read_history(HISTORY)), "make generate"
     commit = latest["machine"]["git_commit"][:7]
     assert f"`make bench` at `{commit}`" in PAGE.read_text().split(BEGIN)[1]
 
@@ -130,3 +130,12 @@ def test_the_plot_draws_each_series_over_the_clean_runs_and_breaks_where_a_run_l
     assert fleet.count("M") == 1 and "9.0x" not in svg  # the dirty run is left out
     assert "2.0x" in svg and "2.5x" not in svg  # the axis ends at the largest ratio, 2.0
     assert all(label in svg for label, _, _ in SERIES)
+
+
+def test_the_latest_table_leaves_out_the_sections_a_run_could_not_measure() -> None:
+    results = {
+        "machine": {"date_utc": "2026-12-05T00:00:00Z", "git_commit": "b08682bd9edd", "git_dirty": True},
+        "sections": {name: {"error": "failed", "result": None} for name in ("prepare", "fleet", "publish")},
+    }
+    (line,) = latest_table(results)
+    assert line.startswith("`make bench` at `b08682b` (uncommitted changes), 2026-12-05 00:00 UTC")

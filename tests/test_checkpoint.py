@@ -19,7 +19,7 @@ from dra_fake.core import checkpoint, checkpointstore, metrics
 from dra_fake.core.checkpoint import CheckpointData, CheckpointedDevice, ClaimEntry
 from dra_fake.core.checkpointcodec import Codec
 from dra_fake.core.checkpointstore import CheckpointStore
-from dra_fake.gpu.state import GpuClaimData, MigDeviceRecord, TimeSliceRecord
+from dra_fake.gpu.claimdata import GpuClaimData, MigDeviceRecord, TimeSliceRecord
 
 DATA = Path(__file__).with_name("data")
 Data = CheckpointData[GpuClaimData]

@@ -34,9 +34,9 @@ from dra_fake.core.claims import ClaimError, parse_claim
 from dra_fake.gpu import configdecode as gpu_configdecode
 from dra_fake.gpu import configs as gpu_configs
 from dra_fake.gpu import workloads
+from dra_fake.gpu.claimdata import GpuClaimData
 from dra_fake.gpu.inventory import InventoryError, build_inventory, parse_config
 from dra_fake.gpu.profiles import load_profiles
-from dra_fake.gpu.state import GpuClaimData
 
 FULL_RUN = os.environ.get("FUZZ_PROFILE") == "full"
 settings.register_profile(

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from dra_fake.core import checkpoint, checkpointstore, journal
 from dra_fake.core.checkpoint import CheckpointData, ClaimEntry
 from dra_fake.core.checkpointstore import CheckpointStore
-from dra_fake.gpu.state import GpuClaimData, TimeSliceRecord
+from dra_fake.gpu.claimdata import GpuClaimData, TimeSliceRecord
 
 Data = CheckpointData[GpuClaimData]
 Entry = ClaimEntry[GpuClaimData]

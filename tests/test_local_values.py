@@ -98,7 +98,8 @@ def test_values_merge_as_helm_merges_them() -> None:
             "Bogus=true",
             "the plugins refuse featureGates Bogus=true,NVMLDeviceHealthCheck=true: --feature-gates: "
             "unknown feature gate 'Bogus' (known: TimeSlicingSettings, MPSSupport, DynamicMIG, "
-            "NVMLDeviceHealthCheck, ConsumableShares)",
+            "NVMLDeviceHealthCheck, ConsumableShares, IMEXDaemonsWithDNSNames, ComputeDomainCliques, "
+            "CrashOnNVLinkFabricErrors)",
         ),
         ({"featureGates": {"Bogus": True}}, "", "unknown feature gate 'Bogus'"),
         (

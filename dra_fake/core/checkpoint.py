@@ -9,7 +9,7 @@ and starts an empty journal (docs/prepare.md#the-journal).
 
 Format 3 (written): format 2 and its journal. Format 2 (read; written from 0.2 until the journal):
 each ClaimEntry carries the driver's typed payload in `driverData` (a DriverData subclass:
-dra_fake.gpu.state.GpuClaimData, computedomain.plugin.state.DomainClaimData); it has no journal.
+dra_fake.gpu.claimdata.GpuClaimData, computedomain.plugin.state.DomainClaimData); it has no journal.
 Format 1 (read, written before 0.2): the same entry with the payload as `undo` holding both drivers'
 fields (migDevices, timeSlicing, mpsDaemons, computeDomain); it is converted on load. Either is
 written back as format 3. A binary that knows only older formats treats a newer file as corrupt
