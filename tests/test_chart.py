@@ -493,6 +493,12 @@ def test_consumable_shares_reach_the_gpu_plugin_only_when_set_as_nvidias_chart()
     shared = env(**{"consumableShares": "memory", "featureGates.ConsumableShares": "true"})
     assert shared["CONSUMABLE_SHARES"] == "memory" and shared["FEATURE_GATES"] == "ConsumableShares=true"
     assert env(**{"consumableShares": "4"})["CONSUMABLE_SHARES"] == "4"  # --set makes it a number
+    assert (env()["SHARED_MEMORY_VIEW"], env(sharedMemoryView="device")["SHARED_MEMORY_VIEW"]) == (
+        "share",
+        "device",
+    )
+    with pytest.raises(AssertionError, match="sharedMemoryView"):
+        render(sharedMemoryView="both")
 
 
 def test_gpu_lending_reaches_the_gpu_plugin_with_its_spot_class_only_when_enabled() -> None:

@@ -71,6 +71,7 @@ class GpuDriver:
         allow_device_plugin: bool = False,
         consumable_shares: SharesMode | None = None,
         device_status: bool = False,
+        shared_memory_view: str = "share",
     ) -> None:
         self.driver = driver_name
         self.inventory = inventory
@@ -82,6 +83,7 @@ class GpuDriver:
         self.allow_device_plugin = allow_device_plugin
         self.consumable_shares = consumable_shares  # --consumable-shares (node-wide); None: disabled
         self.device_status = device_status  # --device-status: prepared devices' status in claims
+        self.shared_memory_view = shared_memory_view  # --shared-memory-view: share or device
         self._ctx: PluginContext | None = None  # set by create_state
         self.nvidia_smi: NvidiaSmi | None = None  # set by create_state
         self.state: DeviceState | None = None
@@ -110,6 +112,7 @@ class GpuDriver:
             device_nodes=self.device_nodes.current,
             on_checkpoint_error=ctx.checkpoint_error_hook(self.driver),
             consumable_shares=self.consumable_shares,
+            memory_view=self.shared_memory_view == "share",
         )
         if not self.device_status:
             return self.state
@@ -336,5 +339,6 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         args.allow_device_plugin == "true",
         consumable_shares,
         device_status,
+        args.shared_memory_view,
     )
     return run_plugin(args, driver)

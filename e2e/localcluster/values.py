@@ -99,6 +99,7 @@ def lending(key: str | None) -> Env:
 CHART_ENV: dict[str, dict[str, Env]] = {
     "gpus": {
         "FEATURE_GATES": GATES,
+        "SHARED_MEMORY_VIEW": value("sharedMemoryView"),
         "GPU_LENDING": lending(None),
         "GPU_LENDING_IDLE_THRESHOLD": lending("idleThreshold"),
         "GPU_LENDING_IDLE_FOR": lending("idleFor"),
