@@ -204,6 +204,15 @@ def build_parser() -> argparse.ArgumentParser:
         "feature gate ConsumableShares (docs/sharing-design.md)",
     )
     gpu.add_argument(
+        "--shared-memory-view",
+        action=_EnvDefault,
+        env="SHARED_MEMORY_VIEW",
+        default="share",
+        choices=("share", "device"),
+        help="ours: what a share's nvidia-smi shows: share (its memory as the total, other shares "
+        "invisible) or device (the whole GPU, as NVIDIA's driver; docs/sharing.md)",
+    )
+    gpu.add_argument(
         "--gpu-lending",
         action=_EnvDefault,
         env="GPU_LENDING",

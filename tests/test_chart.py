@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from computedomain.plugin import slices as cd_classes
+from dra_fake.gpu.deviceclasses import spot_class
 from dra_fake.gpu.inventory import build_inventory, parse_config
 from dra_fake.gpu.profiles import load_profiles
 
@@ -501,6 +502,35 @@ def test_consumable_shares_reach_the_gpu_plugin_only_when_set_as_nvidias_chart()
     shared = env(**{"consumableShares": "memory", "featureGates.ConsumableShares": "true"})
     assert shared["CONSUMABLE_SHARES"] == "memory" and shared["FEATURE_GATES"] == "ConsumableShares=true"
     assert env(**{"consumableShares": "4"})["CONSUMABLE_SHARES"] == "4"  # --set makes it a number
+    assert (env()["SHARED_MEMORY_VIEW"], env(sharedMemoryView="device")["SHARED_MEMORY_VIEW"]) == (
+        "share",
+        "device",
+    )
+    with pytest.raises(AssertionError, match="sharedMemoryView"):
+        render(sharedMemoryView="both")
+
+
+def test_gpu_lending_reaches_the_gpu_plugin_with_its_spot_class_only_when_enabled() -> None:
+    def rendered(**sets: str) -> tuple[dict[str, str], list[str]]:
+        docs = render(**sets)
+        ds = by_name(docs, "DaemonSet", "r-dra-fake-kubelet-plugin")
+        env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+        return env, [d["metadata"]["name"] for d in docs if d["kind"] == "DeviceClass"]
+
+    env, classes = rendered()
+    assert "GPU_LENDING" not in env and "spot.gpu.nvidia.com" not in classes
+    env, classes = rendered(**{"gpuLending.enabled": "true", "gpuLending.idleFor": "15"})
+    assert (env["GPU_LENDING"], env["GPU_LENDING_IDLE_THRESHOLD"], env["GPU_LENDING_IDLE_FOR"]) == (
+        "true",
+        "10",
+        "15",
+    )
+    [spot] = [
+        d for d in render(**{"gpuLending.enabled": "true"}) if d["metadata"]["name"] == "spot.gpu.nvidia.com"
+    ]
+    assert spot["spec"] == spot_class("gpu.nvidia.com")["spec"]
+    with pytest.raises(AssertionError, match="idleThreshold"):
+        render(**{"gpuLending.enabled": "true", "gpuLending.idleThreshold": "0"})
     for bad in ("0", "some", "-1"):
         with pytest.raises(AssertionError, match="consumableShares"):
             render(**{"consumableShares": bad})
