@@ -61,6 +61,7 @@ def test_bad_profiles_name_the_field(data: object, field: str) -> None:
 def test_pods_start_after_start_seconds_and_run_until_deleted_by_default() -> None:
     stages = by_name(WorkloadProfile())
     assert list(stages) == [
+        "dra-fake-node-ready",
         "dra-fake-pod-start",
         "dra-fake-pod-succeeded",
         "dra-fake-pod-failed",
@@ -76,6 +77,9 @@ def test_pods_start_after_start_seconds_and_run_until_deleted_by_default() -> No
         assert expressions(spec)[f'.metadata.annotations["{RUN_DURATION_ANNOTATION}"]'] == ("Exists", [])
         assert "durationMilliseconds" not in spec["delay"]
     assert stages["dra-fake-pod-delete"]["next"] == {"delete": True}
+    # KWOK manages no node's pods without a Node Stage; this one touches only nodes without Ready.
+    node = stages["dra-fake-node-ready"]
+    assert expressions(node)['.status.conditions.[] | select( .type == "Ready" )'] == ("DoesNotExist", [])
 
 
 def test_finishing_weighs_success_against_failure() -> None:

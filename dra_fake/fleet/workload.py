@@ -161,10 +161,38 @@ phase: {phase}
 """
 
 
+# A Node registered without status (adopted, not made by the fleet, whose Nodes are Ready from the
+# start) gets a kubelet's Ready condition. KWOK needs a Node Stage in any case: without one it starts
+# no node controller, and so manages no node's pods. A node that has a Ready condition, True or not,
+# is left alone: whether it is Ready is the node lifecycle controller's word and the fleet's Leases.
+NODE_READY = """\
+{{ $now := Now }}
+conditions:
+- {type: Ready, status: "True", reason: KubeletReady, message: "KWOK plays this node's kubelet",
+   lastHeartbeatTime: {{ $now | Quote }}, lastTransitionTime: {{ $now | Quote }}}
+"""
+
+
 def kwok_stages(profile: WorkloadProfile) -> list[dict[str, Any]]:
     """The Stage objects that play `profile` on the pods of KWOK's nodes: start, finish
-    (Succeeded or Failed, weighted by failureFraction) and deletion."""
+    (Succeeded or Failed, weighted by failureFraction) and deletion; and a Node's first Ready."""
     stages = [
+        _stage(
+            "dra-fake-node-ready",
+            "Node",
+            {
+                "selector": {
+                    "matchExpressions": [
+                        ALIVE,
+                        {
+                            "key": '.status.conditions.[] | select( .type == "Ready" )',
+                            "operator": "DoesNotExist",
+                        },
+                    ]
+                },
+                "next": {"statusTemplate": NODE_READY},
+            },
+        ),
         _stage(
             "dra-fake-pod-start",
             "Pod",
@@ -181,7 +209,7 @@ def kwok_stages(profile: WorkloadProfile) -> list[dict[str, Any]]:
                     "statusTemplate": STARTED,
                 },
             },
-        )
+        ),
     ]
     # How long a pod runs: its annotation, else the profile's; pods run until deleted when neither
     # says (restartPolicy Always: the kubelet restarts exited containers, the pod never finishes).

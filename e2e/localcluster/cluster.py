@@ -622,7 +622,8 @@ class LocalCluster:
         fleet's; harness nodes have no such label): the pods bound there start, run and finish as
         `workload` says (its Stages, dra_fake.fleet.workload). It holds no Leases: the fleet renews
         its nodes' as a kubelet does (with Leases, KWOK would manage only the nodes whose Lease it
-        holds, and hold none another holder renews)."""
+        holds, and hold none another holder renews). Replaces a running one (another profile)."""
+        self.stop_kwok()
         binary = BIN_DIR / "kwok"
         if not binary.exists():
             raise RuntimeError(f"missing binary {binary}: run `make cluster-build` first")
