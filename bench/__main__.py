@@ -52,6 +52,12 @@ def main() -> int:
     )
     parser.add_argument("--kwok-pods", type=int, default=1000, help="pods of each KWOK run")
     parser.add_argument(
+        "--kwok-repeat",
+        type=int,
+        default=2,
+        help="repetitions of the KWOK runs (each pair takes minutes: the control plane's rate limits)",
+    )
+    parser.add_argument(
         "--cd-sizes", default="200,1000", help="comma-separated sizes of the ComputeDomain create bursts"
     )
     parser.add_argument("--rounds-1", type=int, default=2, help="rounds over the 128 one-device claims")
@@ -71,7 +77,7 @@ def main() -> int:
     if args.smoke:
         args.fleet_sizes, args.cd_sizes, args.rounds_1, args.rounds_8, args.repeat = "5", "5", 1, 1, 1
         args.fleet_memory = args.fleet_heartbeats = 0
-        args.kwok_nodes, args.kwok_pods = 5, 10
+        args.kwok_nodes, args.kwok_pods, args.kwok_repeat = 5, 10, 1
         if args.out == RESULTS:
             args.out = Path(tempfile.mkdtemp(prefix="dra-bench-smoke-"))
     elif args.out.resolve() == RESULTS.resolve():
@@ -131,7 +137,9 @@ def main() -> int:
         if args.fleet_heartbeats:
             sections.append(("fleet_heartbeats", lambda: fleet.heartbeats(cluster, args.fleet_heartbeats)))
         if args.kwok_nodes:
-            sections.append(("kwok", lambda: kwok.run(cluster, args.kwok_nodes, args.kwok_pods, args.repeat)))
+            sections.append(
+                ("kwok", lambda: kwok.run(cluster, args.kwok_nodes, args.kwok_pods, args.kwok_repeat))
+            )
         cd_sizes = [int(x) for x in args.cd_sizes.split(",") if x.strip()]
         sections.append(
             (

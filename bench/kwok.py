@@ -35,7 +35,7 @@ ROOT = Path("/tmp/lc-bench-kwok")
 
 
 def _pod(name: str, dra: bool) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "work", "image": "registry.invalid/work:1"}
+    container: dict[str, Any] = {"name": "work", "image": "kwok-bench-work:1"}
     spec: dict[str, Any] = {
         "nodeSelector": {FLEET_LABEL: FLEET},
         "restartPolicy": "Never",
