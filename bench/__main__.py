@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import computedomain, fleet, kwok, prepare, publish, sharing
+from bench import computedomain, fleet, kwok, prepare, publish, sharing, summary
 from bench.common import REFDRIVER, REPO, cpu_ticks, loadavg, machine_facts, steal_percent, tree_facts
 from bench.report import HISTORY, RESULTS, history_line, read_history, render
 from e2e.localcluster import LocalCluster
@@ -183,6 +183,8 @@ def main() -> int:
             lines.write(json.dumps(history_line(results), sort_keys=True) + "\n")
         history = read_history(HISTORY)
     (args.out / "latest.md").write_text(render(results, history))
+    if history:
+        summary.write()  # docs/benchmarks.md's table and its plot, from the results just written
     log.info(
         "wrote %s and %s in %.0fs", args.out / "latest.json", args.out / "latest.md", results["total_seconds"]
     )

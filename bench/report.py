@@ -353,7 +353,7 @@ def _or_dash(value: Any, fmt: str = "{}") -> str:
 
 def across_runs(history: list[dict[str, Any]]) -> list[str]:
     """The figures with a target in the last runs from clean trees: one run's ratio moves with the
-    machine's hour (docs/benchmarks.md, the fourteenth round), so read it beside the runs before."""
+    machine's hour (docs/benchmarks/history.md#fourteenth-round-what-the-state-costs-a-burst), so read it beside the runs before."""
     lines = [h for h in history if not h.get("dirty")][-ACROSS_RUNS:]
     if not lines:
         return []

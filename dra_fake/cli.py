@@ -116,10 +116,11 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
         "--cpu-affinity",
         action=_EnvDefault,
         env="CPU_AFFINITY",
-        default="one",
+        default="inherit",
         choices=["one", "inherit"],
-        help="one: every thread of the plugin on the CPU it starts on (its Python threads share one "
-        "interpreter lock; handing it between CPUs costs CPU, docs/benchmarks.md); inherit: as started",
+        help="inherit: the CPUs the process was started with; one: every thread of the plugin on the "
+        "CPU it starts on (its Python threads share one interpreter lock; handing it between CPUs "
+        "costs CPU, docs/benchmarks/history.md#sixteenth-round-one-cpu; make bench sets it)",
     )
     p.add_argument(
         "--feature-gates",
@@ -181,6 +182,31 @@ def build_parser() -> argparse.ArgumentParser:
         "feature gate ConsumableShares (docs/sharing-design.md)",
     )
     gpu.add_argument(
+        "--gpu-lending",
+        action=_EnvDefault,
+        env="GPU_LENDING",
+        default="false",
+        choices=("true", "false"),
+        help="ours: lend allocated but idle GPUs to spot claims (class spot.<driver>) through a second "
+        "device gpu-N-spot, reclaimed by NoExecute device-taint eviction (docs/sharing.md)",
+    )
+    gpu.add_argument(
+        "--gpu-lending-idle-threshold",
+        action=_EnvDefault,
+        env="GPU_LENDING_IDLE_THRESHOLD",
+        type=int,
+        default=10,
+        help="percent: owners below it are idle, at or above it busy (reclaim at once)",
+    )
+    gpu.add_argument(
+        "--gpu-lending-idle-for",
+        action=_EnvDefault,
+        env="GPU_LENDING_IDLE_FOR",
+        type=float,
+        default=60.0,
+        help="seconds the owners must be idle in every sample before their GPU is lent (again)",
+    )
+    gpu.add_argument(
         "--additional-xids-to-ignore",
         action=_EnvDefault,
         env="ADDITIONAL_XIDS_TO_IGNORE",
@@ -203,6 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="sorted",
         help="sorted: slice devices by PCI bus ID and name; shuffled: a new order on every start, "
         "as NVIDIA's plugin, to flush out tests that depend on the order",
+    )
+    gpu.add_argument(
+        "--device-status",
+        action=_EnvDefault,
+        env="DEVICE_STATUS",
+        default="true",
+        choices=["true", "false"],
+        help="write each prepared device's status (Ready; data: UUID, MIG parent and profile) into its "
+        "claim's status.devices, and the attach of fabric-attached GPUs (docs/prepare.md)",
     )
 
     gpu.add_argument(
@@ -325,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     if args.command == "fleet":
-        from dra_fake.fleet.run import run_fleet
+        from dra_fake.fleet.main import run_fleet
 
         return run_fleet(args)
     if args.command == "fleet-stages":

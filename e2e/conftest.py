@@ -25,6 +25,7 @@ import pytest
 from e2e.kindcluster.cluster import CLASSIC, POOL_LABEL
 from e2e.kube import Kube, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
+from e2e.releases import PreviousRelease, previous
 from e2e.testbed import ApiOnlyBed, HarnessBed, KindBed, TestBed, kind_cluster_of
 
 E2E_NODES = 2
@@ -97,6 +98,10 @@ class Environment:
             "extended-resource": (
                 self.extended_resources,
                 "the GPU DeviceClass maps no extended resource (Kubernetes 1.34+, DRAExtendedResource)",
+            ),
+            "previous-release": (
+                isinstance(previous(), PreviousRelease),
+                str(previous()),
             ),
             "device-plugin": (
                 self.device_plugin,

@@ -417,10 +417,10 @@ def test_plugin_writes_the_status_of_its_nodes_faults(
             id="create-pod",
         ),
         pytest.param(
-            lambda api: client.CustomObjectsApi(api).list_cluster_custom_object(
-                "resource.k8s.io", "v1", "resourceclaims"
+            lambda api: client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                "resource.k8s.io", "v1", "default", "resourceclaims", "x"
             ),
-            id="list-claims",
+            id="delete-claim",
         ),
         pytest.param(
             lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(
@@ -432,10 +432,10 @@ def test_plugin_writes_the_status_of_its_nodes_faults(
             id="create-deviceclass",
         ),
         pytest.param(
-            lambda api: client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-                "resource.k8s.io", "v1", "default", "resourceclaims", "x", {"status": {}}
+            lambda api: client.CustomObjectsApi(api).patch_namespaced_custom_object(
+                "resource.k8s.io", "v1", "default", "resourceclaims", "x", {"spec": {}}
             ),
-            id="write-claim-status",
+            id="write-claim",
         ),
         pytest.param(
             lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(

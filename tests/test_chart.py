@@ -131,8 +131,8 @@ def test_both_plugins_get_the_cpu_affinity_and_a_wrong_one_is_refused() -> None:
         containers = ds["spec"]["template"]["spec"]["containers"]
         return [next(e["value"] for e in c["env"] if e["name"] == "CPU_AFFINITY") for c in containers]
 
-    assert affinity() == ["one", "one"]
-    assert affinity(**{"kubeletPlugin.cpuAffinity": "inherit"}) == ["inherit", "inherit"]
+    assert affinity() == ["inherit", "inherit"]
+    assert affinity(**{"kubeletPlugin.cpuAffinity": "one"}) == ["one", "one"]
     with pytest.raises(AssertionError, match="cpuAffinity"):
         render(**{"kubeletPlugin.cpuAffinity": "two"})
 
@@ -151,7 +151,20 @@ def test_rbac_is_least_privilege() -> None:
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},  # own Node only (policy)
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
-        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # on a pod: bad annotation
+        # deviceStatus (on by default): claims watched (attach), their status applied per driver
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["patch"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/driver"],
+            "resourceNames": ["gpu.nvidia.com"],
+            "verbs": ["associated-node:patch"],
+        },
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["resourceslices"],
@@ -160,6 +173,9 @@ def test_rbac_is_least_privilege() -> None:
         {"apiGroups": ["dra-fake.dev"], "resources": ["gpufaults"], "verbs": ["list", "watch"]},
         {"apiGroups": ["dra-fake.dev"], "resources": ["gpufaults/status"], "verbs": ["patch"]},
     ]
+    off = by_name(render(deviceStatus="false"), "ClusterRole", "r-dra-fake-kubelet-plugin")
+    claims = [r for r in off["rules"] if r["resources"][0].startswith("resourceclaims")]
+    assert claims == [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]}]
 
 
 def test_plugins_may_post_node_events_in_the_default_namespace_only() -> None:

@@ -28,12 +28,15 @@ from computedomain import api as cd_api
 from computedomain.plugin import configs as cd_configs
 from computedomain.plugin.state import DomainClaimData
 from dra_fake.core import journal
-from dra_fake.core.checkpoint import FORMAT_VERSION, CheckpointStore, CorruptCheckpointError, checksum
+from dra_fake.core.checkpoint import FORMAT_VERSION, CorruptCheckpointError, checksum
+from dra_fake.core.checkpointstore import CheckpointStore
 from dra_fake.core.claims import ClaimError, parse_claim
+from dra_fake.gpu import configdecode as gpu_configdecode
 from dra_fake.gpu import configs as gpu_configs
+from dra_fake.gpu import workloads
+from dra_fake.gpu.claimdata import GpuClaimData
 from dra_fake.gpu.inventory import InventoryError, build_inventory, parse_config
 from dra_fake.gpu.profiles import load_profiles
-from dra_fake.gpu.state import GpuClaimData
 
 FULL_RUN = os.environ.get("FUZZ_PROFILE") == "full"
 settings.register_profile(
@@ -197,7 +200,7 @@ def accepted_or_one_line_error(
 @given(config_entries(DRIVER, gpu_parameters))
 def test_gpu_opaque_configs(entries: list[Any]) -> None:
     def decode() -> None:
-        for claim_config in gpu_configs.decode_claim_configs(DRIVER, entries):
+        for claim_config in gpu_configdecode.decode_claim_configs(DRIVER, entries):
             config = gpu_configs.normalize(claim_config.config, gpu_configs.FeatureGates.of("MPSSupport"))
             gpu_configs.validate(config, gpu_configs.FeatureGates.of("MPSSupport", "TimeSlicingSettings"))
 
@@ -341,3 +344,76 @@ journal_files = st.one_of(
 @given(journal_files)
 def test_checkpoint_journals(raw: bytes) -> None:
     accepted_or_one_line_error(lambda: journal.parse(raw), (journal.JournalError,))
+
+
+# --- pod annotations (any pod of the node may carry them: docs/security.md) ---------------------
+
+annotation_values = st.one_of(
+    st.from_regex(r"\s*[0-9]{1,12}(\.[0-9]{0,8})?\s*(%|Mi|Gi|Ti)?\s*", fullmatch=True),
+    st.from_regex(r"\s*[0-9]{1,4}\s*(-\s*[0-9]{1,4})?\s*", fullmatch=True),
+    # past Python's int() digit limit (4300)
+    st.builds(lambda n, unit: "9" * n + unit, st.integers(4000, 6000), st.sampled_from(["", "Gi", "%"])),
+    st.text(max_size=200),
+    json_values,
+)
+load_annotations = st.dictionaries(
+    st.sampled_from([workloads.ANNOTATION_UTILIZATION, workloads.ANNOTATION_MEMORY]) | st.text(max_size=8),
+    annotation_values,
+    max_size=3,
+)
+
+
+@FUZZ
+@given(load_annotations | json_values)
+def test_simulated_load_annotations(annotations: Any) -> None:
+    accepted_or_one_line_error(lambda: workloads.parse_load(annotations), (workloads.LoadError,))
+
+
+node_pods = st.lists(
+    objects(
+        {
+            "metadata": objects(
+                {"name": st.text(max_size=4), "namespace": st.just("ns"), "annotations": load_annotations}
+            ),
+            "spec": objects(
+                {
+                    "resourceClaims": st.lists(
+                        objects({"name": st.just("gpu"), "resourceClaimName": st.just("c")}), max_size=2
+                    ),
+                    "containers": st.lists(
+                        objects(
+                            {
+                                "name": st.text(max_size=4),
+                                "resources": objects({"claims": st.lists(objects({"name": st.just("gpu")}))}),
+                            }
+                        ),
+                        max_size=2,
+                    ),
+                }
+            ),
+            "status": objects({"phase": st.sampled_from(["Running", "Succeeded"])}),
+        }
+    ),
+    max_size=3,
+)
+
+
+@FUZZ
+@given(node_pods)
+def test_the_pods_of_a_node(pods: list[Any]) -> None:
+    """Whatever the pods of the node carry, the attribution returns: a pod it cannot read is an
+    error of that pod alone, and a well-formed pod beside them is still attributed."""
+    good = {
+        "metadata": {"name": "good", "namespace": "ns", "uid": "u"},
+        "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "good"}],
+            "containers": [{"name": "main", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }
+    holdings = [
+        workloads.ClaimHolding("ns", "c", (workloads.HeldDevice("gpu-0", NODE, ("gpu",)),)),
+        workloads.ClaimHolding("ns", "good", (workloads.HeldDevice("gpu-1", NODE, ("gpu",)),)),
+    ]
+    users, errors = workloads.users_by_device([*pods, good], holdings)
+    assert [u.pod for u in users["gpu-1"]] == ["good"] and "ns/good" not in errors
+    assert all(e.strip() and "\n" not in e for e in errors.values())

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_fake.gpu import dcgm
+from dra_fake.gpu import monitor as monitor_module
 from dra_fake.gpu.gfd import family, gfd_labels, is_gfd_key, sanitise
 from dra_fake.gpu.inventory import Inventory, build_inventory, parse_config
 from dra_fake.gpu.monitor import GpuMonitor, serve_metrics
@@ -190,6 +191,43 @@ def test_held_device_gets_one_sample_per_container_with_dra_labels(tmp_path: Pat
     assert [s.value for s in idle] == [0] and "pod" not in idle[0].labels
 
 
+def test_shares_of_one_gpu_get_their_share_label_and_own_usage_families(tmp_path: Path) -> None:
+    """docs/observability.md#per-share-metrics: DCGM's families stay device-wide (one copy per pod,
+    now with dra_share_id); DRA_FAKE_SHARE_* give each share's own values."""
+    inv = inventory(H100x2)
+    held = [
+        ClaimHolding("ns", "claim-a", (HeldDevice("gpu-1", NODE, ("gpu",), None, "share-a", 20480),)),
+        ClaimHolding("ns", "claim-b", (HeldDevice("gpu-1", NODE, ("gpu",), None, "share-b", None),)),
+    ]
+    m = monitor_for(tmp_path, inv, held)
+    m.set_pods(
+        [
+            pod("a", "claim-a", {ANNOTATION_UTILIZATION: "30", ANNOTATION_MEMORY: "50%"}),
+            pod("b", "claim-b", {ANNOTATION_UTILIZATION: "20", ANNOTATION_MEMORY: "4096"}),
+        ]
+    )
+    found = samples(m.sample())
+
+    def by_pod(name: str) -> dict[str, tuple[float, str]]:
+        return {
+            s.labels["pod"]: (s.value, s.labels["dra_share_id"])
+            for s in found
+            if s.name == name and "pod" in s.labels
+        }
+
+    assert by_pod("DCGM_FI_DEV_FB_USED") == {"a": (14336, "share-a"), "b": (14336, "share-b")}
+    assert by_pod("DCGM_FI_DEV_GPU_UTIL") == {"a": (50, "share-a"), "b": (50, "share-b")}
+    assert by_pod("DRA_FAKE_SHARE_FB_USED") == {"a": (10240, "share-a"), "b": (4096, "share-b")}
+    assert by_pod("DRA_FAKE_SHARE_GPU_UTIL") == {"a": (30, "share-a"), "b": (20, "share-b")}
+    assert by_pod("DRA_FAKE_SHARE_FB_TOTAL") == {"a": (20480, "share-a")}  # b sees the whole GPU
+    [total] = [s for s in found if s.name == "DRA_FAKE_SHARE_FB_TOTAL"]
+    assert total.labels["UUID"] == inv.gpu(1).uuid and total.labels["dra_device_name"] == "gpu-1"
+    # a node without shares serves dcgm-exporter's families only
+    plain = monitor_for(tmp_path / "plain", inv, [holding("claim-a", "gpu-1")])
+    plain.set_pods([pod("a", "claim-a")])
+    assert "DRA_FAKE_" not in plain.sample() and "dra_share_id" not in plain.text
+
+
 def test_lost_gpu_reports_only_its_xid_which_stays_after_recovery(tmp_path: Path) -> None:
     inv = inventory(H100x2)
     m = monitor_for(tmp_path, inv, [])
@@ -340,6 +378,65 @@ def test_users_by_device_resolves_templates_requests_and_extended_resources() ->
     }
     assert users["gpu-5"][0].load == DEFAULT_LOAD
     assert list(errors) == ["ns/bad"] and ANNOTATION_UTILIZATION in errors["ns/bad"]
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {ANNOTATION_MEMORY: "9" * 5000},  # int() of it raises a plain ValueError (the digit limit)
+        {ANNOTATION_MEMORY: "99999999Ti"},
+        {ANNOTATION_MEMORY: "1" + "0" * 20},
+        {ANNOTATION_MEMORY: "50." + "0" * 5000 + "%"},
+        {ANNOTATION_UTILIZATION: "5" * 100},
+        {ANNOTATION_UTILIZATION: " " * 10_000 + "5"},
+    ],
+    ids=["5000-digits", "huge-ti", "21-digits", "long-percent", "long-utilization", "padded"],
+)
+def test_a_hostile_annotation_costs_only_its_own_pod(hostile: dict[str, str]) -> None:
+    """Any pod of the node may carry the annotations: a value past the bounds is that pod's error
+    (named), it gets the default load, and every other pod is still attributed."""
+    with pytest.raises(LoadError, match=re.escape(next(iter(hostile)))):
+        parse_load(hostile)
+    good = pod("good", "good-claim", {ANNOTATION_UTILIZATION: "10-20"})
+    bad = pod("bad", "bad-claim", hostile)
+    users, errors = users_by_device(
+        [bad, good], [holding("good-claim", "gpu-0"), holding("bad-claim", "gpu-1")]
+    )
+    assert list(errors) == ["ns/bad"] and next(iter(hostile)) in errors["ns/bad"]
+    assert users["gpu-0"][0].load == Load((10, 20), memory_fraction=0.5)
+    assert users["gpu-1"][0].load == DEFAULT_LOAD
+
+
+def test_a_pod_that_cannot_be_read_costs_only_itself() -> None:
+    broken = pod("broken", "bad-claim")
+    broken["spec"]["containers"] = [{"resources": {"claims": [{"name": "gpu"}]}}]  # no name
+    good = pod("good", "good-claim")
+    users, errors = users_by_device(
+        [broken, good], [holding("good-claim", "gpu-0"), holding("bad-claim", "gpu-1")]
+    )
+    assert list(users) == ["gpu-0"] and list(errors) == ["ns/broken"]
+    assert "pod not understood" in errors["ns/broken"]
+
+
+def test_the_monitor_posts_one_event_on_the_pod_with_a_bad_annotation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    posted: list[tuple[str, str, str, str]] = []
+
+    def post(api: Any, namespace: str, name: str, uid: str, node: str, **kw: str) -> None:
+        posted.append((namespace, name, uid, kw["reason"]))
+        assert ANNOTATION_MEMORY in kw["message"] and node == NODE
+
+    monkeypatch.setattr(monitor_module, "post_pod_event", post)
+    inv = inventory(H100x2)
+    m = monitor_for(tmp_path, inv, [holding("bad-claim", "gpu-0"), holding("good-claim", "gpu-1")])
+    m._api = object()  # type: ignore[assignment]
+    m.set_pods([pod("bad", "bad-claim", {ANNOTATION_MEMORY: "9" * 5000}), pod("good", "good-claim")])
+    text = m.sample()
+    m.sample()  # the same error again: no second event
+    assert posted == [("ns", "bad", "uid-bad", monitor_module.EVENT_REASON)]
+    attributed = {s.labels.get("pod") for s in samples(text) if s.name == "DCGM_FI_DEV_GPU_UTIL"}
+    assert attributed == {"bad", "good"}  # both attributed, the bad one with the default load
 
 
 # ---- GPU Feature Discovery labels -----------------------------------------------------------------

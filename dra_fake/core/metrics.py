@@ -3,7 +3,8 @@
 ``METRICS`` (on the default registry) is what the plugins use; tests build a ``DriverMetrics`` on their
 own ``CollectorRegistry``. Who updates what:
 
-* the kubelet gRPC layer (``dra_fake.kubelet.server``; they are defined in ``dra_fake.kubelet.metrics``):
+* the kubelet gRPC layer (``dra_fake.kubelet.server``, ``.draservice``; they are defined in
+  ``dra_fake.kubelet.metrics``):
   ``dra_fake_requests_total``, ``dra_fake_request_duration_seconds``, ``dra_fake_requests_inflight``,
   ``dra_fake_kubelet_registered``, and one increment of ``dra_fake_node_prepare_errors_total`` /
   ``dra_fake_node_unprepare_errors_total`` per claim answered with an error (including whole-call
@@ -18,10 +19,17 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
 
+from dra_fake.core.httpserve import BoundedHTTPServer
 from dra_fake.kubelet.metrics import RequestMetrics
 
 
@@ -72,13 +80,21 @@ FEATURE_ENABLED = METRICS.feature_enabled
 
 
 def record_checkpoint_error(reason: str) -> None:
-    """A corrupt checkpoint was found (dra_fake.core.checkpoint's default corruption hook)."""
+    """A corrupt checkpoint was found (dra_fake.core.checkpointstore's default corruption hook)."""
     CHECKPOINT_ERRORS_TOTAL.labels(reason=reason).inc()
 
 
 def start_metrics_server(
-    port: int, addr: str = "0.0.0.0", registry: CollectorRegistry = REGISTRY
-) -> tuple[WSGIServer, threading.Thread]:
-    """Serve ``/metrics`` over HTTP on ``addr:port`` in a daemon thread (port 0: ephemeral, see
-    ``server.server_port``). Stop with ``server.shutdown(); server.server_close()``."""
-    return start_http_server(port, addr=addr, registry=registry)
+    port: int, addr: str | None = None, registry: CollectorRegistry = REGISTRY
+) -> tuple[BoundedHTTPServer, threading.Thread]:
+    """Serve ``/metrics`` over HTTP on ``addr:port`` (default: dra_fake.core.httpserve's) in a daemon
+    thread (port 0: ephemeral, see ``server.server_port``), with dra_fake.core.httpserve's bounds.
+    Stop with ``server.shutdown(); server.server_close()``."""
+    server = BoundedHTTPServer(
+        {"/metrics": lambda: (200, generate_latest(registry).decode())},
+        port,
+        addr,
+        content_type=CONTENT_TYPE_LATEST,
+        name="metrics",
+    )
+    return server, server.start()

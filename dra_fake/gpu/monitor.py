@@ -9,7 +9,6 @@ dra_fake.core.retry.run_forever), and the HTTP server when a port is set.
 
 from __future__ import annotations
 
-import http.server
 import logging
 import threading
 import time
@@ -19,17 +18,21 @@ from typing import Any
 
 from kubernetes import client
 
+from dra_fake.core.events import post_pod_event
+from dra_fake.core.httpserve import BoundedHTTPServer
 from dra_fake.core.informer import lister, run_informer
 from dra_fake.core.retry import run_forever
 from dra_fake.gpu import dcgm
 from dra_fake.gpu.inventory import Inventory
-from dra_fake.gpu.nvidia_smi import NvidiaSmi
-from dra_fake.gpu.telemetry import Reading, Simulator
+from dra_fake.gpu.lending import Owners
+from dra_fake.gpu.nvidia_smi import SHARE_LIVE_PREFIX, NvidiaSmi
+from dra_fake.gpu.telemetry import MEMORY_UTIL_SHARE, Reading, ShareUse, Simulator
 from dra_fake.gpu.workloads import ClaimHolding, users_by_device
 
 log = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL = 5.0  # seconds between samples (dcgm-exporter collects every 30 s by default)
+EVENT_REASON = "SimulatedLoadIgnored"  # the Event on a pod whose load annotation cannot be read
 KIB = 1024  # NVML's PCIe throughput unit, KB/s, is 1024 bytes per second
 
 
@@ -75,6 +78,15 @@ def live_state(reading: Reading, faults: Mapping[str, int]) -> dict[str, int | f
     return state | {k: v for k, v in values.items() if v is not None}
 
 
+def share_live_state(share: ShareUse) -> dict[str, int | float | str]:
+    """A share's live keys (docs/nvml.md#shares): its own utilization and memory used."""
+    return {
+        "utilization": share.utilization,
+        "memory_util": round(share.utilization * MEMORY_UTIL_SHARE),
+        "memory_used": share.memory_used_mib,
+    }
+
+
 class GpuMonitor:
     """Readings of one node's GPUs: sampled, written for nvidia-smi, served as /metrics."""
 
@@ -86,13 +98,16 @@ class GpuMonitor:
         hostname: str,
         driver: str,
         clock: Callable[[], float] = time.time,
+        on_sample: Callable[[float, Mapping[str, Owners]], None] | None = None,
     ) -> None:
         self.inventory, self.holdings, self.nvidia_smi = inventory, holdings, nvidia_smi
+        self.on_sample = on_sample  # told each sample's owners per GPU (idle-GPU lending)
         self.hostname, self.driver, self.clock = hostname, driver, clock
         self.simulator = Simulator(inventory, boot_time())
         self._pods: dict[str, dict[str, Any]] = {}
         self._faults: dict[str, dict[str, int]] = {}
         self._reported: dict[str, str] = {}  # pod -> load annotation error already logged
+        self._api: client.ApiClient | None = None  # for the Events on pods with a bad annotation
         self._lock = threading.Lock()
         self._poke = threading.Event()
         self.text = ""  # the latest /metrics body
@@ -141,9 +156,11 @@ class GpuMonitor:
         for pod, error in errors.items():
             if self._reported.get(pod) != error:
                 log.warning("simulated load annotation ignored", extra={"pod": pod, "error": error})
+                self._post_event(pods, pod, error)
         self._reported = errors
         dynamic = {d.name: d.uuid for c in holdings for d in c.devices if d.uuid}
-        readings = self.simulator.sample(self.clock(), users, faults, dynamic)
+        now = self.clock()
+        readings = self.simulator.sample(now, users, faults, dynamic)
         live: dict[str, dict[str, int | float | str]] = {}
         for entity, reading in readings:
             gpu = entity.gpu.uuid
@@ -153,10 +170,43 @@ class GpuMonitor:
             if entity.is_mig:
                 live[entity.mig_uuid] = {"mig_memory_used": reading.fb_used or 0}
             live[gpu]["memory_used"] = int(live[gpu]["memory_used"]) + (reading.fb_used or 0)
+        shares = self.simulator.share_uses(now, users, dynamic)
+        for share in shares:
+            live[f"{SHARE_LIVE_PREFIX}{share.share_id}"] = share_live_state(share)
         self.nvidia_smi.write_live(live)
-        text = dcgm.render([(self.hostname, e, r, users.get(e.device, [])) for e, r in readings], self.driver)
+        if self.on_sample is not None:  # a lend view's users are not its GPU's: owners only
+            held = {d.name for c in holdings for d in c.devices}
+            self.on_sample(
+                now,
+                {e.device: Owners(e.device in held, r.gpu_util or 0) for e, r in readings if not e.is_mig},
+            )
+        by_share = {(u.device, u.share_id): u for u in shares if u.share_id is not None}
+        text = dcgm.render(
+            [(self.hostname, e, r, users.get(e.device, [])) for e, r in readings],
+            self.driver,
+            shares=by_share,
+        )
         self.text = text
         return text
+
+    def _post_event(self, pods: list[dict[str, Any]], key: str, error: str) -> None:
+        """A Warning Event on the pod whose annotation was ignored (its owner sees why)."""
+        if self._api is None:
+            return
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            if f"{meta.get('namespace', '')}/{meta.get('name', '')}" == key:
+                post_pod_event(
+                    self._api,
+                    meta.get("namespace", ""),
+                    meta.get("name", ""),
+                    meta.get("uid", ""),
+                    self.hostname,
+                    reason=EVENT_REASON,
+                    message=f"simulated load annotation ignored, the default load is used: {error}",
+                    component=f"{self.driver}-kubelet-plugin",
+                )
+                return
 
     # ---- threads --------------------------------------------------------------------------------
 
@@ -170,6 +220,7 @@ class GpuMonitor:
             daemon=True,
         ).start()
         if api is not None:
+            self._api = api
             threading.Thread(
                 target=run_informer,
                 args=(
@@ -187,44 +238,21 @@ class GpuMonitor:
             start_metrics_server(lambda: self.text, port, stop)
 
 
-def start_metrics_server(body: Callable[[], str], port: int, stop: threading.Event) -> None:
+def start_metrics_server(
+    body: Callable[[], str], port: int, stop: threading.Event, addr: str | None = None
+) -> None:
     """serve_metrics in a thread until `stop`."""
-    server = serve_metrics(body, port)
-    threading.Thread(target=server.serve_forever, name="dcgm-metrics", daemon=True).start()
-
-    def shut_down() -> None:
-        stop.wait()
-        server.shutdown()
-
-    threading.Thread(target=shut_down, name="dcgm-metrics-stop", daemon=True).start()
-    log.info("dcgm-exporter metrics served", extra={"port": server.server_address[1]})
+    server = serve_metrics(body, port, addr)
+    server.start(stop)
+    log.info("dcgm-exporter metrics served", extra={"port": server.server_port})
 
 
-def serve_metrics(body: Callable[[], str], port: int, addr: str = "") -> http.server.ThreadingHTTPServer:
+def serve_metrics(body: Callable[[], str], port: int, addr: str | None = None) -> BoundedHTTPServer:
     """dcgm-exporter's endpoints: /metrics (`body()`, the latest sample), /health."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._reply(200, body())
-            elif path == "/health":
-                self._reply(200, "OK")
-            else:
-                self._reply(404, "404 page not found\n")
-
-        def _reply(self, status: int, body: str) -> None:
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", dcgm.CONTENT_TYPE)
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # scrapes are not worth a log line each
-
-    server = http.server.ThreadingHTTPServer((addr, port), Handler)
-    server.daemon_threads = True
-    return server
+    return BoundedHTTPServer(
+        {"/metrics": lambda: (200, body()), "/health": lambda: (200, "OK")},
+        port,
+        addr,
+        content_type=dcgm.CONTENT_TYPE,
+        name="dcgm-metrics",
+    )

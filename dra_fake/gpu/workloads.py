@@ -13,8 +13,11 @@ The load comes from pod annotations (docs/observability.md#simulated-load):
 - `dra-fake.dev/simulated-gpu-memory`: `"<percent>%"` of the device's memory or a size in MiB
   (`"20480"`, `"20480Mi"`, `"20Gi"`).
 
-A pod without them gets DEFAULT_LOAD. A malformed annotation is reported (the message names it)
-and the default is used, so one pod's typo does not stop the node's metrics.
+A pod without them gets DEFAULT_LOAD. Any pod on the node may carry them (in any namespace, with or
+without a GPU), so they are bounded: at most MAX_ANNOTATION_LENGTH characters, a size of at most
+MAX_MEMORY_MIB. A malformed annotation, or a pod that cannot be read at all, is reported (the
+message names it; the monitor posts an Event on the pod) and that pod alone gets the default: one
+pod's typo or hostile value does not stop the node's metrics for the others.
 """
 
 from __future__ import annotations
@@ -29,9 +32,12 @@ from dra_fake.core.opaque import main_request
 ANNOTATION_UTILIZATION = "dra-fake.dev/simulated-gpu-utilization"
 ANNOTATION_MEMORY = "dra-fake.dev/simulated-gpu-memory"
 
+MAX_ANNOTATION_LENGTH = 64  # characters of one annotation's value; "20480Mi" needs 7
+MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB: more than any GPU has; the device's memory caps it anyway
+
 _RANGE = re.compile(r"^\s*(\d{1,3})\s*(?:-\s*(\d{1,3})\s*)?$")
-_PERCENT = re.compile(r"^\s*(\d{1,3}(?:\.\d+)?)\s*%\s*$")
-_SIZE = re.compile(r"^\s*(\d+)\s*(Mi|Gi|Ti)?\s*$")
+_PERCENT = re.compile(r"^\s*(\d{1,3}(?:\.\d{1,6})?)\s*%\s*$")
+_SIZE = re.compile(r"^\s*(\d{1,9})\s*(Mi|Gi|Ti)?\s*$")
 _UNIT_MIB = {None: 1, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}
 
 
@@ -52,10 +58,19 @@ class LoadError(ValueError):
     """A simulated-load annotation that cannot be read; the message names it."""
 
 
+def _annotation(annotations: Mapping[str, str], name: str) -> str | None:
+    raw = annotations.get(name)
+    if raw is not None and (not isinstance(raw, str) or len(raw) > MAX_ANNOTATION_LENGTH):
+        raise LoadError(f"annotation {name}: not a string of at most {MAX_ANNOTATION_LENGTH} characters")
+    return raw
+
+
 def parse_load(annotations: Mapping[str, str] | None) -> Load:
     annotations = annotations or {}
+    if not isinstance(annotations, Mapping):
+        raise LoadError(f"annotations: not a map but {type(annotations).__name__}")
     utilization = DEFAULT_LOAD.utilization
-    raw = annotations.get(ANNOTATION_UTILIZATION)
+    raw = _annotation(annotations, ANNOTATION_UTILIZATION)
     if raw is not None:
         m = _RANGE.match(raw)
         low, high = (int(m[1]), int(m[2] or m[1])) if m else (-1, -1)
@@ -65,7 +80,7 @@ def parse_load(annotations: Mapping[str, str] | None) -> Load:
                 "percentages like '60-90' (0 to 100, low first)"
             )
         utilization = (low, high)
-    raw = annotations.get(ANNOTATION_MEMORY)
+    raw = _annotation(annotations, ANNOTATION_MEMORY)
     if raw is None:
         return Load(utilization, DEFAULT_LOAD.memory_fraction)
     if m := _PERCENT.match(raw):
@@ -73,7 +88,10 @@ def parse_load(annotations: Mapping[str, str] | None) -> Load:
             raise LoadError(f"annotation {ANNOTATION_MEMORY}: {raw!r} is more than 100%")
         return Load(utilization, memory_fraction=float(m[1]) / 100)
     if m := _SIZE.match(raw):
-        return Load(utilization, memory_mib=int(m[1]) * _UNIT_MIB[m[2]])
+        mib = int(m[1]) * _UNIT_MIB[m[2]]
+        if mib > MAX_MEMORY_MIB:
+            raise LoadError(f"annotation {ANNOTATION_MEMORY}: {raw!r} is more than 16Ti")
+        return Load(utilization, memory_mib=mib)
     raise LoadError(
         f"annotation {ANNOTATION_MEMORY}: {raw!r} is neither a percentage ('40%') nor a size in MiB "
         "('20480', '20480Mi', '20Gi')"
@@ -88,6 +106,8 @@ class HeldDevice:
     pool: str
     requests: tuple[str, ...]  # the claim requests it was allocated for ("req" or "req/subrequest")
     uuid: str | None = None  # a dynamic MIG device's UUID (created for this claim)
+    share_id: str | None = None  # allocated as a share of a shared device
+    share_memory_mib: int | None = None  # the share's memory view (None: the device's)
 
 
 @dataclass(frozen=True)
@@ -121,29 +141,50 @@ def users_by_device(
     users: dict[str, list[User]] = {}
     errors: dict[str, str] = {}
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        status = pod.get("status") or {}
-        if status.get("phase") in ("Succeeded", "Failed"):  # its containers are gone
-            continue
-        namespace, name = meta.get("namespace", ""), meta.get("name", "")
         try:
-            load = parse_load(meta.get("annotations"))
-        except LoadError as err:
-            errors[f"{namespace}/{name}"] = str(err)
-            load = DEFAULT_LOAD
-        for container, claim_name, request in _container_claims(pod):
-            claim = held.get((namespace, claim_name))
-            if claim is None:
-                continue
-            for device in claim.devices:
-                if request is not None and request not in {main_request(r) for r in device.requests}:
-                    continue
-                users.setdefault(device.name, []).append(
-                    User(name, namespace, meta.get("uid", ""), container, claim_name, device, load)
-                )
+            for device_name, user in _pod_users(pod, held, errors):
+                users.setdefault(device_name, []).append(user)
+        except Exception as err:  # whatever one pod holds, it costs only that pod
+            message = f"pod not understood: {type(err).__name__}: {err}"
+            errors[_pod_key(pod)] = " ".join(message.split())[:512]
     for entries in users.values():
         entries.sort(key=lambda u: (u.namespace, u.pod, u.container, u.claim_name))
     return users, errors
+
+
+def _pod_key(pod: Any) -> str:
+    """ "namespace/name" of a pod, whatever its shape."""
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return "?/?"
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _pod_users(
+    pod: Mapping[str, Any], held: Mapping[tuple[str, str], ClaimHolding], errors: dict[str, str]
+) -> list[tuple[str, User]]:
+    """(device name, user) of one pod; all of them or (raising) none."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):  # its containers are gone
+        return []
+    namespace, name = meta.get("namespace", ""), meta.get("name", "")
+    try:
+        load = parse_load(meta.get("annotations"))
+    except LoadError as err:
+        errors[_pod_key(pod)] = str(err)
+        load = DEFAULT_LOAD
+    out: list[tuple[str, User]] = []
+    for container, claim_name, request in _container_claims(pod):
+        claim = held.get((namespace, claim_name))
+        if claim is None:
+            continue
+        for device in claim.devices:
+            if request is not None and request not in {main_request(r) for r in device.requests}:
+                continue
+            user = User(name, namespace, meta.get("uid", ""), container, claim_name, device, load)
+            out.append((device.name, user))
+    return out
 
 
 def _container_claims(pod: Mapping[str, Any]) -> list[tuple[str, str, str | None]]:

@@ -41,6 +41,9 @@ DEFAULT_ROOT = REPO / ".local-cluster"
 # Beta DRA gates of the pinned release (GA ones are on and locked). Kept in one place so the
 # pin can be bumped; the API server refuses unknown gates, which makes a stale list loud.
 FEATURE_GATES = "DRAConsumableCapacity=true,DRADeviceBindingConditions=true,DRAPartitionableDevices=true"
+# How long the scheduler waits in PreBind for a device's binding conditions (its default: 10 min);
+# short here so the attach timeout path of fabric-attached GPUs can be tested (e2e/test_attach.py).
+BINDING_TIMEOUT_SECONDS = 20
 # Older resource.k8s.io versions, so the driver's fallbacks (v1beta2, v1beta1) can be exercised.
 RUNTIME_CONFIG = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
 CONTROLLERS = ",".join(
@@ -58,6 +61,33 @@ CONTROLLERS = ",".join(
         "device-taint-eviction-controller",  # NoExecute device taints evict pods (e2e/test_faults.py)
     ]
 )
+
+
+def scheduler_config(kubeconfig: str) -> dict[str, Any]:
+    """kube-scheduler's configuration: its defaults, but DynamicResources' bindingTimeout."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": kubeconfig},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [
+            {
+                "schedulerName": "default-scheduler",
+                "pluginConfig": [
+                    {
+                        "name": "DynamicResources",
+                        "args": {
+                            "apiVersion": "kubescheduler.config.k8s.io/v1",
+                            "kind": "DynamicResourcesArgs",
+                            "bindingTimeout": f"{BINDING_TIMEOUT_SECONDS}s",
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+
+
 CD_NAMESPACE = "nvidia-dra-driver-gpu"  # the driver namespace of NVIDIA's docs
 # Every CDI spec the plugins write in the tests is schema-checked (dra_fake.core.cdi.checked).
 CHECKED_SPECS = {"DRA_FAKE_CHECK_CDI_SPECS": "1"}
@@ -366,13 +396,14 @@ class LocalCluster:
         kc = str(self.kubeconfig)
         sched_port, kcm_port = free_port(), free_port()
         self.state.ports.update(scheduler=sched_port, controller_manager=kcm_port)
+        sched_config = self.root / "kube-scheduler.yaml"
+        sched_config.write_text(yaml.safe_dump(scheduler_config(kc)))
         sched = self._track(
             spawn(
                 "kube-scheduler",
                 [
                     str(BIN_DIR / "kube-scheduler"),
-                    f"--kubeconfig={kc}",
-                    "--leader-elect=false",
+                    f"--config={sched_config}",
                     f"--authentication-kubeconfig={kc}",
                     f"--authorization-kubeconfig={kc}",
                     f"--secure-port={sched_port}",

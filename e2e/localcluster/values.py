@@ -88,6 +88,7 @@ CHART_ENV: dict[str, dict[str, Env]] = {
         "FEATURE_GATES": GATES,
         "DEVICE_NODES": value("deviceNodes"),
         "DEVICE_ORDER": value("deviceOrder"),
+        "DEVICE_STATUS": value("deviceStatus"),
         "NODE_LABELS": value("nodeLabels.enabled"),
         "MIG_STRATEGY": value("nodeLabels.migStrategy"),
         "CPU_AFFINITY": value("kubeletPlugin.cpuAffinity"),
