@@ -326,9 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
     profiles = sub.add_parser("profiles", help="list the GPU profiles with their key specs")
     profiles.add_argument("--profiles-dir", type=Path, action="append", default=[])
 
-    from dra_fake.fleet.cli import add_fleet_parser
+    from dra_fake.fleet.cli import add_fleet_parser, add_fleet_stages_parser
 
     add_fleet_parser(sub)
+    add_fleet_stages_parser(sub)
     from dra_fake.gpu.faultcli import add_fault_parser
 
     add_fault_parser(sub)
@@ -388,6 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dra_fake.fleet.main import run_fleet
 
         return run_fleet(args)
+    if args.command == "fleet-stages":
+        from dra_fake.fleet.cli import run_fleet_stages
+
+        return run_fleet_stages(args)
     if args.command == "fault":
         from dra_fake.gpu.faultcli import run_fault_command
 
