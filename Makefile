@@ -10,14 +10,20 @@ VALUES ?=
 FEATURE_GATES ?=
 KNOBS = $(if $(VALUES),--values $(VALUES)) $(if $(FEATURE_GATES),--feature-gates $(FEATURE_GATES))
 KEEP ?=
+# KWOK fleets (docs/local-cluster.md#kwok-fleets): KWOK=1 starts KWOK's controller for the fleet's
+# nodes, WORKLOAD=profile.yaml says how their pods run, FLEET=N starts `dra-fake fleet` with N nodes.
+KWOK ?=
+WORKLOAD ?=
+FLEET ?=
+FLEET_KNOBS = $(if $(KWOK),--kwok $(if $(WORKLOAD),--workload $(WORKLOAD))) $(if $(FLEET),--fleet $(FLEET))
 BIN := e2e/cluster/bin
 # make demo and the kind targets default to 2 nodes (node 2 holds the MIG GPUs); NODES=n overrides.
 NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 # kind: two DRA workers (H100, MIG) and one served through the device plugin (docs/kind.md)
 KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 
-.PHONY: help native venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
-	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind
+.PHONY: help native venv cluster-build cluster-up cluster-down demo demo-sharing test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
+	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind kind-readme generate release
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -37,17 +43,21 @@ native: ## build the C NVML library and nvidia-smi (build/native/), check the li
 
 venv: native $(VENV)/.installed ## create .venv with the driver and its dev tools
 
-cluster-build: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, dra-kubelet
+cluster-build: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, dra-kubelet, kwok
 	hack/cluster-build.sh
+	hack/kwok-build.sh
 
-cluster-up: venv cluster-build ## start the local cluster: NODES=N CONFIG=inventory.yaml VALUES=values.yaml FEATURE_GATES=A=true
-	$(PY) -m e2e.localcluster up --nodes $(NODES) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS)
+cluster-up: venv cluster-build ## start the local cluster: NODES=N CONFIG=inventory.yaml VALUES=values.yaml FEATURE_GATES=A=true KWOK=1 WORKLOAD=w.yaml FLEET=N
+	$(PY) -m e2e.localcluster up --nodes $(NODES) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS) $(FLEET_KNOBS)
 
 cluster-down: ## stop everything cluster-up started
 	@if [ -x $(PY) ]; then $(PY) -m e2e.localcluster down; fi
 
 demo: venv cluster-build ## the main job: cluster, driver, example workloads, summary (KEEP=1 keeps it up)
 	$(PY) -m e2e.demo $(if $(KEEP),--keep) --nodes $(NODES_OR_2) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS)
+
+demo-sharing: venv cluster-build ## shared GPUs and idle-GPU lending on a one-node local cluster (docs/sharing.md; KEEP=1)
+	$(PY) -m e2e.demo_sharing $(if $(KEEP),--keep)
 
 lint: venv ## ruff, mypy, and the import layers (import-linter; docs/architecture.md)
 	$(VENV)/bin/ruff check .
@@ -91,6 +101,12 @@ image: native ## build the container image IMAGE (docker or podman; not possible
 	$(CONTAINER_TOOL) build -t $(IMAGE) --build-arg VERSION=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) \
 		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) .
 
+VERSION ?=
+release: ## dist/VERSION/: image tarball, packaged chart, push commands, notes, SHA256SUMS (REGISTRY=host/path pushes; docs/release.md)
+	@test -n "$(VERSION)" || { echo "make release VERSION=x.y.z"; exit 2; }
+	@[ -x .tools/bin/helm ] || command -v helm >/dev/null || hack/install-tools.sh helm
+	hack/release.sh $(VERSION)
+
 # ---- kind: real clusters built offline for every pinned release (docs/kind.md) --------------
 # K8S: a minor (1.33) or release (1.33.13); default: the local control plane's release.
 K8S ?= $(shell cat e2e/cluster/K8S_VERSION)
@@ -120,9 +136,21 @@ kind-matrix: venv ## e2e-kind on a fresh cluster of every pinned release (or K8S
 	hack/install-tools.sh helm
 	PYTHON=$(PY) hack/kind/matrix.sh $(if $(filter command line environment,$(origin K8S)),$(K8S))
 
+kind-readme: venv ## README.md's kind path as written (install, upgrade, uninstall) on a new cluster dra-fake of K8S: docker, kubectl, internet
+	hack/kind/tools.sh kind >/dev/null
+	hack/install-tools.sh helm
+	$(PY) -m e2e.kindcluster readme --k8s $(K8S)
+
 demo-kind: kind-images ## make demo's workloads on a kind cluster: what nvidia-smi -L printed in each pod
 	hack/install-tools.sh helm
 	$(PY) -m e2e.demo --kind $(K8S) $(if $(KEEP),--keep) $(KNOBS)
+
+generate: venv ## files written from one source (unit tests compare): examples/kind/ configs, the chart's README, docs/kind.md's matrix, docs/architecture.md's module map, docs/benchmarks.md's table and plot
+	$(PY) -m e2e.kindcluster examples
+	$(PY) hack/chartdoc.py
+	$(PY) -m e2e.kindcluster matrix-table
+	$(PY) hack/archmap.py
+	$(PY) -m bench.summary
 
 proto: venv ## regenerate the gRPC stubs from proto/dra
 	PYTHON=$(PY) hack/gen-proto.sh

@@ -9,7 +9,7 @@ comparison in one run (default: this checkout). Needs the local cluster under /t
 prepare` per driver, the drivers alternating. Prints per driver: the median over repetitions of
 the prepare p50, the p99, claims/s, CPU ms per claim (user, system: /proc/<pid>/stat), and the
 k-th answer of a burst (the k-th fastest call of each round, in ms, averaged): where the median of
-a burst sits and why (docs/benchmarks.md, the twelfth round).
+a burst sits and why (docs/benchmarks/history.md#twelfth-round-what-a-bursts-median-measures).
 """
 
 from __future__ import annotations

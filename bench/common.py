@@ -157,12 +157,15 @@ def machine_facts() -> dict[str, Any]:
 
 
 OURS_SRC_ENV = "DRA_BENCH_OURS_SRC"  # run our plugin from another checkout (a before/after comparison)
+RUN_WRITES = ("bench/results", "docs/benchmarks.md", "docs/benchmarks/history.svg")  # by a full run
 
 
 def tree_facts(tree: Path, prefix: str) -> dict[str, Any]:
-    """The commit of a checkout and whether it differs from it (bench/results does not count:
-    the run writes there)."""
-    status = _cmd(["git", "-C", str(tree), "status", "--porcelain", "--", ".", ":!bench/results"])
+    """The commit of a checkout and whether it differs from it (what a run writes does not count:
+    bench/results, and docs/benchmarks.md's table and plot, bench/summary.py)."""
+    status = _cmd(
+        ["git", "-C", str(tree), "status", "--porcelain", "--", ".", *(f":!{p}" for p in RUN_WRITES)]
+    )
     return {
         f"{prefix}_commit": _cmd(["git", "-C", str(tree), "rev-parse", "--short=12", "HEAD"]),
         f"{prefix}_dirty": bool(status),
@@ -225,7 +228,7 @@ def rss_bytes(pid: int) -> int:
 
 def ensure_node(core: client.CoreV1Api, name: str, fleet: str = "bench") -> str:
     """A Ready, untainted Node object without a kubelet (the benchmark drives the plugins)."""
-    from dra_fake.fleet.run import create_untainted_node
+    from dra_fake.fleet.nodes import create_untainted_node
 
     node = create_untainted_node(core.api_client, name, NodeTemplate(fleet=fleet))
     return str(node["metadata"]["uid"])

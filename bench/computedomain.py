@@ -30,7 +30,7 @@ from computedomain.api import (
 from dra_fake.core.informer import lister, run_informer
 from dra_fake.core.kube import get_json, merge_patch, release, request, send_json
 from dra_fake.fleet.core import NodeTemplate
-from dra_fake.fleet.run import create_untainted_node
+from dra_fake.fleet.nodes import create_untainted_node
 from e2e.localcluster import LocalCluster
 
 NAMESPACE = "bench-cd"

@@ -30,7 +30,9 @@ from dra_fake.core.kube import get_json, release, request
 from dra_fake.core.poolsync import slice_name
 from dra_fake.core.slices import slice_manifest, slice_spec
 from dra_fake.fleet.core import node_manifest, node_names
-from dra_fake.fleet.run import FleetOptions, load_fleet_inventory, node_template
+from dra_fake.fleet.main import load_fleet_inventory
+from dra_fake.fleet.nodes import node_template
+from dra_fake.fleet.options import FleetOptions
 from dra_fake.gpu.inventory import load_inventory
 from dra_fake.gpu.profiles import load_profiles
 from dra_fake.gpu.slices import desired_slices

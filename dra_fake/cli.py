@@ -41,6 +41,16 @@ class _EnvDefault(argparse.Action):
 
 def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) -> None:
     p.add_argument(
+        "--device-status",
+        action=_EnvDefault,
+        env="DEVICE_STATUS",
+        default="true",
+        choices=["true", "false"],
+        help="write each prepared device's status (Ready, with its data: a GPU's UUID, MIG parent and "
+        "profile; an IMEX channel's number and domain) into its claim's status.devices; the GPU plugin "
+        "reports the attach of fabric-attached GPUs there too (docs/prepare.md)",
+    )
+    p.add_argument(
         "--node-name",
         action=_EnvDefault,
         env="NODE_NAME",
@@ -116,10 +126,11 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
         "--cpu-affinity",
         action=_EnvDefault,
         env="CPU_AFFINITY",
-        default="one",
+        default="inherit",
         choices=["one", "inherit"],
-        help="one: every thread of the plugin on the CPU it starts on (its Python threads share one "
-        "interpreter lock; handing it between CPUs costs CPU, docs/benchmarks.md); inherit: as started",
+        help="inherit: the CPUs the process was started with; one: every thread of the plugin on the "
+        "CPU it starts on (its Python threads share one interpreter lock; handing it between CPUs "
+        "costs CPU, docs/benchmarks/history.md#sixteenth-round-one-cpu; make bench sets it)",
     )
     p.add_argument(
         "--feature-gates",
@@ -191,6 +202,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="NVIDIA's consumable shares: several claims on one GPU or MIG device, its memory accounted "
         "by the scheduler: disabled, memory, unlimited or a positive integer (at most N claims); needs "
         "feature gate ConsumableShares (docs/sharing-design.md)",
+    )
+    gpu.add_argument(
+        "--shared-memory-view",
+        action=_EnvDefault,
+        env="SHARED_MEMORY_VIEW",
+        default="share",
+        choices=("share", "device"),
+        help="ours: what a share's nvidia-smi shows: share (its memory as the total, other shares "
+        "invisible) or device (the whole GPU, as NVIDIA's driver; docs/sharing.md)",
+    )
+    gpu.add_argument(
+        "--gpu-lending",
+        action=_EnvDefault,
+        env="GPU_LENDING",
+        default="false",
+        choices=("true", "false"),
+        help="ours: lend allocated but idle GPUs to spot claims (class spot.<driver>) through a second "
+        "device gpu-N-spot, reclaimed by NoExecute device-taint eviction (docs/sharing.md)",
+    )
+    gpu.add_argument(
+        "--gpu-lending-idle-threshold",
+        action=_EnvDefault,
+        env="GPU_LENDING_IDLE_THRESHOLD",
+        type=int,
+        default=10,
+        help="percent: owners below it are idle, at or above it busy (reclaim at once)",
+    )
+    gpu.add_argument(
+        "--gpu-lending-idle-for",
+        action=_EnvDefault,
+        env="GPU_LENDING_IDLE_FOR",
+        type=float,
+        default=60.0,
+        help="seconds the owners must be idle in every sample before their GPU is lent (again)",
     )
     gpu.add_argument(
         "--additional-xids-to-ignore",
@@ -281,12 +326,16 @@ def build_parser() -> argparse.ArgumentParser:
     profiles = sub.add_parser("profiles", help="list the GPU profiles with their key specs")
     profiles.add_argument("--profiles-dir", type=Path, action="append", default=[])
 
-    from dra_fake.fleet.cli import add_fleet_parser
+    from dra_fake.fleet.cli import add_fleet_parser, add_fleet_stages_parser
 
     add_fleet_parser(sub)
+    add_fleet_stages_parser(sub)
     from dra_fake.gpu.faultcli import add_fault_parser
 
     add_fault_parser(sub)
+    from dra_fake.scenario.cli import add_scenario_parser
+
+    add_scenario_parser(sub)
     from dra_fake.deviceplugin.cli import add_device_plugin_parser
 
     add_device_plugin_parser(sub, _EnvDefault)
@@ -337,13 +386,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     if args.command == "fleet":
-        from dra_fake.fleet.run import run_fleet
+        from dra_fake.fleet.main import run_fleet
 
         return run_fleet(args)
+    if args.command == "fleet-stages":
+        from dra_fake.fleet.cli import run_fleet_stages
+
+        return run_fleet_stages(args)
     if args.command == "fault":
         from dra_fake.gpu.faultcli import run_fault_command
 
         return run_fault_command(args)
+    if args.command == "scenario":
+        from dra_fake.scenario.cli import run_scenario_command
+
+        return run_scenario_command(args)
     if args.command == "device-plugin":
         from dra_fake.deviceplugin.plugin import run_device_plugin
 

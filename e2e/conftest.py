@@ -25,6 +25,7 @@ import pytest
 from e2e.kindcluster.cluster import CLASSIC, POOL_LABEL
 from e2e.kube import Kube, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
+from e2e.releases import PreviousRelease, previous
 from e2e.testbed import ApiOnlyBed, HarnessBed, KindBed, TestBed, kind_cluster_of
 
 E2E_NODES = 2
@@ -89,6 +90,15 @@ class Environment:
                 self.server_minor >= 34,
                 "device taints need resource.k8s.io/v1 with DRADeviceTaints (Kubernetes 1.34+ here)",
             ),
+            "device-taint-rules": (
+                self.server_minor >= 37,
+                "DeviceTaintRules as resource.k8s.io/v1 (Kubernetes 1.37; 1.36 serves v1beta2 behind a gate)",
+            ),
+            "binding-conditions": (
+                self.server_minor >= 36 and self.bed == "harness",
+                "binding conditions need DRADeviceBindingConditions (on from 1.36) and a plugin started "
+                "with a fabric-attached inventory (the harness)",
+            ),
             "device-health": (
                 self.server_minor >= 36 and self.bed in ("harness", "kind"),
                 "the kubelet's device health stream needs ResourceHealthStatus (on from 1.36) and a "
@@ -97,6 +107,10 @@ class Environment:
             "extended-resource": (
                 self.extended_resources,
                 "the GPU DeviceClass maps no extended resource (Kubernetes 1.34+, DRAExtendedResource)",
+            ),
+            "previous-release": (
+                isinstance(previous(), PreviousRelease),
+                str(previous()),
             ),
             "device-plugin": (
                 self.device_plugin,

@@ -4,6 +4,8 @@ the container sees."""
 
 from __future__ import annotations
 
+import os
+
 import grpc
 import pytest
 import yaml
@@ -102,16 +104,23 @@ def test_two_pods_sharing_a_claim_get_the_same_device(kube: Kube, ns: str, bed: 
     assert reserved == {"a", "b"}
 
 
+def _cpu_count(cpu_list: str) -> int:
+    """How many CPUs a Cpus_allowed_list names ("0-3,6" -> 5)."""
+    ranges = [part.split("-") for part in cpu_list.split(",")]
+    return sum(int(r[-1]) - int(r[0]) + 1 for r in ranges)
+
+
 @pytest.mark.needs("node")
-def test_each_kubelet_plugin_runs_every_thread_on_one_cpu(bed: TestBed) -> None:
-    """The default --cpu-affinity=one (dra_fake.core.cpuaffinity): a plugin's Python threads share
-    one interpreter lock, and handing it between CPUs costs CPU per claim. Its gRPC server's
-    threads, started after the pinning, inherit it; so must every other thread."""
-    node = bed.workers[0]
+def test_no_kubelet_plugin_thread_is_tied_to_one_cpu_by_default(bed: TestBed) -> None:
+    """The default --cpu-affinity=inherit: every thread of a plugin may run on all the CPUs the
+    plugin was started with, not on the one CPU of `one` (the benchmark's setting, pinned by
+    tests/test_cpuaffinity.py). On a machine of one CPU there is nothing else to see."""
+    node, cpus_here = bed.workers[0], len(os.sched_getaffinity(0))
     for driver in (GPU_DRIVER, CD_DRIVER):
         cpus = bed.plugin_thread_cpus(node, driver)
         assert len(cpus) > 2, f"{driver} plugin on {node}: threads {cpus}"
-        assert len(set(cpus)) == 1 and cpus[0].isdigit(), f"{driver} plugin on {node}: CPUs {cpus}"
+        assert len(set(cpus)) == 1, f"{driver} plugin on {node}: CPUs {cpus}"
+        assert _cpu_count(cpus[0]) >= min(cpus_here, 2), f"{driver} plugin on {node}: CPUs {cpus[0]}"
 
 
 @pytest.mark.needs("node")

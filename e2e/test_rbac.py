@@ -443,10 +443,10 @@ def test_a_hostile_load_annotation_gets_an_event_and_stops_nothing(
             id="create-pod",
         ),
         pytest.param(
-            lambda api: client.CustomObjectsApi(api).list_cluster_custom_object(
-                "resource.k8s.io", "v1", "resourceclaims"
+            lambda api: client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                "resource.k8s.io", "v1", "default", "resourceclaims", "x"
             ),
-            id="list-claims",
+            id="delete-claim",
         ),
         pytest.param(
             lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(
@@ -458,10 +458,10 @@ def test_a_hostile_load_annotation_gets_an_event_and_stops_nothing(
             id="create-deviceclass",
         ),
         pytest.param(
-            lambda api: client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-                "resource.k8s.io", "v1", "default", "resourceclaims", "x", {"status": {}}
+            lambda api: client.CustomObjectsApi(api).patch_namespaced_custom_object(
+                "resource.k8s.io", "v1", "default", "resourceclaims", "x", {"spec": {}}
             ),
-            id="write-claim-status",
+            id="write-claim",
         ),
         pytest.param(
             lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(

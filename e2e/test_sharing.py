@@ -13,11 +13,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from dra_fake.core.checkpoint import read_claims
+from dra_fake.gpu.workloads import ANNOTATION_MEMORY, ANNOTATION_UTILIZATION
 from e2e.conftest import published
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.localcluster import LocalCluster
+from e2e.nvmlview import CONSUMERS, printed
 from e2e.pluginflags import SHARES_GATES, start_gpu_plugin
 from e2e.testbed import GPU_DRIVER, NODE_CDI_ROOT, TestBed, assert_sees_its_gpus
 
@@ -89,9 +92,13 @@ def time_slicing(interval: str) -> list[dict[str, Any]]:
     return [{"opaque": {"driver": GPU_DRIVER, "parameters": parameters}}]
 
 
-def pod_on(kube: Kube, ns: str, name: str, template: str, node: str) -> None:
+def pod_on(
+    kube: Kube, ns: str, name: str, template: str, node: str, annotations: dict[str, str] | None = None
+) -> None:
     pod = pod_with_claim_template(name, template)
     pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    if annotations:
+        pod["metadata"]["annotations"] = annotations
     kube.create(pod, ns)
 
 
@@ -258,3 +265,93 @@ def test_one_shares_unprepare_through_a_plugin_sigkill_leaves_the_other(
     assert checkpoint[stay["metadata"]["uid"]]["state"] == "PrepareCompleted"
     assert bed.read_node_file(shared_node, spec_path(stay)) == stay_spec
     assert_sees_its_gpus(bed, ns, "stay")
+
+
+def test_nvidia_smi_in_each_share_shows_the_same_gpu_with_its_own_limit_and_usage(
+    kube: Kube, ns: str, bed: TestBed, shared_node: str
+) -> None:
+    """docs/nvml.md#shares: a 20Gi and a 30Gi share of one GPU; each pod's nvidia-smi names the
+    same GPU (UUID) with its share as the total and only its own pod's memory and utilization."""
+    uuid = gpu_uuid(kube, shared_node, "gpu-5")
+    kube.create(share_template("s20", uuid, "20Gi"), ns)
+    kube.create(share_template("s30", uuid, "30Gi"), ns)
+    load = {
+        "small": {ANNOTATION_MEMORY: "50%", ANNOTATION_UTILIZATION: "30"},
+        "large": {ANNOTATION_MEMORY: "4096", ANNOTATION_UTILIZATION: "20"},
+    }
+    pod_on(kube, ns, "small", "s20", shared_node, load["small"])
+    pod_on(kube, ns, "large", "s30", shared_node, load["large"])
+    for pod in ("small", "large"):
+        kube.wait_running(ns, pod)
+
+    def smi(pod: str) -> list[str] | None:
+        out = bed.container(ns, pod).nvidia_smi(
+            "--query-gpu=uuid,memory.total,memory.used,utilization.gpu", "--format=csv,noheader,nounits"
+        )
+        assert out.code == 0, out.output
+        fields = out.output.strip().split(", ")
+        return fields if fields[2] != "0" else None  # until the first sample with the pods
+
+    assert poll("the small share's view", lambda: smi("small"), 60) == [uuid, "20480", "10240", "30"]
+    assert poll("the large share's view", lambda: smi("large"), 60) == [uuid, "30720", "4096", "20"]
+    listing = bed.container(ns, "small").nvidia_smi("-L")
+    assert listing.code == 0 and uuid in listing.output, listing.output
+
+    # the metrics endpoint attributes each share's own usage to its pod (docs/observability.md)
+    def share_metrics() -> dict[tuple[str, str], float] | None:
+        found = {
+            (f.name, s.labels["pod"]): s.value
+            for f in text_string_to_metric_families(bed.gpu_metrics(shared_node))
+            for s in f.samples
+            if f.name.startswith("DRA_FAKE_SHARE_FB") and s.labels.get("UUID") == uuid
+        }
+        return found if len(found) == 4 else None
+
+    assert poll("per-share metrics", share_metrics, 60) == {
+        ("DRA_FAKE_SHARE_FB_USED", "small"): 10240,
+        ("DRA_FAKE_SHARE_FB_USED", "large"): 4096,
+        ("DRA_FAKE_SHARE_FB_TOTAL", "small"): 20480,
+        ("DRA_FAKE_SHARE_FB_TOTAL", "large"): 30720,
+    }
+
+
+def test_nvml_consumers_in_each_share_see_the_gpu_with_its_own_limit_and_usage(
+    kube: Kube, ns: str, bed: TestBed, shared_node: str
+) -> None:
+    """docs/nvml.md#shares through NVML's consumers (e2e/nvmlview.py): in a 20Gi and a 30Gi share of
+    one GPU, nvidia-ml-py, gpustat, nvitop and the go-nvml program print the same GPU with the
+    share's memory as the total and the share's own memory used and utilization, the values of
+    the per-share metrics."""
+    uuid = gpu_uuid(kube, shared_node, "gpu-6")
+    kube.create(share_template("n20", uuid, "20Gi"), ns)
+    kube.create(share_template("n30", uuid, "30Gi"), ns)
+    pod_on(kube, ns, "small", "n20", shared_node, {ANNOTATION_MEMORY: "25%", ANNOTATION_UTILIZATION: "35"})
+    pod_on(kube, ns, "large", "n30", shared_node, {ANNOTATION_MEMORY: "6144", ANNOTATION_UTILIZATION: "15"})
+    for pod in ("small", "large"):
+        kube.wait_running(ns, pod)
+
+    def share_metrics() -> dict[str, dict[str, float]] | None:
+        found: dict[str, dict[str, float]] = {}
+        for f in text_string_to_metric_families(bed.gpu_metrics(shared_node)):
+            for s in f.samples:
+                if f.name.startswith("DRA_FAKE_SHARE_") and s.labels.get("UUID") == uuid:
+                    found.setdefault(s.labels["pod"], {})[f.name.removeprefix("DRA_FAKE_SHARE_")] = s.value
+        return found if all(found.get(p, {}).get("FB_USED") for p in ("small", "large")) else None
+
+    metrics = poll("per-share metrics of both pods", share_metrics, 60)
+    assert {p: (m["FB_TOTAL"], m["FB_USED"], m["GPU_UTIL"]) for p, m in metrics.items()} == {
+        "small": (20480, 5120, 35),
+        "large": (30720, 6144, 15),
+    }
+    wrong = {}
+    for pod, m in metrics.items():
+        view = bed.container(ns, pod)
+        for consumer in CONSUMERS:
+            [gpu] = printed(view, consumer)
+            got = (gpu.uuid, gpu.memory_total_mib, gpu.memory_used_mib, gpu.memory_free_mib, gpu.utilization)
+            total, used = int(m["FB_TOTAL"]), int(m["FB_USED"])
+            want = (uuid, total, used, total - used, int(m["GPU_UTIL"]))
+            # what a consumer does not print (nvitop: no UUID; gonvml: no used; ...) is not compared
+            if any(g is not None and g != w for g, w in zip(got, want, strict=True)):
+                wrong[(pod, consumer)] = (got, want)
+    assert not wrong, wrong

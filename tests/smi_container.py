@@ -25,21 +25,8 @@ UID2 = "b2222222-2222-2222-2222-222222222222"
 # What dra-fake's NVML does not report yet, each with what nvidia-smi prints meanwhile and why (the
 # library's answer, not nvidia-smi's). A gap that closes fails
 # tests/test_nvidia_smi_golden.py::test_every_query_field_as_the_real_tool: remove it.
-SRAM = "nvmlDeviceGetSramEccErrorStatus not implemented"
-COUNTER = "nvmlDeviceGetFieldValues: clock event reason counters (fields 74, 76, 269-271) not implemented"
 HISTOGRAM = "nvmlDeviceGetRowRemapperHistogram not implemented (and no per-model key: H200 3072 banks)"
 LIBRARY_GAPS: dict[str, tuple[str, str]] = {
-    "gpu_recovery_action": ("[N/A]", "nvmlDeviceGetFieldValues: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230)"),
-    **{f"clocks_event_reasons_counters.{r}": ("[N/A]", COUNTER) for r in
-       ("sw_power_cap", "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown",
-        "hw_power_brake_slowdown")},
-    **{f"ecc.errors.uncorrected.{k}": ("[N/A]", SRAM) for k in
-       ("volatile.sram.parity", "volatile.sram.secded", "aggregate.sram.parity", "aggregate.sram.secded",
-        "aggregate.sram.l2", "aggregate.sram.sm", "aggregate.sram.mcu", "aggregate.sram.pcie",
-        "aggregate.sram.other")},
-    "ecc.errors.uncorrected.aggregate.sram.thresholdExceeded": ("[N/A]", SRAM),
-    "remapped_rows.correctable_inactive": ("[N/A]", "nvmlDeviceGetRemappedRows_v2 not implemented"),
-    "remapped_rows.uncorrectable_inactive": ("[N/A]", "nvmlDeviceGetRemappedRows_v2 not implemented"),
     **{f"remapped_rows.histogram.{k}": ("[N/A]", HISTOGRAM) for k in
        ("max", "high", "partial", "low", "none")},
     "c2c.mode": ("[N/A]", "nvmlDeviceGetC2cModeInfoV not implemented (and no per-model key)"),

@@ -1,14 +1,17 @@
-"""The bench's by-hand tools (python -m bench.burst, python -m bench.profile): what they compute
-from their raw input. `make test` runs the bench itself only as a smoke run."""
+"""The bench's by-hand tools (python -m bench.burst, python -m bench.profile) and its report:
+what they compute from their raw input. `make test` runs the bench itself only as a smoke run."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 from bench.burst import kth_answers
 from bench.profile import summarize
-from bench.report import ACROSS_RUNS, across_runs, history_line
+from bench.report import ACROSS_RUNS, HISTORY, RESULTS, across_runs, history_line, read_history
+from bench.summary import BEGIN, PAGE, PLOT, SERIES, history_svg, latest_table, page
 
 
 def test_the_kth_answer_is_averaged_over_the_bursts_of_every_repetition() -> None:
@@ -101,3 +104,64 @@ def test_across_runs_reads_the_prepare_figures_history_line_writes() -> None:
     }
     [row] = [line for line in across_runs([history_line(results)]) if line.startswith("| 2026")]
     assert row.split(" | ")[3:8] == ["-", "-", "-", "1.50x", "-"]
+
+
+def test_docs_benchmarks_page_and_plot_are_what_bench_summary_generates_from_the_results() -> None:
+    """`python -m bench.summary` (make bench runs it) regenerates both after a change."""
+    latest = json.loads((RESULTS / "latest.json").read_text())
+    assert PAGE.read_text() == page(PAGE.read_text(), latest), "make generate"
+    assert PLOT.read_text() == history_svg(read_history(HISTORY)), "make generate"
+    commit = latest["machine"]["git_commit"][:7]
+    assert f"`make bench` at `{commit}`" in PAGE.read_text().split(BEGIN)[1]
+
+
+def test_the_plot_draws_each_series_over_the_clean_runs_and_breaks_where_a_run_lacks_it() -> None:
+    history = [
+        _run("a", prepare_disk_d1_c1_ours={"p50_ms": 2.0}, prepare_disk_d1_c1_reference={"p50_ms": 1.0}),
+        _run("b", dirty=True, fleet_1000_over_bare_wall=9.0),
+        _run("c", fleet_1000_over_bare_wall=1.5),
+        _run("d", prepare_disk_d1_c1_ours={"p50_ms": 1.0}, prepare_disk_d1_c1_reference={"p50_ms": 2.0}),
+    ]
+    svg = history_svg(history)
+    paths = re.findall(r'<path d="([^"]*)"', svg)
+    assert len(paths) == 2  # prepare 1 x 1 and fleet: the series no run measured draw nothing
+    prepare, fleet = paths
+    assert prepare.count("M") == 2 and "L" not in prepare  # run c lacks it: two separate points
+    assert fleet.count("M") == 1 and "9.0x" not in svg  # the dirty run is left out
+    assert "2.0x" in svg and "2.5x" not in svg  # the axis ends at the largest ratio, 2.0
+    assert all(label in svg for label, _, _ in SERIES)
+
+
+def test_the_latest_table_leaves_out_the_sections_a_run_could_not_measure() -> None:
+    results = {
+        "machine": {"date_utc": "2026-12-05T00:00:00Z", "git_commit": "b08682bd9edd", "git_dirty": True},
+        "sections": {name: {"error": "failed", "result": None} for name in ("prepare", "fleet", "publish")},
+    }
+    (line,) = latest_table(results)
+    assert line.startswith("`make bench` at `b08682b` (uncommitted changes), 2026-12-05 00:00 UTC")
+
+
+def test_the_kwok_table_shows_both_runs_and_no_claim_rate_without_claims() -> None:
+    from bench.report import render
+
+    def figures(**values: float) -> dict[str, dict[str, float]]:
+        return {k: {"median": v, "min": v, "max": v} for k, v in values.items()}
+
+    kw = {
+        "nodes": 1000,
+        "gpusPerNode": 8,
+        "pods": 1000,
+        "dra": figures(
+            createSeconds=9.5,
+            podsScheduledPerSecond=9.8,
+            claimsAllocatedPerSecond=9.7,
+            podsRunningPerSecond=9.1,
+        ),
+        "plain": figures(createSeconds=8.0, podsScheduledPerSecond=40.0, podsRunningPerSecond=35.0),
+    }
+    text = render({"machine": {}, "sections": {"kwok": {"result": kw}}})
+    rows = [line for line in text.splitlines() if line.startswith(("| dra |", "| plain |"))]
+    assert rows == [
+        "| dra | 9.50 [9.50-9.50] | 9.8 [9.8-9.8] | 9.7 [9.7-9.7] | 9.1 [9.1-9.1] |",
+        "| plain | 8.00 [8.00-8.00] | 40.0 [40.0-40.0] | n/a | 35.0 [35.0-35.0] |",
+    ]

@@ -12,7 +12,7 @@ import yaml
 
 from dra_fake.core import cdi
 from dra_fake.gpu import edits
-from dra_fake.gpu.configs import AppliedSharing, MpsSettings
+from dra_fake.gpu.configresolve import AppliedSharing, MpsSettings
 from dra_fake.gpu.devices import AllocatableDevice, MigPlacement, gpu_uuid
 
 DRIVER = "gpu.nvidia.com"

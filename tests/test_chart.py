@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from computedomain.plugin import slices as cd_classes
+from dra_fake.gpu.deviceclasses import spot_class
 from dra_fake.gpu.inventory import build_inventory, parse_config
 from dra_fake.gpu.profiles import load_profiles
 
@@ -130,8 +131,8 @@ def test_both_plugins_get_the_cpu_affinity_and_a_wrong_one_is_refused() -> None:
         containers = ds["spec"]["template"]["spec"]["containers"]
         return [next(e["value"] for e in c["env"] if e["name"] == "CPU_AFFINITY") for c in containers]
 
-    assert affinity() == ["one", "one"]
-    assert affinity(**{"kubeletPlugin.cpuAffinity": "inherit"}) == ["inherit", "inherit"]
+    assert affinity() == ["inherit", "inherit"]
+    assert affinity(**{"kubeletPlugin.cpuAffinity": "one"}) == ["one", "one"]
     with pytest.raises(AssertionError, match="cpuAffinity"):
         render(**{"kubeletPlugin.cpuAffinity": "two"})
 
@@ -151,7 +152,19 @@ def test_rbac_is_least_privilege() -> None:
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},  # own Node only (policy)
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # on a pod: bad annotation
-        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+        # deviceStatus (on by default): claims watched (attach), their status applied per driver
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["patch"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/driver"],
+            "resourceNames": ["gpu.nvidia.com", "compute-domain.nvidia.com"],
+            "verbs": ["associated-node:patch"],
+        },
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["resourceslices"],
@@ -160,6 +173,9 @@ def test_rbac_is_least_privilege() -> None:
         {"apiGroups": ["dra-fake.dev"], "resources": ["gpufaults"], "verbs": ["list", "watch"]},
         {"apiGroups": ["dra-fake.dev"], "resources": ["gpufaults/status"], "verbs": ["patch"]},
     ]
+    off = by_name(render(deviceStatus="false"), "ClusterRole", "r-dra-fake-kubelet-plugin")
+    claims = [r for r in off["rules"] if r["resources"][0].startswith("resourceclaims")]
+    assert claims == [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]}]
 
 
 def test_plugins_may_post_node_events_in_the_default_namespace_only() -> None:
@@ -486,6 +502,35 @@ def test_consumable_shares_reach_the_gpu_plugin_only_when_set_as_nvidias_chart()
     shared = env(**{"consumableShares": "memory", "featureGates.ConsumableShares": "true"})
     assert shared["CONSUMABLE_SHARES"] == "memory" and shared["FEATURE_GATES"] == "ConsumableShares=true"
     assert env(**{"consumableShares": "4"})["CONSUMABLE_SHARES"] == "4"  # --set makes it a number
+    assert (env()["SHARED_MEMORY_VIEW"], env(sharedMemoryView="device")["SHARED_MEMORY_VIEW"]) == (
+        "share",
+        "device",
+    )
+    with pytest.raises(AssertionError, match="sharedMemoryView"):
+        render(sharedMemoryView="both")
+
+
+def test_gpu_lending_reaches_the_gpu_plugin_with_its_spot_class_only_when_enabled() -> None:
+    def rendered(**sets: str) -> tuple[dict[str, str], list[str]]:
+        docs = render(**sets)
+        ds = by_name(docs, "DaemonSet", "r-dra-fake-kubelet-plugin")
+        env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+        return env, [d["metadata"]["name"] for d in docs if d["kind"] == "DeviceClass"]
+
+    env, classes = rendered()
+    assert "GPU_LENDING" not in env and "spot.gpu.nvidia.com" not in classes
+    env, classes = rendered(**{"gpuLending.enabled": "true", "gpuLending.idleFor": "15"})
+    assert (env["GPU_LENDING"], env["GPU_LENDING_IDLE_THRESHOLD"], env["GPU_LENDING_IDLE_FOR"]) == (
+        "true",
+        "10",
+        "15",
+    )
+    [spot] = [
+        d for d in render(**{"gpuLending.enabled": "true"}) if d["metadata"]["name"] == "spot.gpu.nvidia.com"
+    ]
+    assert spot["spec"] == spot_class("gpu.nvidia.com")["spec"]
+    with pytest.raises(AssertionError, match="idleThreshold"):
+        render(**{"gpuLending.enabled": "true", "gpuLending.idleThreshold": "0"})
     for bad in ("0", "some", "-1"):
         with pytest.raises(AssertionError, match="consumableShares"):
             render(**{"consumableShares": bad})

@@ -15,9 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from computedomain.plugin.state import DomainClaimData
-from dra_fake.core import checkpoint, metrics
-from dra_fake.core.checkpoint import CheckpointData, CheckpointedDevice, CheckpointStore, ClaimEntry, Codec
-from dra_fake.gpu.state import GpuClaimData, MigDeviceRecord, TimeSliceRecord
+from dra_fake.core import checkpoint, checkpointstore, metrics
+from dra_fake.core.checkpoint import CheckpointData, CheckpointedDevice, ClaimEntry
+from dra_fake.core.checkpointcodec import Codec
+from dra_fake.core.checkpointstore import CheckpointStore
+from dra_fake.gpu.claimdata import GpuClaimData, MigDeviceRecord, TimeSliceRecord
 
 DATA = Path(__file__).with_name("data")
 Data = CheckpointData[GpuClaimData]
@@ -135,7 +137,7 @@ def test_boot_id_change_discards(env: Env, caplog: pytest.LogCaptureFixture) -> 
     env.boot.write_text(BOOT_B)
     assert env.store.load().status == "ok"  # the boot ID is read once: a reboot ends the process
     after_reboot = CheckpointStore(env.dir, GpuClaimData, env.boot, on_corrupt=env.reports.append)
-    with caplog.at_level(logging.WARNING, logger="dra_fake.core.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="dra_fake.core.checkpointstore"):
         result = after_reboot.load()
     assert result.status == "boot-id-changed"
     assert result.data == Data(nodeBootID=BOOT_B)
@@ -202,7 +204,7 @@ def test_corrupt_checkpoint_is_reported_and_moved_aside(
         env.path.write_bytes(content)
     else:
         env.path.write_text(content)
-    with caplog.at_level(logging.ERROR, logger="dra_fake.core.checkpoint"):
+    with caplog.at_level(logging.ERROR, logger="dra_fake.core.checkpointstore"):
         result = env.store.load()  # never raises
     assert result.status == "corrupt"
     assert result.reason == reason
@@ -221,13 +223,13 @@ def test_corrupt_checkpoint_is_reported_and_moved_aside(
 def test_only_the_newest_corrupt_checkpoints_are_kept(env: Env) -> None:
     env.dir.mkdir()
     moved = []
-    for _ in range(checkpoint.KEEP_CORRUPT + 3):
+    for _ in range(checkpointstore.KEEP_CORRUPT + 3):
         env.path.write_text("{")
         result = env.store.load()
         assert result.quarantined is not None
         moved.append(result.quarantined)
     left = sorted(env.dir.glob("checkpoint.json.corrupt-*"))
-    assert len(left) == checkpoint.KEEP_CORRUPT
+    assert len(left) == checkpointstore.KEEP_CORRUPT
     assert moved[-1] in left  # the oldest went, not the one just moved aside
 
 

@@ -19,7 +19,7 @@ from computedomain.plugin import configs as cdconfig
 from computedomain.plugin.domains import LABEL_OWNED, NAMESPACE_MISMATCH, DomainRef, NodeOwnedError
 from computedomain.plugin.edits import channel_major, write_channel_placeholders
 from computedomain.plugin.state import ComputeDomainState, DaemonNotReady
-from dra_fake.gpu.state import ClaimError, PermanentClaimError
+from dra_fake.core.claims import ClaimError, PermanentClaimError
 
 UID = "2f9c6a4e-0000-4000-8000-000000000001"
 DRIVER_NAMESPACE = "dra-fake"

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from dra_fake.core import opaque
-from dra_fake.gpu import configs
+from dra_fake.gpu import configdecode, configresolve, configs
+from dra_fake.gpu.configresolve import AppliedSharing, ResultDevice
 from dra_fake.gpu.configs import (
-    AppliedSharing,
     ConfigError,
     FeatureGates,
     GpuConfig,
@@ -21,7 +21,6 @@ from dra_fake.gpu.configs import (
     MigDeviceSharing,
     MpsConfig,
     Quantity,
-    ResultDevice,
     TimeSlicingConfig,
 )
 
@@ -63,7 +62,7 @@ MIG0 = ResultDevice("mig", "gpu-2-mig-1g10gb-19-0", "mig", "MIG-cccc")
 def apply(
     entries: list[Any], results: list[ResultDevice] | None = None, gates: Any = ALL
 ) -> list[AppliedSharing]:
-    return configs.apply_configs(DRIVER, entries, results or [GPU0], gates, "uid-1")
+    return configresolve.apply_configs(DRIVER, entries, results or [GPU0], gates, "uid-1")
 
 
 # --- strict decoding ---------------------------------------------------------------------------
@@ -155,7 +154,7 @@ DECODE_ERRORS = {
 @pytest.mark.parametrize("params,message", DECODE_ERRORS.values(), ids=DECODE_ERRORS.keys())
 def test_decode_errors(params: Any, message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        configs.decode_config(params)
+        configdecode.decode_config(params)
     assert str(err.value) == message
 
 
@@ -170,7 +169,7 @@ def test_decode_full_gpu_config() -> None:
             },
         }
     )
-    decoded = configs.decode_config(params)
+    decoded = configdecode.decode_config(params)
     assert isinstance(decoded, GpuConfig)
     assert decoded.sharing is not None
     mps = decoded.sharing.mps_config
@@ -184,7 +183,7 @@ def test_decode_full_gpu_config() -> None:
 
 
 def test_decode_null_fields_are_unset() -> None:
-    decoded = configs.decode_config(gpu_cfg({"strategy": "TimeSlicing", "timeSlicingConfig": None}))
+    decoded = configdecode.decode_config(gpu_cfg({"strategy": "TimeSlicing", "timeSlicingConfig": None}))
     assert decoded == GpuConfig(GpuSharing("TimeSlicing"))
 
 
@@ -227,7 +226,7 @@ def test_a_hostile_pinned_memory_limit_fails_the_claim_naming_the_field() -> Non
     claim_config = gpu_cfg({"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "1e5000"}})
     field = '"sharing.mpsConfig.defaultPinnedDeviceMemoryLimit": quantity 1e5000 is out of range'
     with pytest.raises(ConfigError, match=re.escape(field)):
-        configs.decode_config(claim_config)
+        configdecode.decode_config(claim_config)
 
 
 # --- defaults ----------------------------------------------------------------------------------
@@ -285,7 +284,7 @@ def test_normalize(config: configs.DeviceConfig, gates: FeatureGates, expected: 
 def test_default_config_per_device_type() -> None:
     assert configs.default_config("gpu", NONE) == GpuConfig()
     assert configs.default_config("mig", NONE) == MigDeviceConfig()
-    assert apply([], [GPU0, MIG0], NONE) == [configs.NO_SHARING, configs.NO_SHARING]
+    assert apply([], [GPU0, MIG0], NONE) == [configresolve.NO_SHARING, configresolve.NO_SHARING]
     ts = apply([], [GPU0, MIG0], ALL)
     assert ts[0] == AppliedSharing("TimeSlicing", time_slice_interval="Default")
     assert ts[1] == AppliedSharing("TimeSlicing")  # accepted but inert on MIG
@@ -481,7 +480,7 @@ def test_strategy_accessors() -> None:
 def test_invalid_config_for_other_requests_is_not_validated() -> None:
     # A bad config that applies to none of this driver's results is decoded but not validated.
     bad = entry(gpu_cfg({"strategy": "Nope"}), requests=["other"])
-    assert apply([bad], gates=NONE) == [configs.NO_SHARING]
+    assert apply([bad], gates=NONE) == [configresolve.NO_SHARING]
 
 
 # --- precedence --------------------------------------------------------------------------------
@@ -532,7 +531,7 @@ def test_precedence(entries: list[Any], req: str, interval: str) -> None:
 
 
 def test_decode_claim_configs_orders_class_first() -> None:
-    got = configs.decode_claim_configs(
+    got = configdecode.decode_claim_configs(
         DRIVER, [ts("Short", ["a"]), ts("Long", ["b"], source="FromClass"), ts("Medium", ["c"])]
     )
     assert [(c.source, c.requests, c.position) for c in got] == [
@@ -578,7 +577,7 @@ def test_mps_limits_default_and_per_device() -> None:
     assert first.mps.active_thread_percentage == 25
     assert first.mps.pinned_memory_limits == ((U0, "10240M"), (U1, "1536M"))
     assert first.mps.uuids == (U0, U1)
-    assert first.mps.control_daemon_id == configs.mps_control_daemon_id("uid-1", [U0, U1])
+    assert first.mps.control_daemon_id == configresolve.mps_control_daemon_id("uid-1", [U0, U1])
     assert first.mps.control_daemon_id.startswith("mps-control-daemon-uid-1-")
 
 

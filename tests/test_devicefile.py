@@ -8,15 +8,18 @@ import shlex
 from pathlib import Path
 
 import pytest
+from crash_helper import NODE, make_claim, make_state, result
 
-from dra_fake.gpu.devicefile import device_keys, gi_instance_id, render, serial
+from dra_fake.gpu.devicefile import MIB, device_keys, gi_instance_id, render, serial, share_memory_mib
 from dra_fake.gpu.inventory import Inventory, build_inventory, parse_config
 from dra_fake.gpu.monitor import GpuMonitor, live_state
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.gpu.profiles import BUILTIN_PROFILE_IDS, load_profiles
 from dra_fake.gpu.telemetry import Reading
+from dra_fake.gpu.workloads import ANNOTATION_MEMORY, ANNOTATION_UTILIZATION, ClaimHolding, HeldDevice
 
 NVML_MD = Path(__file__).parent.parent / "docs" / "nvml.md"
+GIB = 1 << 30
 
 
 def documented(section: str) -> set[str]:
@@ -203,3 +206,114 @@ def test_sample_writes_gpu_and_mig_live_files(tmp_path: Path) -> None:
         "34",
     )
     assert int(gpu["energy_mj"]) > 0 and gpu["memory_used"] == "0"
+
+
+SHARES = documented("Shares")
+SHARE_ID = "0b6f5d2e-8c1a-4e7b-9d3f-5a2c7e1b4f60"
+
+
+def h100_node(tmp_path: Path) -> tuple[Inventory, NvidiaSmi]:
+    return node(tmp_path, [{"profile": "h100-sxm5-80gb"}])
+
+
+def test_a_shares_file_is_the_devices_plus_its_documented_share_keys(tmp_path: Path) -> None:
+    """docs/nvml.md#shares: share_id always, share_memory_mib only for a part of the device."""
+    assert {"share_id", "share_memory_mib", "utilization", "memory_util", "memory_used"} == SHARES
+    inventory, smi = h100_node(tmp_path)
+    device = inventory.devices["gpu-0"]
+    assert device.uuid is not None
+    whole = smi.info_text(device, device.uuid)
+    text = smi.info_text(device, device.uuid, SHARE_ID, 20480)
+    assert text.startswith(whole)
+    assert read_keys(text[len(whole) :]) == {"share_id": SHARE_ID, "share_memory_mib": "20480"}
+    assert read_keys(smi.info_text(device, device.uuid, SHARE_ID, None)).get("share_memory_mib") is None
+    # the view: a part of the device; none for 0 (unlimited, N) or all of it
+    assert [share_memory_mib(81559 * MIB, b) for b in (20 * GIB, 0, 81559 * MIB, None, MIB + 5)] == [
+        20480,
+        None,
+        None,
+        None,
+        1,
+    ]
+
+
+def test_a_shares_file_is_written_back_from_its_name_and_removed_alone(tmp_path: Path) -> None:
+    """ensure_files rebuilds a share's file from the mount's name (a restart); remove_share_files
+    takes only the share's own file, never the device's plain one."""
+    inventory, smi = h100_node(tmp_path)
+    device = inventory.devices["gpu-0"]
+    assert device.uuid is not None
+    plain = smi.device_mount(device, device.uuid)
+    mount = smi.device_mount(device, device.uuid, SHARE_ID, 20480)
+    assert mount["containerPath"] == plain["containerPath"]
+    assert mount["hostPath"].endswith(f"gpu-0_{device.uuid}_{SHARE_ID}_20480")
+    spec = {"devices": [{"name": "x", "containerEdits": {"mounts": [mount, plain]}}]}
+    smi.ensure_files(spec)
+    assert read_keys(Path(mount["hostPath"]).read_text())["share_memory_mib"] == "20480"
+    assert Path(plain["hostPath"]).is_file()
+    smi.remove_share_files(spec)
+    smi.remove_share_files(spec)  # idempotent
+    assert not Path(mount["hostPath"]).exists() and Path(plain["hostPath"]).is_file()
+
+
+def test_sample_writes_each_shares_own_usage(tmp_path: Path) -> None:
+    """Two shares of gpu-0 (20 GiB and the device view) and their pods: each share's live file has
+    its own pods' usage, a percentage of its own view, capped at it; the GPU's is the sum."""
+    inventory, smi = h100_node(tmp_path)
+    first, second = SHARE_ID, "9d1c7a3e-2f4b-4c8d-8e6a-1b5f3d7c9a20"
+    holdings = [
+        ClaimHolding("ns", "a", (HeldDevice("gpu-0", "node-a", ("gpu",), None, first, 20480),)),
+        ClaimHolding("ns", "b", (HeldDevice("gpu-0", "node-a", ("gpu",), None, second, None),)),
+    ]
+
+    def pod(name: str, memory: str, utilization: str) -> dict[str, object]:
+        return {
+            "metadata": {
+                "namespace": "ns",
+                "name": name,
+                "uid": f"uid-{name}",
+                "annotations": {ANNOTATION_MEMORY: memory, ANNOTATION_UTILIZATION: utilization},
+            },
+            "spec": {
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+                "containers": [{"name": "ctr", "resources": {"claims": [{"name": "gpu"}]}}],
+            },
+        }
+
+    monitor = GpuMonitor(inventory, lambda: holdings, smi, "node-a", "gpu.nvidia.com", clock=lambda: 2e9)
+    monitor.set_pods([pod("a", "50%", "30"), pod("b", "4096", "20")])
+    monitor.sample()
+    a = read_keys((smi.live_dir / f"share-{first}").read_text())
+    b = read_keys((smi.live_dir / f"share-{second}").read_text())
+    assert a.keys() <= SHARES and b.keys() <= SHARES
+    assert (a["memory_used"], a["utilization"]) == ("10240", "30")  # 50 % of its 20480 MiB
+    assert (b["memory_used"], b["utilization"]) == ("4096", "20")
+    gpu = read_keys((smi.live_dir / inventory.gpu(0).uuid).read_text())
+    assert (gpu["memory_used"], gpu["utilization"]) == ("14336", "50")
+    monitor.set_pods([pod("a", "30Gi", "30")])  # more than its view; b's pod is gone
+    monitor.sample()
+    assert read_keys((smi.live_dir / f"share-{first}").read_text())["memory_used"] == "20480"
+    assert not (smi.live_dir / f"share-{second}").exists()
+
+
+@pytest.mark.parametrize(("memory_view", "mib"), [(True, "20480"), (False, None)], ids=["share", "device"])
+def test_the_shared_memory_view_decides_what_a_shares_file_says(
+    tmp_path: Path, memory_view: bool, mib: str | None
+) -> None:
+    """--shared-memory-view=share (default): the share's file has share_memory_mib and the
+    sampler's view is the share's; device (NVIDIA's): share_id only, the whole GPU shows."""
+    state = make_state(tmp_path, memory_view=memory_view)
+    inventory = build_inventory(
+        parse_config({"gpus": [{"profile": "h100-sxm5-80gb", "count": 8}]}, "t"), NODE, load_profiles()
+    )
+    state.nvidia_smi = NvidiaSmi(tmp_path / "plugin", state.devices, inventory.gpus)
+    uid = "5c555555-5555-5555-5555-555555555555"
+    share = result("gpu", "gpu-4", shareID=SHARE_ID, consumedCapacity={"memory": "20Gi"})
+    state.prepare(make_claim(uid, [share]))
+    [info] = [p for p in (tmp_path / "plugin" / "nvidia-smi" / "devices").iterdir() if SHARE_ID in p.name]
+    keys = read_keys(info.read_text())
+    assert keys["share_id"] == SHARE_ID and keys.get("share_memory_mib") == mib
+    [held] = [d for c in state.holdings() for d in c.devices]
+    assert held.share_id == SHARE_ID and held.share_memory_mib == (int(mib) if mib else None)
+    state.unprepare(uid)
+    assert not info.exists()

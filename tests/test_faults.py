@@ -281,6 +281,19 @@ def test_slices_carry_taints_and_drop_effect_none_before_1_35(
     assert [n for n, d in devices.items() if "taints" in d] == [h0]
 
 
+def test_xid_events_have_the_resolution_of_a_second(inventory: Inventory) -> None:
+    """The event number is the start in ms, but creationTimestamp has whole seconds
+    (docs/nvml.md `fault_xid_seq`): two Xids on a GPU starting in the same second are one event,
+    with the Xid of the fault later by name; one a second later is a new event."""
+    _, h0, _, _ = names(inventory)
+    gpu0 = inventory.devices[h0].gpu_uuid
+    tracker = FaultTracker(inventory.devices, DEFAULT_IGNORED_XIDS)
+    same = [fault("b", device=h0, kind="xid", xid=94), fault("a", device=h0, kind="xid", xid=79)]
+    assert tracker.effects(same, T0)[0].gpus[gpu0] == {"xid": 94, "xid_seq": int(T0 * 1000)}
+    later = [*same, fault("c", device=h0, kind="xid", xid=31, startAfterSeconds=1)]
+    assert tracker.effects(later, T0 + 1)[0].gpus[gpu0] == {"xid": 31, "xid_seq": int(T0 * 1000) + 1000}
+
+
 def test_gpu_state_for_nvidia_smi_follows_active_faults_only(inventory: Inventory) -> None:
     """What nvidia-smi shows is the hardware now: no stickiness, ECC counts summed, hottest wins."""
     mig, h0, _, _ = names(inventory)

@@ -47,8 +47,21 @@ def test_bad_gates_are_refused_naming_the_gate(raw: str, message: str) -> None:
     assert str(err.value).startswith(message)
 
 
-def test_only_gates_set_true_are_enabled() -> None:
-    assert featuregates.parse_feature_gates("MPSSupport=true,TimeSlicingSettings=false") == {"MPSSupport"}
+def test_only_gates_set_true_or_on_by_default_are_enabled() -> None:
+    assert featuregates.parse_feature_gates(
+        "MPSSupport=true,TimeSlicingSettings=false,ComputeDomainCliques=false"
+    ) == {"MPSSupport", "IMEXDaemonsWithDNSNames", "CrashOnNVLinkFabricErrors"}
+
+
+def test_nvidias_compute_domain_gates_are_accepted_as_its_chart_sets_them() -> None:
+    """NVIDIA's chart passes one FEATURE_GATES to both plugins; its ComputeDomain gates (beta, on)
+    must not stop ours."""
+    assert featuregates.parse_feature_gates(
+        "IMEXDaemonsWithDNSNames=true,CrashOnNVLinkFabricErrors=true"
+    ) >= {
+        "IMEXDaemonsWithDNSNames",
+        "CrashOnNVLinkFabricErrors",
+    }
 
 
 def test_export_shows_every_known_gate() -> None:
@@ -63,6 +76,9 @@ def test_export_shows_every_known_gate() -> None:
         "DynamicMIG": 0,
         "NVMLDeviceHealthCheck": 0,
         "ConsumableShares": 0,
+        "IMEXDaemonsWithDNSNames": 0,
+        "ComputeDomainCliques": 0,
+        "CrashOnNVLinkFabricErrors": 0,
     }
 
 

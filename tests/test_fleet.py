@@ -268,13 +268,11 @@ def test_every_node_publisher_of_a_fleet_is_the_fleet_process_instance(
     from kubernetes import client
 
     from dra_fake.core import publisher
-    from dra_fake.fleet.run import (
-        CountingApiClient,
-        Fleet,
-        FleetOptions,
-        _NodePublisher,
-        load_fleet_inventory,
-    )
+    from dra_fake.fleet.client import CountingApiClient
+    from dra_fake.fleet.main import load_fleet_inventory
+    from dra_fake.fleet.options import FleetOptions
+    from dra_fake.fleet.publishing import NodePublisher
+    from dra_fake.fleet.run import Fleet
     from dra_fake.gpu.profiles import load_profiles
 
     asked: list[type[publisher.Instance]] = []
@@ -288,6 +286,6 @@ def test_every_node_publisher_of_a_fleet_is_the_fleet_process_instance(
     fleet = Fleet(
         CountingApiClient(client.Configuration()), load_fleet_inventory(""), load_profiles([]), FleetOptions()
     )
-    nodes = [_NodePublisher(fleet, f"fleet-{i}", f"uid-{i}") for i in range(3)]
+    nodes = [NodePublisher(fleet, f"fleet-{i}", f"uid-{i}") for i in range(3)]
     assert len(asked) == 1
     assert all(p.instance is instance for p in nodes)

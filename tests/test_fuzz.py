@@ -28,13 +28,15 @@ from computedomain import api as cd_api
 from computedomain.plugin import configs as cd_configs
 from computedomain.plugin.state import DomainClaimData
 from dra_fake.core import journal
-from dra_fake.core.checkpoint import FORMAT_VERSION, CheckpointStore, CorruptCheckpointError, checksum
+from dra_fake.core.checkpoint import FORMAT_VERSION, CorruptCheckpointError, checksum
+from dra_fake.core.checkpointstore import CheckpointStore
 from dra_fake.core.claims import ClaimError, parse_claim
+from dra_fake.gpu import configdecode as gpu_configdecode
 from dra_fake.gpu import configs as gpu_configs
 from dra_fake.gpu import workloads
+from dra_fake.gpu.claimdata import GpuClaimData
 from dra_fake.gpu.inventory import InventoryError, build_inventory, parse_config
 from dra_fake.gpu.profiles import load_profiles
-from dra_fake.gpu.state import GpuClaimData
 
 FULL_RUN = os.environ.get("FUZZ_PROFILE") == "full"
 settings.register_profile(
@@ -198,7 +200,7 @@ def accepted_or_one_line_error(
 @given(config_entries(DRIVER, gpu_parameters))
 def test_gpu_opaque_configs(entries: list[Any]) -> None:
     def decode() -> None:
-        for claim_config in gpu_configs.decode_claim_configs(DRIVER, entries):
+        for claim_config in gpu_configdecode.decode_claim_configs(DRIVER, entries):
             config = gpu_configs.normalize(claim_config.config, gpu_configs.FeatureGates.of("MPSSupport"))
             gpu_configs.validate(config, gpu_configs.FeatureGates.of("MPSSupport", "TimeSlicingSettings"))
 

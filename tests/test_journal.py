@@ -13,9 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dra_fake.core import checkpoint, journal
-from dra_fake.core.checkpoint import CheckpointData, CheckpointStore, ClaimEntry
-from dra_fake.gpu.state import GpuClaimData, TimeSliceRecord
+from dra_fake.core import checkpoint, checkpointstore, journal
+from dra_fake.core.checkpoint import CheckpointData, ClaimEntry
+from dra_fake.core.checkpointstore import CheckpointStore
+from dra_fake.gpu.claimdata import GpuClaimData, TimeSliceRecord
 
 Data = CheckpointData[GpuClaimData]
 Entry = ClaimEntry[GpuClaimData]
@@ -166,7 +167,7 @@ def test_a_line_nested_too_deeply_is_a_bad_line(tmp_path: Path) -> None:
 def test_the_journal_is_compacted_once_larger_than_the_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(checkpoint, "COMPACT_MIN_BYTES", 4096)
+    monkeypatch.setattr(checkpointstore, "COMPACT_MIN_BYTES", 4096)
     store = new_store(tmp_path)
     add(store, "a")
     inodes = {store.path.stat().st_ino}

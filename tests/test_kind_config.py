@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.kindcluster.config import HostFacts, dump, kind_config
-from e2e.kindcluster.versions import Release, pinned
+from e2e.kindcluster.config import (
+    EXAMPLES,
+    HostFacts,
+    dump,
+    example,
+    example_path,
+    kind_config,
+)
+from e2e.kindcluster.versions import PUBLIC_NODE_IMAGES, Release, pinned
 
 # DeviceTaintRule is served only in v1alpha3 up to 1.35 (k8s.io/api/resource/*/types.go); from 1.36
 # the scheduler copes without it. docs/reference/kind-offline.md#dra-per-kubernetes-minor.
@@ -91,3 +98,22 @@ def test_a_build_stamp_does_not_depend_on_how_the_script_was_invoked(tmp_path: P
     relative = key_of("hack/kind/node-image.sh", repo)
     assert relative == key_of(str(repo / "hack" / "kind" / "node-image.sh"), tmp_path)
     assert relative != key_of("hack/kind/node-base.sh", repo)
+
+
+def test_the_committed_kind_configs_are_what_config_py_generates() -> None:
+    """examples/kind/ (README.md's kind path) cannot drift from the settings the lanes use:
+    `make generate` writes them, this compares."""
+    committed = sorted(EXAMPLES.glob("kind-*.yaml"))
+    assert [p.name for p in committed] == [example_path(m).name for m in sorted(PUBLIC_NODE_IMAGES)]
+    for minor in sorted(PUBLIC_NODE_IMAGES):
+        assert example_path(minor).read_text() == example(minor), f"make generate: {example_path(minor)}"
+
+
+@pytest.mark.parametrize("minor", sorted(PUBLIC_NODE_IMAGES))
+def test_a_users_kind_config_names_its_release_and_a_gpu_worker(minor: int) -> None:
+    config = yaml.safe_load(example_path(minor).read_text())
+    nodes = config["nodes"]
+    assert [n["role"] for n in nodes] == ["control-plane", "worker"]
+    assert {n["image"] for n in nodes} == {f"kindest/node:{PUBLIC_NODE_IMAGES[minor]}"}
+    assert PUBLIC_NODE_IMAGES[minor].startswith(f"v1.{minor}.")
+    assert "networking" not in config  # kindnetd: the public images' CNI

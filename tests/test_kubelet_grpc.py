@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from dra_fake.core.metrics import DriverMetrics, start_metrics_server
 from dra_fake.kubelet import sockets
 from dra_fake.kubelet.api import ClaimRef, PreparedDevice, PrepareResult
+from dra_fake.kubelet.draservice import strip_subrequests
 from dra_fake.kubelet.health import NOT_SERVING, READINESS_SERVICE, SERVING, HealthServer
 from dra_fake.kubelet.pb.dra.v1 import api_pb2 as v1
 from dra_fake.kubelet.pb.dra.v1 import api_pb2_grpc as v1_grpc
@@ -30,7 +31,8 @@ from dra_fake.kubelet.pb.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from dra_fake.kubelet.pb.health.v1 import health_pb2, health_pb2_grpc
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2_grpc as regpb_grpc
-from dra_fake.kubelet.server import DRA_V1_SERVICE, KubeletPlugin, serve_forever, strip_subrequests
+from dra_fake.kubelet.server import DRA_V1_SERVICE, KubeletPlugin
+from dra_fake.kubelet.signals import serve_forever
 
 pytestmark = pytest.mark.timeout(60)
 

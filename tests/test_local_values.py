@@ -35,9 +35,11 @@ KNOBS: dict[str, Any] = {
     "logLevel": "debug",
     "logFormat": "json",
     "nodeLabels": {"enabled": False, "migStrategy": "mixed"},
-    "kubeletPlugin": {"cpuAffinity": "inherit"},
+    "kubeletPlugin": {"cpuAffinity": "one"},
     "computeDomains": {"daemon": {"runAsUser": 1000, "runAsGroup": 2000}},
     "dcgmExporter": {"enabled": False},
+    "gpuLending": {"enabled": True, "idleThreshold": 20, "idleFor": 30},
+    "sharedMemoryView": "device",
     "inventory": {"profile": "a100-sxm4-40gb", "count": 4, "driverVersion": "570.1.2"},
     "nodePools": [
         {
@@ -97,7 +99,8 @@ def test_values_merge_as_helm_merges_them() -> None:
             "Bogus=true",
             "the plugins refuse featureGates Bogus=true,NVMLDeviceHealthCheck=true: --feature-gates: "
             "unknown feature gate 'Bogus' (known: TimeSlicingSettings, MPSSupport, DynamicMIG, "
-            "NVMLDeviceHealthCheck, ConsumableShares)",
+            "NVMLDeviceHealthCheck, ConsumableShares, IMEXDaemonsWithDNSNames, ComputeDomainCliques, "
+            "CrashOnNVLinkFabricErrors)",
         ),
         ({"featureGates": {"Bogus": True}}, "", "unknown feature gate 'Bogus'"),
         (
@@ -182,7 +185,7 @@ def test_the_plugin_command_lines_carry_the_values(tmp_path: Path) -> None:
     assert (gpu.node_labels, gpu.mig_strategy, gpu.cpu_affinity, gpu.dcgm_exporter_port) == (
         "false",
         "mixed",
-        "inherit",
+        "one",
         -1,
     )
     assert yaml.safe_load(Path(gpu.config).read_text()) == {
@@ -196,7 +199,7 @@ def test_the_plugin_command_lines_carry_the_values(tmp_path: Path) -> None:
         2000,
         chart_values.CD_CLIQUE_ID,
     )
-    assert (cd.cpu_affinity, cd.log_level, cd.log_format) == ("inherit", "debug", "json")
+    assert (cd.cpu_affinity, cd.log_level, cd.log_format) == ("one", "debug", "json")
 
 
 def test_without_values_the_plugins_run_as_before(tmp_path: Path) -> None:

@@ -447,6 +447,80 @@ def test_memory_counts_the_reserved_memory_and_the_live_usage(nvml: Any, bed: Be
     assert raw("nvmlDeviceGetMemoryInfo_v2", h, ctypes.byref(bad)) == N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 
 
+SHARE_ID = "5f8a3c1e-0b4d-4f0e-9a51-2f1d7c3e8b6a"
+
+
+def test_a_share_sees_its_own_memory_and_usage_on_the_same_gpu(lib_path: Path, tmp_path: Path) -> None:
+    """docs/nvml.md#shares: with share_id and share_memory_mib the share's memory is the total
+    (nothing reserved) and its own live file gives used memory and utilization; the GPU's
+    identity and every other reading stay the device's. Without share_memory_mib (the
+    `unlimited` and count modes) the whole device shows."""
+
+    def view(fields: dict[str, str | int], share: dict[str, str | int] | None) -> tuple[Any, ...]:
+        b = Bed(tmp_path / f"r{len(list(tmp_path.iterdir()))}")
+        b.device("00000000-06-00.0_gpu", fields)
+        b.set_live(H200_UUID, H200_LIVE | {"memory_used": 90000, "utilization": 95, "temperature": 70})
+        if share is not None:
+            b.set_live(f"share-{SHARE_ID}", share)
+        os.environ["DRA_FAKE_ROOT"] = str(b.root)
+        try:
+            shutdown_all()
+            N.nvmlInit()
+            h = N.nvmlDeviceGetHandleByIndex(0)
+            mem = N.nvmlDeviceGetMemoryInfo(h, version=N.nvmlMemory_v2)
+            out = (
+                N.nvmlDeviceGetUUID(h),
+                (mem.total // MIB, mem.reserved, mem.used // MIB, mem.free // MIB),
+                N.nvmlDeviceGetUtilizationRates(h).gpu,
+                N.nvmlDeviceGetTemperature(h, 0),
+            )
+        finally:
+            shutdown_all()
+            del os.environ["DRA_FAKE_ROOT"]
+        return out
+
+    load(lib_path)
+    share = H200 | {"share_id": SHARE_ID, "share_memory_mib": 20480}
+    assert view(share, {"memory_used": 4096, "utilization": 30}) == (
+        H200_UUID,
+        (20480, 0, 4096, 16384),
+        30,
+        70,
+    )
+    # no share live file yet: an idle share
+    assert view(share, None)[1:3] == ((20480, 0, 0, 20480), 0)
+    # usage above the limit reads as full, never more
+    assert view(share, {"memory_used": 30000})[1] == (20480, 0, 20480, 0)
+    # the device view: no share_memory_mib, or an ID that could name another file
+    whole = view(H200 | {"share_id": SHARE_ID}, {"memory_used": 4096, "utilization": 30})
+    assert whole[1][0] == 143771 and whole[1][2] == 90000 and whole[2] == 95
+    bad = view(H200 | {"share_id": "../x", "share_memory_mib": 20480}, {"memory_used": 1})
+    assert bad[1][0] == 143771
+
+
+def test_a_share_of_a_mig_device_sees_its_share_of_the_mig_memory(lib_path: Path, tmp_path: Path) -> None:
+    """The same keys on a MIG device's file: the MIG handle's memory is the share's; its GPU's
+    handle (MIG mode) and identity stay as they are."""
+    b = Bed(tmp_path / "root")
+    b.device("00000000-2A-00.0_mig-07", mig_fields(0) | {"share_id": SHARE_ID, "share_memory_mib": 8192})
+    b.set_live(MIG_UUIDS[0], {"mig_memory_used": 9000})
+    b.set_live(f"share-{SHARE_ID}", {"memory_used": 1024})
+    os.environ["DRA_FAKE_ROOT"] = str(b.root)
+    load(lib_path)
+    try:
+        shutdown_all()
+        N.nvmlInit()
+        gpu = N.nvmlDeviceGetHandleByIndex(0)
+        mig = N.nvmlDeviceGetMigDeviceHandleByIndex(gpu, 0)
+        mem = N.nvmlDeviceGetMemoryInfo(mig, version=N.nvmlMemory_v2)
+        assert (mem.total // MIB, mem.used // MIB, mem.free // MIB) == (8192, 1024, 7168)
+        assert N.nvmlDeviceGetUUID(mig) == MIG_UUIDS[0]
+        assert N.nvmlDeviceGetMemoryInfo(gpu).total // MIB == 143771  # the GPU's own view
+    finally:
+        shutdown_all()
+        del os.environ["DRA_FAKE_ROOT"]
+
+
 # ---- argument checks ------------------------------------------------------------------------------
 
 
@@ -715,6 +789,9 @@ def test_field_values_answer_each_field(nvml: Any, bed: Bed) -> None:
         N.NVML_FI_DEV_PCIE_REPLAY_COUNTER,
         N.NVML_FI_DEV_NVLINK_LINK_COUNT,
         N.NVML_FI_DEV_NVLINK_SPEED_MBPS_L0,
+        230,  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+        74,  # NVML_FI_DEV_PERF_POLICY_POWER
+        270,  # NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN
         9999,
     ]
     values = N.nvmlDeviceGetFieldValues(h, ids)
@@ -745,8 +822,43 @@ def test_field_values_answer_each_field(nvml: Any, bed: Bed) -> None:
         (94, 0): 0,
         (91, 0): "unsupported",
         (84, 0): "unsupported",
+        (230, 0): 0,  # NVML_GPU_RECOVERY_ACTION_NONE
+        (74, 0): 0,  # no time held back by a clock event reason
+        (270, 0): 0,
         (9999, 0): "unsupported",
     }
+
+
+def test_remapped_rows_v2_and_sram_ecc_status(nvml: Any, bed: Bed) -> None:
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    bed.set_live(H200_UUID, H200_LIVE | {"fault_ecc_dbe": 2})
+    poll(lambda: N.nvmlDeviceGetTotalEccErrors(h, 1, 0) == 2, "the live DBE count")
+    info = N.c_nvmlRemappedRowsInfo_v2_t()
+    assert raw("nvmlDeviceGetRemappedRows_v2", h, ctypes.byref(info)) == 0
+    assert plain(info) == {
+        "corrActiveRemaps": 0,
+        "corrInactiveRemaps": 0,
+        "uncActiveRemaps": 2,
+        "uncInactiveRemaps": 0,
+        "bPending": 1,
+        "bfailureOccurred": 0,  # nvidia-ml-py's spelling of NVIDIA's bFailureOccurred
+    }
+    status = N.c_nvmlEccSramErrorStatus_v1_t()
+    status.version = 1  # not the version of this structure
+    assert (
+        raw("nvmlDeviceGetSramEccErrorStatus", h, ctypes.byref(status))
+        == N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    )
+    status.version = N.nvmlEccSramErrorStatus_v1
+    N.nvmlDeviceGetSramEccErrorStatus(h, ctypes.byref(status))
+    values = plain(status)
+    assert values.pop("version") == N.nvmlEccSramErrorStatus_v1
+    assert set(values.values()) == {0}, values
+    mig = N.nvmlDeviceGetMigDeviceHandleByIndex(N.nvmlDeviceGetHandleByIndex(1), 0)
+    assert (
+        code(lambda: N.nvmlDeviceGetSramEccErrorStatus(mig, ctypes.byref(status)))
+        == N.NVML_ERROR_NOT_SUPPORTED
+    )
 
 
 # ---- MIG ---------------------------------------------------------------------------------------------
@@ -990,13 +1102,20 @@ def test_the_probe_runs_cleanly(lib_path: Path, bed: Bed) -> None:
     )
     assert result["devices"][2] == {"handle": "ERR NVML_ERROR_GPU_IS_LOST"}
     for dev in result["devices"][:2]:
-        assert set(dev) == {"values", "lookups", "raw"}
+        assert set(dev) == {"values", "mig", "lookups", "raw"}
         # only the bindings the probe calls with too few arguments fail to call (as on the real GPU)
         broken = {k: v for k, v in dev["values"].items() if isinstance(v, str) and v.startswith("EXC")}
         assert all("TypeError" in v and "missing" in v for v in broken.values()), broken
     values = result["devices"][0]["values"]
     assert (values["Name"], values["UUID"], values["PowerUsage"]) == ("NVIDIA H200", H200_UUID, 77447)
     assert result["devices"][0]["lookups"]["ByPciBusId.nodomain"] == "same"
+    assert result["devices"][0]["mig"] == []
+    migs = result["devices"][1]["mig"]
+    assert [(m["UUID"], m["Name"], m["GpuInstanceId"], m["IsMigDeviceHandle"]) for m in migs] == [
+        (MIG_UUIDS[0], "NVIDIA H200 MIG 1g.18gb", 7, 1),
+        (MIG_UUIDS[1], "NVIDIA H200 MIG 1g.18gb", 8, 1),
+    ]
+    assert migs[0]["MemoryInfo_v2"]["used"] == 1024 << 20
     assert result["events.xid.wait200ms"] == "wait ERR NVML_ERROR_TIMEOUT"
 
 

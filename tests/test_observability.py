@@ -191,6 +191,43 @@ def test_held_device_gets_one_sample_per_container_with_dra_labels(tmp_path: Pat
     assert [s.value for s in idle] == [0] and "pod" not in idle[0].labels
 
 
+def test_shares_of_one_gpu_get_their_share_label_and_own_usage_families(tmp_path: Path) -> None:
+    """docs/observability.md#per-share-metrics: DCGM's families stay device-wide (one copy per pod,
+    now with dra_share_id); DRA_FAKE_SHARE_* give each share's own values."""
+    inv = inventory(H100x2)
+    held = [
+        ClaimHolding("ns", "claim-a", (HeldDevice("gpu-1", NODE, ("gpu",), None, "share-a", 20480),)),
+        ClaimHolding("ns", "claim-b", (HeldDevice("gpu-1", NODE, ("gpu",), None, "share-b", None),)),
+    ]
+    m = monitor_for(tmp_path, inv, held)
+    m.set_pods(
+        [
+            pod("a", "claim-a", {ANNOTATION_UTILIZATION: "30", ANNOTATION_MEMORY: "50%"}),
+            pod("b", "claim-b", {ANNOTATION_UTILIZATION: "20", ANNOTATION_MEMORY: "4096"}),
+        ]
+    )
+    found = samples(m.sample())
+
+    def by_pod(name: str) -> dict[str, tuple[float, str]]:
+        return {
+            s.labels["pod"]: (s.value, s.labels["dra_share_id"])
+            for s in found
+            if s.name == name and "pod" in s.labels
+        }
+
+    assert by_pod("DCGM_FI_DEV_FB_USED") == {"a": (14336, "share-a"), "b": (14336, "share-b")}
+    assert by_pod("DCGM_FI_DEV_GPU_UTIL") == {"a": (50, "share-a"), "b": (50, "share-b")}
+    assert by_pod("DRA_FAKE_SHARE_FB_USED") == {"a": (10240, "share-a"), "b": (4096, "share-b")}
+    assert by_pod("DRA_FAKE_SHARE_GPU_UTIL") == {"a": (30, "share-a"), "b": (20, "share-b")}
+    assert by_pod("DRA_FAKE_SHARE_FB_TOTAL") == {"a": (20480, "share-a")}  # b sees the whole GPU
+    [total] = [s for s in found if s.name == "DRA_FAKE_SHARE_FB_TOTAL"]
+    assert total.labels["UUID"] == inv.gpu(1).uuid and total.labels["dra_device_name"] == "gpu-1"
+    # a node without shares serves dcgm-exporter's families only
+    plain = monitor_for(tmp_path / "plain", inv, [holding("claim-a", "gpu-1")])
+    plain.set_pods([pod("a", "claim-a")])
+    assert "DRA_FAKE_" not in plain.sample() and "dra_share_id" not in plain.text
+
+
 def test_lost_gpu_reports_only_its_xid_which_stays_after_recovery(tmp_path: Path) -> None:
     inv = inventory(H100x2)
     m = monitor_for(tmp_path, inv, [])

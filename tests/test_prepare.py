@@ -29,11 +29,12 @@ from crash_helper import (
 
 from dra_fake.core.checkpoint import CheckpointData
 from dra_fake.core.claims import ClaimError, PermanentClaimError
+from dra_fake.core.crashpoints import CRASH_ENV, CRASH_POINTS
 from dra_fake.core.locking import LockTimeoutError, PrepareUnprepareLock
-from dra_fake.core.state import CRASH_ENV, CRASH_POINTS
+from dra_fake.gpu.claimdata import GpuClaimData
 from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.devices import mig_uuid
-from dra_fake.gpu.state import DeviceState, GpuClaimData
+from dra_fake.gpu.state import DeviceState
 from dra_fake.kubelet.api import PreparedDevice
 
 HELPER = Path(__file__).with_name("crash_helper.py")
@@ -443,14 +444,14 @@ def test_the_conflict_check_sees_an_entry_replaced_under_the_same_claim(state: D
     seen, a plan later and without the claim ever leaving the checkpoint."""
     state.prepare(make_claim(UID1, [result("gpu", "gpu-0"), result("m", MIG_A)]))
     data = checkpoint(state)
-    held = state._holdings(data)
+    held = state.holdings_of(data)
     assert holders(held) == {"gpu-0": [UID1], MIG_A: [UID1]} and [m.device for m, _ in held.migs] == [MIG_A]
     entry = data.claims[UID1]
     data.claims[UID1] = entry.model_copy(update={"preparedDevices": [entry.preparedDevices[0]]})
     data.claims[UID1].preparedDevices[0] = entry.preparedDevices[0].model_copy(update={"deviceName": "gpu-1"})
-    assert holders(state._holdings(data)) == {"gpu-1": [UID1]}
+    assert holders(state.holdings_of(data)) == {"gpu-1": [UID1]}
     data.claims[UID1] = data.claims[UID1].model_copy(update={"driverData": GpuClaimData()})
-    held = state._holdings(data)
+    held = state.holdings_of(data)
     assert held.migs == [] and [h.uid for h in held.holders("gpu-1", UID2)] == [UID1]
     assert held.holders("gpu-1", UID1) == []  # a claim's own devices are not in its way
 
@@ -458,12 +459,12 @@ def test_the_conflict_check_sees_an_entry_replaced_under_the_same_claim(state: D
 def test_the_conflict_check_extends_its_holdings_by_the_claims_prepared_since(state: DeviceState) -> None:
     """A plan works on the checkpoint as this store last saved it (the same objects)."""
     state.prepare(make_claim(UID1, [result("gpu", "gpu-0")]))
-    held = state._holdings(state.store.load().data)
+    held = state.holdings_of(state.store.load().data)
     state.prepare(make_claim(UID2, [result("m", MIG_A)]))
-    assert state._holdings(state.store.load().data) is held and list(held.parts) == [UID1, UID2]
+    assert state.holdings_of(state.store.load().data) is held and list(held.parts) == [UID1, UID2]
     assert holders(held) == {"gpu-0": [UID1], MIG_A: [UID2]}
     state.unprepare(UID1)
-    rebuilt = state._holdings(state.store.load().data)
+    rebuilt = state.holdings_of(state.store.load().data)
     assert rebuilt is not held and holders(rebuilt) == {MIG_A: [UID2]} and list(rebuilt.parts) == [UID2]
     with pytest.raises(
         ClaimError, match=f"requested device {MIG_A} is already allocated to different claim {UID2}"
@@ -758,7 +759,7 @@ def test_every_crash_point_is_reachable(tmp_path: Path) -> None:
 
 
 def test_crash_points_are_read_from_a_comma_separated_list() -> None:
-    from dra_fake.core.state import crash_point, crash_points_wanted
+    from dra_fake.core.crashpoints import crash_point, crash_points_wanted
 
     assert crash_points_wanted({}) == frozenset()
     assert crash_points_wanted({CRASH_ENV: ""}) == frozenset()

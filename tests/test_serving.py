@@ -123,7 +123,7 @@ def test_the_claim_get_names_what_the_api_server_answered(monkeypatch: Any) -> N
 
 def test_the_kubelet_serving_path_does_not_import_the_kubernetes_client() -> None:
     """The sockets serve before the client is imported (~0.3 s of start-up): the CLI, the GPU
-    plugin and the kubelet servers load without it (docs/benchmarks.md#start-up)."""
+    plugin and the kubelet servers load without it (docs/benchmarks/history.md#start-up)."""
     code = (
         "import sys, dra_fake.cli, dra_fake.gpu.plugin, dra_fake.gpu.services, dra_fake.kubelet.server, "
         "dra_fake.kubelet.health; "

@@ -18,13 +18,14 @@ from dra_fake.cli import build_parser
 from dra_fake.core.claims import ClaimError, PermanentClaimError, parse_claim
 from dra_fake.core.resourceapi import ServerInfo
 from dra_fake.gpu import sharesgate
+from dra_fake.gpu.claimdata import GpuClaimData, ShareRecord
 from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.devices import mig_uuid
 from dra_fake.gpu.inventory import InventoryError, SharesSetting, build_inventory, parse_config
 from dra_fake.gpu.plugin import run_gpu_plugin
 from dra_fake.gpu.profiles import load_profiles
 from dra_fake.gpu.shares import SharesMode, SharesSettingError, node_mode, parse_mode, shared_capacities
-from dra_fake.gpu.state import DeviceState, GpuClaimData, ShareRecord
+from dra_fake.gpu.state import DeviceState
 from dra_fake.kubelet.api import PreparedDevice
 
 API = "resource.nvidia.com/v1beta1"

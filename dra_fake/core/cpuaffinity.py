@@ -5,7 +5,7 @@ on one interpreter lock, so the process never runs Python on two CPUs at once. W
 is cost: each hand-off of the lock to a thread on the other CPU is a cross-CPU wake-up, and a burst
 of prepares makes thousands. On one CPU the same hand-off is a plain context switch: with 16
 concurrent 8-device prepares the plugin spent 0.79-0.83x the CPU per claim and answered its median
-0.87-0.94x as late in four runs (docs/benchmarks.md, "Sixteenth round").
+0.87-0.94x as late in four runs (docs/benchmarks/history.md#sixteenth-round-one-cpu).
 
 The CPU is the one the process is running on when it pins itself, so plugins started on one host
 (a kind cluster's nodes) spread as the scheduler placed them, and it is within the process's

@@ -15,7 +15,19 @@ MPS_SUPPORT = "MPSSupport"
 DYNAMIC_MIG = "DynamicMIG"
 NVML_DEVICE_HEALTH_CHECK = "NVMLDeviceHealthCheck"
 CONSUMABLE_SHARES = "ConsumableShares"
-KNOWN_GATES = (TIME_SLICING_SETTINGS, MPS_SUPPORT, DYNAMIC_MIG, NVML_DEVICE_HEALTH_CHECK, CONSUMABLE_SHARES)
+# NVIDIA's ComputeDomain gates (beta, on by default): accepted so that a FEATURE_GATES written for
+# NVIDIA's chart starts here too; dra-fake's simulated IMEX daemon behaves the same either way
+# (docs/reference/nvidia-gpu-driver.md#72-driver-feature-gates).
+COMPUTE_DOMAIN_GATES = ("IMEXDaemonsWithDNSNames", "ComputeDomainCliques", "CrashOnNVLinkFabricErrors")
+KNOWN_GATES = (
+    TIME_SLICING_SETTINGS,
+    MPS_SUPPORT,
+    DYNAMIC_MIG,
+    NVML_DEVICE_HEALTH_CHECK,
+    CONSUMABLE_SHARES,
+    *COMPUTE_DOMAIN_GATES,
+)
+DEFAULT_ON = frozenset(COMPUTE_DOMAIN_GATES)
 # NVIDIA's driver refuses these together at start (the reference above).
 EXCLUSIVE_GATES = ((DYNAMIC_MIG, NVML_DEVICE_HEALTH_CHECK),)
 
@@ -38,15 +50,16 @@ def gate_string(gates: dict[str, bool]) -> str:
 
 
 def parse_feature_gates(raw: str) -> frozenset[str]:
-    """The enabled gates of a --feature-gates value; an unknown gate, a value other than true or
-    false, or a refused combination is a StartupError."""
+    """The enabled gates of a --feature-gates value (the gates on by default included unless set
+    false); an unknown gate, a value other than true or false, or a refused combination is a
+    StartupError."""
     gates = gate_map(raw)
     for name in gates:
         if name not in KNOWN_GATES:
             raise StartupError(
                 f"--feature-gates: unknown feature gate {name!r} (known: {', '.join(KNOWN_GATES)})"
             )
-    enabled = frozenset(name for name, on in gates.items() if on)
+    enabled = frozenset(name for name in KNOWN_GATES if gates.get(name, name in DEFAULT_ON))
     for first, second in EXCLUSIVE_GATES:
         if {first, second} <= enabled:
             raise StartupError(f"feature gate {first} is currently mutually exclusive with {second}")

@@ -2,7 +2,8 @@
 (dra_fake.core.kube.DirectJson keeps one per thread). The request goes out in one write; the
 answer is parsed by httptools (llhttp, Node.js's HTTP parser). http.client spent ~150 us of CPU
 more per request, most of it parsing headers through the email package: half the CPU of a claim
-GET, and of each of fleet mode's three requests per node (docs/benchmarks.md)."""
+GET, and of each of fleet mode's three requests per node
+(docs/benchmarks/history.md#scale-mode-dra-fake-fleet)."""
 
 from __future__ import annotations
 

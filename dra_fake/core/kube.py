@@ -103,7 +103,7 @@ def get_json(
 
 def merge_patch(api: client.ApiClient, path: str, patch: Mapping[str, Any], **path_params: str) -> None:
     """PATCH `path` with a JSON merge patch (RFC 7386: null removes a key)."""
-    send_json(api, "PATCH", path, patch, "application/merge-patch+json", **path_params)
+    send_json(api, "PATCH", path, patch, "application/merge-patch+json", None, **path_params)
 
 
 def send_json(
@@ -112,11 +112,12 @@ def send_json(
     path: str,
     body: Any,
     content_type: str = "application/json",
+    query: Mapping[str, Any] | None = None,
     **path_params: str,
 ) -> dict[str, Any]:
     """POST/PUT/PATCH/DELETE `body` (JSON-serialisable as is, or bytes sent as they are) to
     `path`; the answer (the stored object, or a Status) as JSON."""
-    return _json_call(api, method, path, path_params, body=body, content_type=content_type)
+    return _json_call(api, method, path, path_params, query, body=body, content_type=content_type)
 
 
 def _json_call(
@@ -194,7 +195,7 @@ class DirectJson:
     """Requests whose answer is read whole (get_json, send_json) on kept-alive connections, one
     per thread (dra_fake.core.httpconn): the ApiClient's host, TLS files and credentials (its
     refresh hook included), without urllib3's pool, http.client and the client's call layers,
-    which cost most of the CPU of a claim GET (docs/benchmarks.md). Only for configurations it
+    which cost most of the CPU of a claim GET (docs/benchmarks/history.md). Only for configurations it
     reproduces exactly (`supports`); anything else (a proxy, a TLS server name, inline CA data)
     goes through the client."""
 

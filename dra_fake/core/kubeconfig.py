@@ -1,6 +1,6 @@
 """Where the API client's configuration comes from (--kubeconfig, else $KUBECONFIG, else the
 in-cluster service account), found without importing the kubernetes client: a kubelet plugin
-checks it before its sockets serve and builds the client after (docs/benchmarks.md#start-up)."""
+checks it before its sockets serve and builds the client after (docs/benchmarks/history.md#start-up)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 ``METRICS`` (on the default registry) is what the plugins use; tests build a ``DriverMetrics`` on their
 own ``CollectorRegistry``. Who updates what:
 
-* the kubelet gRPC layer (``dra_fake.kubelet.server``; they are defined in ``dra_fake.kubelet.metrics``):
+* the kubelet gRPC layer (``dra_fake.kubelet.server``, ``.draservice``; they are defined in
+  ``dra_fake.kubelet.metrics``):
   ``dra_fake_requests_total``, ``dra_fake_request_duration_seconds``, ``dra_fake_requests_inflight``,
   ``dra_fake_kubelet_registered``, and one increment of ``dra_fake_node_prepare_errors_total`` /
   ``dra_fake_node_unprepare_errors_total`` per claim answered with an error (including whole-call
@@ -79,7 +80,7 @@ FEATURE_ENABLED = METRICS.feature_enabled
 
 
 def record_checkpoint_error(reason: str) -> None:
-    """A corrupt checkpoint was found (dra_fake.core.checkpoint's default corruption hook)."""
+    """A corrupt checkpoint was found (dra_fake.core.checkpointstore's default corruption hook)."""
     CHECKPOINT_ERRORS_TOTAL.labels(reason=reason).inc()
 
 

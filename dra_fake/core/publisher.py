@@ -26,7 +26,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from dra_fake.core import metrics
-from dra_fake.core.checkpoint import DEFAULT_BOOT_ID_PATH
+from dra_fake.core.checkpointstore import DEFAULT_BOOT_ID_PATH
 from dra_fake.core.kube import REQUEST_TIMEOUT
 from dra_fake.core.poolsync import ExistingSlice, PoolPlan, Spec, plan_pool
 from dra_fake.core.resourceapi import RESOURCE_GROUP, ResourceApi, as_dict

@@ -88,7 +88,7 @@ class ApiNotReached(Exception):
 
 
 # How long a call made before discovery waits for it: the plugin serves the kubelet before it has
-# reached the API server (docs/benchmarks.md#start-up), so a prepare sent right after registration
+# reached the API server (docs/benchmarks/history.md#start-up), so a prepare sent right after registration
 # would otherwise fail and wait out the kubelet's retry backoff; discovery normally follows the
 # sockets within a second. In an API outage calls fail after this wait.
 DISCOVERY_WAIT_SECONDS = 3.0

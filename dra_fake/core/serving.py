@@ -72,7 +72,7 @@ class PluginContext:
     @property
     def api(self) -> client.ApiClient:
         """The API client, built on first use: importing the kubernetes client takes ~0.3 s,
-        which run_plugin spends after the sockets serve (docs/benchmarks.md#start-up).
+        which run_plugin spends after the sockets serve (docs/benchmarks/history.md#start-up).
         StartupError if the kubeconfig is unusable."""
         with self._lock:
             if self._api is None:
@@ -223,7 +223,8 @@ def run_plugin(args: argparse.Namespace, driver: KubeletDriver) -> int:
     background (`Publishing`, below), retried until they succeed."""
     from dra_fake.kubelet.device_health import DeviceHealthBoard
     from dra_fake.kubelet.health import HealthServer
-    from dra_fake.kubelet.server import KubeletPlugin, serve_forever
+    from dra_fake.kubelet.server import KubeletPlugin
+    from dra_fake.kubelet.signals import serve_forever
 
     started = time.monotonic()
     # Before the plugin starts its threads (they inherit it); docs in dra_fake.core.cpuaffinity.

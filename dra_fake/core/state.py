@@ -12,7 +12,7 @@ A driver subclasses PreparedClaims with its checkpoint payload (a DriverData mod
   drop the entry; a claim that is not prepared is a success;
 - `startup` reconciliation: stale temp files removed, PrepareStarted claims rolled back, lost CDI
   specs of completed claims rewritten, CDI specs nobody references deleted;
-- crash points (`crash_point`), where tests SIGKILL the process to prove each step is safe.
+- crash points (dra_fake.core.crashpoints), where tests SIGKILL the process to prove each step is safe.
 
 docs/prepare.md argues why a SIGKILL between any two steps leaves checkpoint and CDI files
 consistent.
@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,57 +30,22 @@ from typing import Any, Generic, TypeVar
 
 from dra_fake.core import cdi, metrics
 from dra_fake.core.checkpoint import (
-    DEFAULT_BOOT_ID_PATH,
     PREPARE_COMPLETED,
     PREPARE_STARTED,
     CheckpointData,
     CheckpointedDevice,
-    CheckpointStore,
     ClaimEntry,
     P,
 )
+from dra_fake.core.checkpointstore import DEFAULT_BOOT_ID_PATH, CheckpointStore
 from dra_fake.core.claims import ClaimError, ParsedClaim, parse_claim
+from dra_fake.core.crashpoints import crash_point
 from dra_fake.core.groupcommit import GroupCommit
 from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS, LockTimeoutError, NodeSerializer
 from dra_fake.kubelet.api import PreparedDevice
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-# --- Crash points (tests) ----------------------------------------------------------------------
-
-CRASH_ENV = "DRA_FAKE_CRASH_AT"
-CRASH_POINTS = (
-    "prepare:after-lock",
-    "prepare:after-rollback",
-    "prepare:after-started",
-    "prepare:after-apply",
-    "prepare:after-cdi",
-    "prepare:after-completed",
-    "unprepare:after-lock",
-    "unprepare:after-started",
-    "unprepare:after-undo",
-    "unprepare:after-cdi-removed",
-    "unprepare:after-dropped",
-)
-
-
-def crash_points_wanted(environ: Mapping[str, str] = os.environ) -> frozenset[str]:
-    return frozenset(environ.get(CRASH_ENV, "").split(",")) - {""}
-
-
-# Read once: a test sets it in the environment of the process it will kill (several points are
-# passed on every call, and os.environ is a lookup with an encoding each time).
-_CRASH_AT = crash_points_wanted()
-
-
-def crash_point(name: str) -> None:
-    """SIGKILL this process if `name` is listed (comma-separated) in $DRA_FAKE_CRASH_AT as it
-    was when the process started."""
-    if name in _CRASH_AT:
-        _log.warning("crash point reached, killing the process point=%s", name)
-        logging.shutdown()
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from dra_fake.gpu.api import (
     load_inventory,
     parse_additional_xids,
 )
-from dra_fake.kubelet.server import serve_forever
+from dra_fake.kubelet.signals import serve_forever
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from dra_fake.gpu.api import NvidiaSmi
 from dra_fake.kubelet import sockets
 from dra_fake.kubelet.pb.deviceplugin.v1beta1 import api_pb2 as pb
 from dra_fake.kubelet.pb.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from dra_fake.kubelet.server import SocketServer
+from dra_fake.kubelet.socketserver import SocketServer
 
 log = logging.getLogger(__name__)
 

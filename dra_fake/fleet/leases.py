@@ -1,6 +1,6 @@
 """Node heartbeats for fleet nodes: a Lease per node in `kube-node-lease`, renewed at the
 kubelet's cadence, so the node lifecycle controller keeps the nodes Ready
-(docs/benchmarks.md#scale-mode-dra-fake-fleet).
+(docs/benchmarks/history.md#scale-mode-dra-fake-fleet).
 
 The kubelet's defaults (docs/reference/kubernetes-dra.md#node-heartbeats): a Lease named
 after the node, holder the node, `leaseDurationSeconds` 40 (`nodeLeaseDurationSeconds`), renewed

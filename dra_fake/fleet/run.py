@@ -13,186 +13,67 @@ Design (scales to thousands of nodes with a handful of threads):
   reading existing slices from the cache instead of a LIST per node;
 - every write goes into the cache as soon as the server answers, so events caused by our own
   writes are recognised and cause no re-sync.
+
+The command is dra_fake.fleet.main; its options, dra_fake.fleet.options; the API client,
+dra_fake.fleet.client; a node's publishing, dra_fake.fleet.publishing; the Nodes it creates,
+dra_fake.fleet.nodes.
 """
 
 from __future__ import annotations
 
-import argparse
-import gc
-import json
 import logging
 import resource
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.core import logs, yamlio
 from dra_fake.core.informer import lister, run_informer
 from dra_fake.core.kube import (
-    TimeoutApiClient,
-    kube_configuration,
-    read_node,
     send_json,
 )
-from dra_fake.core.kubeconfig import StartupError
-from dra_fake.core.publisher import Instance, Publisher
+from dra_fake.core.publisher import Instance
 from dra_fake.core.resourceapi import (
     RESOURCE_GROUP,
     ResourceApi,
-    ResourceApiVersion,
     ServerInfo,
     discover,
 )
 from dra_fake.core.slices import DesiredSlice
+from dra_fake.fleet.client import CountingApiClient
 from dra_fake.fleet.core import (
     FLEET_LABEL,
     NodeTemplate,
     SliceCache,
     WorkQueue,
-    node_manifest,
     node_names,
     pod_running_status,
-    untaint_patch,
 )
 from dra_fake.fleet.leases import NodeLeases
+from dra_fake.fleet.nodes import create_untainted_node, node_template
+from dra_fake.fleet.options import FleetOptions
+from dra_fake.fleet.publishing import CachedCustom, NodeApi, NodePublisher
 from dra_fake.gpu.api import (
-    DEFAULT_IGNORED_XIDS,
-    GATE_HEALTH_CHECK,
-    MIG_STRATEGIES,
     Effects,
     GpuProfile,
     Host,
     Inventory,
     InventoryConfig,
-    InventoryError,
     Node,
     NodeRuntime,
     NodeSettings,
     build_inventory,
-    default_config,
     desired_slices,
-    gfd_labels,
-    load_profiles,
-    new_node_labels,
-    parse_additional_xids,
-    parse_config,
-    parse_feature_gates,
     servable_taints,
 )
 
 log = logging.getLogger("dra_fake.fleet")
-
-
-class CountingApiClient(TimeoutApiClient):
-    """An ApiClient that counts the HTTP requests it makes, by method."""
-
-    def __init__(self, configuration: client.Configuration) -> None:
-        super().__init__(configuration)
-        self.requests: Counter[str] = Counter()
-        count_lock = threading.Lock()
-
-        def count(method: str) -> None:
-            with count_lock:
-                self.requests[method] += 1
-
-        self.on_request = count  # told of every request (dra_fake.core.kube.TimeoutApiClient)
-
-
-def counting_client(kubeconfig: str, pool_size: int) -> CountingApiClient:
-    cfg = kube_configuration(kubeconfig)
-    cfg.connection_pool_maxsize = pool_size
-    return CountingApiClient(cfg)
-
-
-@dataclass
-class FleetOptions:
-    driver: str = "gpu.nvidia.com"
-    nodes: int = 0  # create this many nodes (0: adopt only)
-    prefix: str = "fleet-"
-    fleet: str = "fleet"
-    adopt_selector: str = ""  # adopt existing nodes matching this label selector instead
-    workers: int = 16
-    mark_pods_running: bool = False
-    resync_seconds: float = 300.0
-    node_labels: dict[str, str] = field(default_factory=dict)
-    health_check: bool = False  # NVMLDeviceHealthCheck: GpuFaults taint the fleet's devices
-    ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
-    gfd_labels: bool = True  # GPU Feature Discovery's labels on created Nodes
-    mig_strategy: str = "none"
-    dcgm_port: int = -1  # one dcgm-exporter-compatible endpoint for the fleet; negative: none
-
-
-class _CachedCustom:
-    """The slice writes a node's Publisher makes, fed into the shared cache when they succeed.
-    Creates and replaces go out as plain JSON (dra_fake.core.kube.send_json): the typed client's
-    argument validation and body walk cost more than the HTTP at a thousand nodes."""
-
-    def __init__(self, custom: client.CustomObjectsApi, cache: SliceCache) -> None:
-        self._custom = custom
-        self._cache = cache
-
-    def create_cluster_custom_object(self, group: str, version: str, plural: str, body: Any) -> Any:
-        stored = send_json(self._custom.api_client, "POST", f"/apis/{group}/{version}/{plural}", body)
-        self._cache.wrote(stored)
-        return stored
-
-    def replace_cluster_custom_object(
-        self, group: str, version: str, plural: str, name: str, body: Any
-    ) -> Any:
-        path = f"/apis/{group}/{version}/{plural}/{{name}}"
-        stored = send_json(self._custom.api_client, "PUT", path, body, name=name)
-        self._cache.wrote(stored)
-        return stored
-
-    def delete_cluster_custom_object(
-        self, group: str, version: str, plural: str, name: str, **kwargs: Any
-    ) -> Any:
-        try:
-            result = self._custom.delete_cluster_custom_object(group, version, plural, name, **kwargs)
-        except ApiException as err:
-            if err.status == 404:
-                self._cache.deleted(name, "0")
-            raise
-        body = kwargs.get("body")
-        rv = getattr(getattr(body, "preconditions", None), "resource_version", None) or "0"
-        self._cache.deleted(name, str(rv))
-        return result
-
-
-class _NodeApi:
-    """The slice of ResourceApi a Publisher uses: the version and the (cached) custom API."""
-
-    def __init__(self, version: ResourceApiVersion, custom: _CachedCustom) -> None:
-        self.version = version
-        self.custom = custom
-
-
-class _NodePublisher(Publisher):
-    """The per-node plugin's Publisher, minus its threads: existing slices from the cache."""
-
-    def __init__(self, fleet: Fleet, node: str, uid: str) -> None:
-        super().__init__(
-            fleet.node_api,  # type: ignore[arg-type]
-            fleet.options.driver,
-            node,
-            uid,
-            lambda: fleet.desired(node),
-            instance=fleet.instance,
-        )
-        self.fleet = fleet
-
-    def existing(self) -> list[Any]:
-        return self.fleet.cache.existing(self.node_name)
 
 
 class Fleet:
@@ -216,9 +97,9 @@ class Fleet:
         self.stop_event = threading.Event()
         self.leases = NodeLeases(api, options.workers)
         self.info: ServerInfo | None = None
-        self.node_api: _NodeApi | None = None
+        self.node_api: NodeApi | None = None
         self._lock = threading.Lock()
-        self._publishers: dict[str, _NodePublisher] = {}
+        self._publishers: dict[str, NodePublisher] = {}
         self._desired: dict[str, list[DesiredSlice]] = {}
         self._synced: set[str] = set()
         self._failures: Counter[str] = Counter()
@@ -275,7 +156,7 @@ class Fleet:
     def start(self) -> None:
         self.info = discover(self.api)
         version = ResourceApi(self.api, self.info).version
-        self.node_api = _NodeApi(version, _CachedCustom(self.custom, self.cache))
+        self.node_api = NodeApi(version, CachedCustom(self.custom, self.cache))
         loops: list[tuple[Callable[[], None], str]] = [
             (self._slice_informer, "fleet-slices"),
             (self._node_informer, "fleet-nodes"),
@@ -370,7 +251,7 @@ class Fleet:
             current = self._publishers.get(name)
             if current is not None and current.node_uid == uid:
                 return
-            self._publishers[name] = _NodePublisher(self, name, uid)
+            self._publishers[name] = NodePublisher(self, name, uid)
             self._synced.discard(name)
             runtime = self._new_runtime(name) if name not in self._runtimes else None
         self.leases.track(name, uid)
@@ -548,51 +429,6 @@ class Fleet:
         }
 
 
-def node_template(
-    options: FleetOptions, inventory: InventoryConfig, profiles: dict[str, GpuProfile]
-) -> NodeTemplate:
-    """What every created Node carries: GPU Feature Discovery's labels of the inventory (unless
-    turned off) and the --node-label ones, which win."""
-    labels, annotations = dict(options.node_labels), dict[str, str]()
-    if options.gfd_labels:
-        inv = build_inventory(inventory, f"{options.prefix}labels", profiles)
-        gfd, annotations = new_node_labels(gfd_labels(inv, options.mig_strategy), time.time())
-        labels = gfd | labels
-    return NodeTemplate(fleet=options.fleet, labels=labels, annotations=annotations)
-
-
-def create_untainted_node(
-    api: client.ApiClient,
-    name: str,
-    template: NodeTemplate,
-    on_created: Callable[[str, str], None] = lambda name, uid: None,
-) -> dict[str, Any]:
-    """Create the Node (or read it, if it exists), call `on_created(name, uid)` (fleet mode queues
-    its slices then), and remove the taints admission adds. Returns the Node as created."""
-    try:
-        node = send_json(api, "POST", "/api/v1/nodes", node_manifest(name, template))
-    except ApiException as err:
-        if err.status != 409:
-            raise
-        node = read_node(api, name)
-    on_created(name, node["metadata"]["uid"])
-    current = node
-    for _ in range(5):
-        patch = untaint_patch(current)
-        if patch is None:
-            return node
-        try:
-            send_json(api, "PATCH", "/api/v1/nodes/{name}", patch, "application/json-patch+json", name=name)
-            return node
-        except ApiException as err:
-            # 422: the patch's `test` failed, the taints changed meanwhile (a node lifecycle
-            # controller manages them too): look again
-            if err.status != 422:
-                raise
-        current = read_node(api, name)
-    raise RuntimeError(f"node {name}: taints kept changing while removing the admission taints")
-
-
 def current_rss() -> int:
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -600,100 +436,4 @@ def current_rss() -> int:
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
-
-
-def load_fleet_inventory(path: str) -> InventoryConfig:
-    if not path:
-        return default_config()
-    try:
-        data = yamlio.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise InventoryError(f"{path}: {err}") from None
-    return parse_config(data, path)
-
-
-def parse_labels(raw: list[str]) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    for item in raw:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--node-label {item!r}: expected KEY=VALUE")
-        labels[key] = value
-    return labels
-
-
-# Young collections once per this many new container objects instead of CPython's 700: fleet mode
-# decodes and builds JSON for thousands of nodes, and the collector's scans of a heap of cached
-# objects were a fifth of its CPU (perf, 1000 nodes). Nothing here depends on prompt collection
-# of reference cycles.
-GC_THRESHOLD = (50_000, 20, 20)
-
-
-def quieter_garbage_collector() -> None:
-    """What is loaded at start-up (modules, the inventory) is never collected; scan less often."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLD)
-
-
-def run_fleet(args: argparse.Namespace) -> int:
-    logs.setup(args.log_level, args.log_format)
-    started = time.monotonic()
-    try:
-        if args.nodes < 0 or (args.nodes == 0) == (not args.adopt_selector):
-            raise ValueError("give exactly one of --nodes N (N > 0) and --adopt-selector SELECTOR")
-        if args.workers < 1:
-            raise ValueError("--workers must be at least 1")
-        options = FleetOptions(
-            driver=args.driver_name,
-            nodes=args.nodes,
-            prefix=args.node_prefix,
-            fleet=args.fleet_name,
-            adopt_selector=args.adopt_selector,
-            workers=args.workers,
-            mark_pods_running=args.mark_pods_running,
-            resync_seconds=args.resync_seconds,
-            node_labels=parse_labels(args.node_label),
-            health_check=parse_feature_gates(args.feature_gates).enabled(GATE_HEALTH_CHECK),
-            ignored_xids=DEFAULT_IGNORED_XIDS | parse_additional_xids(args.additional_xids_to_ignore),
-            gfd_labels=args.gfd_labels,
-            mig_strategy=args.mig_strategy,
-            dcgm_port=args.dcgm_exporter_port,
-        )
-        if options.mig_strategy not in MIG_STRATEGIES:
-            raise ValueError(
-                f"--mig-strategy: {options.mig_strategy!r} is not one of {', '.join(MIG_STRATEGIES)}"
-            )
-        inventory = load_fleet_inventory(args.config)
-        profiles = load_profiles(args.profiles_dir)
-        build_inventory(inventory, f"{args.node_prefix}check", profiles, source=args.config or "<default>")
-        api = counting_client(args.kubeconfig, args.workers + 8)
-    except (ValueError, OSError, config.ConfigException, StartupError) as err:
-        print(f"dra-fake fleet: error: {err}", file=sys.stderr)
-        return 2
-    quieter_garbage_collector()
-    fleet = Fleet(api, inventory, profiles, options)
-    fleet.start()
-    if args.exit_when_synced:
-        fleet.wait_synced()
-        summary = fleet.summary(started)
-        fleet.stop()
-        print(json.dumps(summary), flush=True)
-        return 0
-    if args.node_leases if args.node_leases is not None else bool(args.nodes):
-        fleet.start_heartbeats()  # created nodes have no kubelet; adopted (KWOK) nodes have theirs
-    log.info(
-        "fleet running",
-        extra={"selector": fleet.selector, "startupSeconds": round(time.monotonic() - started, 3)},
-    )
-    from dra_fake.kubelet.server import install_signal_handlers
-
-    install_signal_handlers(fleet.stop_event)
-    deadline = None if args.exit_after is None else time.monotonic() + args.exit_after
-    while not fleet.stop_event.wait(1.0):  # wake up so the signal handler can run
-        if deadline is not None and time.monotonic() >= deadline:
-            print(json.dumps(fleet.summary(started)), flush=True)
-            break
-    fleet.stop()
     return 0

@@ -8,14 +8,18 @@ the attributes in sorted order), integers printed as integers, DCGM doubles with
 blank values left out. dcgm-exporter runs here as in Kubernetes mode with DRA on: a device held
 through a claim gets one sample per (pod, container) with `pod`, `namespace`, `container` and the
 `dra_*` labels.
+
+Ours (docs/observability.md#per-share-metrics): a share of a shared device adds `dra_share_id` to
+its pods' copies, and the `DRA_FAKE_SHARE_*` families, after dcgm-exporter's, give each share's own
+usage (what its pods' nvidia-smi shows), one sample per (pod, container) of the share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dra_fake.gpu.telemetry import Entity, Reading
+from dra_fake.gpu.telemetry import Entity, Reading, ShareUse
 from dra_fake.gpu.workloads import User
 from dra_fake.gpu.xids import xid_message
 
@@ -162,17 +166,52 @@ def _user_attributes(entity: Entity, user: User, driver: str) -> dict[str, str]:
     }
     if entity.is_mig:
         attrs |= {"dra_mig_profile": entity.mig_profile, "dra_mig_device_uuid": entity.mig_uuid}
+    if user.device.share_id is not None:
+        attrs["dra_share_id"] = user.device.share_id  # ours: dcgm-exporter has no share label
     return attrs
 
 
+@dataclass(frozen=True)
+class ShareField:
+    """One of our per-share families (not dcgm-exporter's)."""
+
+    name: str
+    help: str
+    value: Callable[[ShareUse], int | None]
+
+
+SHARE_FIELDS: tuple[ShareField, ...] = (
+    ShareField(
+        "DRA_FAKE_SHARE_GPU_UTIL",
+        "GPU utilization of one share's pods (in %); dra-fake's own.",
+        lambda s: s.utilization,
+    ),
+    ShareField(
+        "DRA_FAKE_SHARE_FB_USED",
+        "Framebuffer memory used by one share's pods (in MiB); dra-fake's own.",
+        lambda s: s.memory_used_mib,
+    ),
+    ShareField(
+        "DRA_FAKE_SHARE_FB_TOTAL",
+        "Framebuffer memory of one share: its consumed capacity (in MiB); dra-fake's own.",
+        lambda s: s.memory_mib,
+    ),
+)
+
+
 Sample = tuple[str, Entity, Reading, Sequence[User]]  # (Hostname, entity, reading, its users)
+ShareKey = tuple[str, str]  # (device name, share ID)
 
 
 def render(
-    samples: Sequence[Sample], driver: str = "gpu.nvidia.com", fields: Sequence[Field] = DEFAULT_FIELDS
+    samples: Sequence[Sample],
+    driver: str = "gpu.nvidia.com",
+    fields: Sequence[Field] = DEFAULT_FIELDS,
+    shares: Mapping[ShareKey, ShareUse] | None = None,
 ) -> str:
     """The /metrics body: every field's family, one sample per entity, or per (pod, container)
-    holding it. Fleet mode serves many nodes' entities on one endpoint (their Hostname tells)."""
+    holding it; with `shares`, our per-share families after them. Fleet mode serves many nodes'
+    entities on one endpoint (their Hostname tells)."""
     lines: list[str] = []
     for f in fields:
         body: list[str] = []
@@ -191,4 +230,17 @@ def render(
                 body.append(f"{f.name}{line} {_value(value, f.double)}")
         if body:
             lines += [f"# HELP {f.name} {f.help}", f"# TYPE {f.name} {f.type}", *body]
+    for sf in SHARE_FIELDS if shares else ():
+        body = []
+        for hostname, entity, reading, users in samples:
+            if reading.lost:
+                continue
+            for user in users:
+                use = shares.get((entity.device, user.device.share_id or "")) if shares else None
+                value = None if use is None else sf.value(use)
+                if value is not None:
+                    pairs = sorted(_user_attributes(entity, user, driver).items())
+                    body.append(f"{sf.name}{_labels(_entity_labels(entity, hostname) + pairs)} {value}")
+        if body:
+            lines += [f"# HELP {sf.name} {sf.help}", f"# TYPE {sf.name} gauge", *body]
     return "\n".join(lines) + "\n" if lines else ""

@@ -53,6 +53,18 @@ def device_classes(
     ]
 
 
+def spot_class_name(driver_name: str) -> str:
+    """Ours: the class of idle-GPU lending's lend views (dra_fake.gpu.lending), named after NVIDIA's
+    `vfio.gpu.nvidia.com` pattern."""
+    return f"spot.{driver_name}"
+
+
+def spot_class(driver_name: str, api_version: ApiVersion = "v1") -> dict[str, Any]:
+    """The DeviceClass spot claims use: lend views only (no extended resource)."""
+    spec = {"selectors": [{"cel": {"expression": type_selector(driver_name, "spot")}}]}
+    return _device_class(api_version, spot_class_name(driver_name), spec)
+
+
 def _device_class(api_version: ApiVersion, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": f"{RESOURCE_GROUP}/{api_version}",

@@ -245,6 +245,24 @@ def device_text(gpu: PhysicalGpu, device: AllocatableDevice, uuid: str, gpu_text
     return text
 
 
+def share_keys(share_id: str, memory_mib: int | None) -> dict[str, Value]:
+    """What a share's device file adds (docs/nvml.md#shares): its ID, and the memory it may use
+    when that is its view (`memory_mib`; None: the share sees the whole device)."""
+    keys: dict[str, Value] = {"share_id": share_id}
+    if memory_mib is not None:
+        keys["share_memory_mib"] = memory_mib
+    return keys
+
+
+def share_memory_mib(device_memory_bytes: int, consumed_bytes: int | None) -> int | None:
+    """The share's memory view: its consumed memory in whole MiB when that is more than 0 and less
+    than the device's (a share of all of it, or of none, as `unlimited` and N give, sees the device)."""
+    if consumed_bytes is None:
+        return None
+    mib = consumed_bytes // MIB
+    return mib if 0 < mib < device_memory_bytes // MIB else None
+
+
 def lines(keys: Mapping[str, Value | float | None]) -> str:
     """`key=value` lines, values quoted as POSIX sh reads them; None values left out."""
     return "".join(f"{key}={shlex.quote(str(value))}\n" for key, value in keys.items() if value is not None)

@@ -50,6 +50,7 @@ class AllocatableDevice:
     mig: MigPlacement | None = None
     dynamic: bool = False  # dynamic MIG: created at prepare, destroyed at unprepare
     shares: SharesMode | None = None  # consumable shares: several claims at once; None: exclusive
+    lends: str | None = None  # a lend view (dra_fake.gpu.lending): the GPU it lends, by name
 
     @property
     def parent_uuid(self) -> str | None:

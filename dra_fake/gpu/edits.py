@@ -17,7 +17,9 @@ from typing import Any
 
 from dra_fake.core import yamlio
 from dra_fake.core.cdi import EARLIEST_VERSION, CdiSpecError, claim_kind, minimum_version
-from dra_fake.gpu.configs import NO_SHARING, STRATEGY_MPS, STRATEGY_TIME_SLICING, AppliedSharing
+from dra_fake.gpu import devicefile
+from dra_fake.gpu.configresolve import NO_SHARING, AppliedSharing
+from dra_fake.gpu.configs import STRATEGY_MPS, STRATEGY_TIME_SLICING
 from dra_fake.gpu.devices import AllocatableDevice
 from dra_fake.gpu.devnodes import DeviceNodes
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
@@ -38,6 +40,7 @@ class Share:
     share_id: str
     memory_bytes: int | None = None
     shares: int | None = None
+    memory_view: bool = True  # its nvidia-smi shows its memory as the total (False: the device's)
 
     def env(self, prefix: str) -> list[str]:
         """`DRA_FAKE_<ID>_SHARE_*` (docs/sharing-design.md#15-cdi-and-what-the-kubelet-gets)."""
@@ -87,6 +90,8 @@ def device_env(spec_device: SpecDevice) -> list[str]:
             "MIG_PLACEMENT_SIZE": str(dev.mig.size),
             "MIG_DYNAMIC": "true" if dev.dynamic else "false",
         }
+    if dev.lends is not None:  # a lend view (dra_fake.gpu.lending): the owner's GPU, lent
+        env |= {"SPOT": "true", "LENDER": dev.lends}
     if spec_device.admin_access:
         env["ADMIN_ACCESS"] = "true"
     sharing = spec_device.sharing
@@ -162,9 +167,19 @@ def device_edits(
         if len(_DEVICE_EDITS) >= _DEVICE_EDITS_MAX:
             _DEVICE_EDITS.clear()
         _DEVICE_EDITS[key] = yamlio.FRAGMENTS.register(edits)
-    if d.share is not None:
-        return edits | {"env": edits["env"] + d.share.env(env_prefix(d.device.name))}
-    return edits
+    if d.share is None:
+        return edits
+    share = edits | {"env": edits["env"] + d.share.env(env_prefix(d.device.name))}
+    if nvidia_smi is not None:  # the share's own device file, at the device's place
+        mib = (
+            devicefile.share_memory_mib(d.device.memory_bytes, d.share.memory_bytes)
+            if d.share.memory_view
+            else None
+        )
+        mount = nvidia_smi.device_mount(d.device, d.uuid, d.share.share_id, mib)
+        here = mount["containerPath"]
+        share["mounts"] = [mount if m["containerPath"] == here else m for m in edits["mounts"]]
+    return share
 
 
 def build_claim_spec(

@@ -17,6 +17,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from dra_fake.core import yamlio
+from dra_fake.gpu.attach import AttachConfig
 from dra_fake.gpu.devices import AllocatableDevice, MigPlacement, gpu_uuid, mig_uuid
 from dra_fake.gpu.profiles import (
     GpuProfile,
@@ -63,6 +64,9 @@ class GpuGroupConfig(StrictModel):
     # written as a YAML number). Ours: NVIDIA's setting is node-wide
     # (docs/sharing-design.md#11-switches-nvidias-names).
     consumable_shares: str | int | None = None
+    # Fabric-attached GPUs: published with binding conditions, attached after allocation
+    # (dra_fake.gpu.attach; needs Kubernetes' DRADeviceBindingConditions). None: local GPUs.
+    attach: AttachConfig | None = None
 
 
 class InventoryConfig(StrictModel):
@@ -107,6 +111,7 @@ class PhysicalGpu:
     static_mig: tuple[MigPlacement, ...] = ()  # pre-created MIG devices (mig: static)
     module_id: int | None = None  # the board's module ID, from its topology slot (None = N/A)
     shares: SharesMode | None = None  # consumable shares on every device of this GPU; None: exclusive
+    attach: AttachConfig | None = None  # fabric-attached (dra_fake.gpu.attach); None: local
 
     @property
     def name(self) -> str:
@@ -130,6 +135,15 @@ class Inventory:
 
     def gpu(self, minor: int) -> PhysicalGpu:
         return next(g for g in self.gpus if g.minor == minor)
+
+    def attach_of(self, device: str) -> AttachConfig | None:
+        """The attach setting of a published device's GPU (None: not fabric-attached)."""
+        found = self.devices.get(device)
+        return self.gpu(found.minor).attach if found is not None else None
+
+    @property
+    def attachable(self) -> bool:
+        return any(g.attach is not None for g in self.gpus)
 
     def devices_of(self, gpu: PhysicalGpu) -> list[AllocatableDevice]:
         """The devices of one GPU (itself and/or its MIG devices), sorted by name."""
@@ -208,6 +222,7 @@ def build_inventory(
                     static_mig=static,
                     module_id=profile.pci_topology[ordinal % len(profile.pci_topology)].module_id,
                     shares=group_shares,
+                    attach=group.attach,
                 )
             )
     devices: dict[str, AllocatableDevice] = {}

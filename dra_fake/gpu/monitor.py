@@ -24,8 +24,9 @@ from dra_fake.core.informer import lister, run_informer
 from dra_fake.core.retry import run_forever
 from dra_fake.gpu import dcgm
 from dra_fake.gpu.inventory import Inventory
-from dra_fake.gpu.nvidia_smi import NvidiaSmi
-from dra_fake.gpu.telemetry import Reading, Simulator
+from dra_fake.gpu.lending import Owners
+from dra_fake.gpu.nvidia_smi import SHARE_LIVE_PREFIX, NvidiaSmi
+from dra_fake.gpu.telemetry import MEMORY_UTIL_SHARE, Reading, ShareUse, Simulator
 from dra_fake.gpu.workloads import ClaimHolding, users_by_device
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,15 @@ def live_state(reading: Reading, faults: Mapping[str, int]) -> dict[str, int | f
     return state | {k: v for k, v in values.items() if v is not None}
 
 
+def share_live_state(share: ShareUse) -> dict[str, int | float | str]:
+    """A share's live keys (docs/nvml.md#shares): its own utilization and memory used."""
+    return {
+        "utilization": share.utilization,
+        "memory_util": round(share.utilization * MEMORY_UTIL_SHARE),
+        "memory_used": share.memory_used_mib,
+    }
+
+
 class GpuMonitor:
     """Readings of one node's GPUs: sampled, written for nvidia-smi, served as /metrics."""
 
@@ -88,8 +98,10 @@ class GpuMonitor:
         hostname: str,
         driver: str,
         clock: Callable[[], float] = time.time,
+        on_sample: Callable[[float, Mapping[str, Owners]], None] | None = None,
     ) -> None:
         self.inventory, self.holdings, self.nvidia_smi = inventory, holdings, nvidia_smi
+        self.on_sample = on_sample  # told each sample's owners per GPU (idle-GPU lending)
         self.hostname, self.driver, self.clock = hostname, driver, clock
         self.simulator = Simulator(inventory, boot_time())
         self._pods: dict[str, dict[str, Any]] = {}
@@ -147,7 +159,8 @@ class GpuMonitor:
                 self._post_event(pods, pod, error)
         self._reported = errors
         dynamic = {d.name: d.uuid for c in holdings for d in c.devices if d.uuid}
-        readings = self.simulator.sample(self.clock(), users, faults, dynamic)
+        now = self.clock()
+        readings = self.simulator.sample(now, users, faults, dynamic)
         live: dict[str, dict[str, int | float | str]] = {}
         for entity, reading in readings:
             gpu = entity.gpu.uuid
@@ -157,8 +170,22 @@ class GpuMonitor:
             if entity.is_mig:
                 live[entity.mig_uuid] = {"mig_memory_used": reading.fb_used or 0}
             live[gpu]["memory_used"] = int(live[gpu]["memory_used"]) + (reading.fb_used or 0)
+        shares = self.simulator.share_uses(now, users, dynamic)
+        for share in shares:
+            live[f"{SHARE_LIVE_PREFIX}{share.share_id}"] = share_live_state(share)
         self.nvidia_smi.write_live(live)
-        text = dcgm.render([(self.hostname, e, r, users.get(e.device, [])) for e, r in readings], self.driver)
+        if self.on_sample is not None:  # a lend view's users are not its GPU's: owners only
+            held = {d.name for c in holdings for d in c.devices}
+            self.on_sample(
+                now,
+                {e.device: Owners(e.device in held, r.gpu_util or 0) for e, r in readings if not e.is_mig},
+            )
+        by_share = {(u.device, u.share_id): u for u in shares if u.share_id is not None}
+        text = dcgm.render(
+            [(self.hostname, e, r, users.get(e.device, [])) for e, r in readings],
+            self.driver,
+            shares=by_share,
+        )
         self.text = text
         return text
 

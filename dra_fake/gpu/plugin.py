@@ -8,6 +8,8 @@ import logging
 import secrets
 import sys
 import threading
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,7 @@ from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
 from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, servable_taints
 from dra_fake.gpu.gfd import MIG_STRATEGIES
 from dra_fake.gpu.inventory import Inventory, InventoryError, SharesSetting, load_inventory
+from dra_fake.gpu.lending import Lending, LendingSettings, lent_gpus, with_lend_views
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.gpu.runtime import Host, Node, NodeSettings
 from dra_fake.gpu.shares import FLAG, GATE_CONSUMABLE_SHARES, SharesMode, SharesSettingError, node_mode
@@ -28,6 +31,7 @@ from dra_fake.gpu.state import DeviceState
 
 if TYPE_CHECKING:
     from dra_fake.core.resourceapi import ServerInfo
+    from dra_fake.kubelet.api import PreparedDevice
 
 GATE_HEALTH_CHECK = featuregates.NVML_DEVICE_HEALTH_CHECK
 DEVICE_ORDERS = ("sorted", "shuffled")
@@ -67,6 +71,8 @@ class GpuDriver:
         node_settings: NodeSettings | None = None,
         allow_device_plugin: bool = False,
         consumable_shares: SharesMode | None = None,
+        device_status: bool = False,
+        shared_memory_view: str = "share",
     ) -> None:
         self.driver = driver_name
         self.inventory = inventory
@@ -77,10 +83,18 @@ class GpuDriver:
         self.node_settings = node_settings if node_settings is not None else NodeSettings(driver_name)
         self.allow_device_plugin = allow_device_plugin
         self.consumable_shares = consumable_shares  # --consumable-shares (node-wide); None: disabled
+        self.device_status = device_status  # --device-status: prepared devices' status in claims
+        self.shared_memory_view = shared_memory_view  # --shared-memory-view: share or device
         self._ctx: PluginContext | None = None  # set by create_state
         self.nvidia_smi: NvidiaSmi | None = None  # set by create_state
         self.state: DeviceState | None = None
         self._taints: dict[str, list[dict[str, str]]] = {}
+        # The lend views' taints (dra_fake.gpu.lending): from the first slice on, every lend view is
+        # `unknown` (nothing lent) until the lending service's samples say otherwise.
+        self._lend_taints: dict[str, list[dict[str, str]]] = {}
+        if self.node_settings.lending is not None:
+            first = Lending(self.node_settings.lending, time.time())
+            self._lend_taints = first.taints(lent_gpus(inventory.devices))
         self._slices: tuple[object, list[DesiredSlice]] | None = None  # (key, slices) of the last call
         self._lock = threading.Lock()
 
@@ -99,13 +113,47 @@ class GpuDriver:
             device_nodes=self.device_nodes.current,
             on_checkpoint_error=ctx.checkpoint_error_hook(self.driver),
             consumable_shares=self.consumable_shares,
+            memory_view=self.shared_memory_view == "share",
         )
-        return self.state
+        if not self.device_status:
+            return self.state
+        from dra_fake.core.devicestatus import ReportingState
+
+        return ReportingState(
+            self.state,
+            self.driver,
+            self.device_data,
+            lambda: ctx.api,
+            lambda: ctx.resources.info.resource_version,
+            ctx.stop,
+        )
+
+    def device_data(self, claim: Mapping[str, Any], prepared: PreparedDevice) -> dict[str, Any]:
+        """A prepared device's `data` in the claim's status: its UUID, and a MIG device's parent
+        and profile (a dynamic MIG device's UUID is the one created for this claim)."""
+        device = self.inventory.devices.get(prepared.device_name)
+        if device is None or self.state is None:
+            return {}
+        uuid = device.uuid
+        if device.dynamic:
+            uuid = self.state.created_mig_uuids(claim["metadata"]["uid"]).get(device.name, uuid)
+        data: dict[str, Any] = {
+            "uuid": uuid,
+            "productName": device.product_name,
+            "pciBusID": device.pci_bus_id,
+        }
+        if device.mig is not None:
+            data |= {"parentUUID": device.gpu_uuid, "profile": device.mig.profile}
+        return {k: v for k, v in data.items() if v is not None}
 
     def desired_slices(self, server: ServerInfo) -> list[DesiredSlice]:
         """Rebuilt only when the taints change (the publisher asks at every sync)."""
         with self._lock:
-            taints = servable_taints(self._taints, server.version)
+            merged = {
+                d: self._taints.get(d, []) + self._lend_taints.get(d, [])
+                for d in sorted({*self._taints, *self._lend_taints})
+            }
+            taints = servable_taints(merged, server.version)
             key = (server.version, repr(taints))
             if self._slices is None or self._slices[0] != key:
                 wanted = desired_slices(self.inventory, self.driver, server.version, taints)
@@ -125,7 +173,7 @@ class GpuDriver:
                 "serve a node's GPUs through the device plugin or through DRA, not both "
                 "(--allow-device-plugin=true to run anyway)"
             )
-        return self._shares_refusal()
+        return self._shares_refusal() or self._attach_refusal() or self._lending_refusal()
 
     def shares_setting(self) -> str | None:
         """What turns consumable shares on for this node, as refusals name it; None: nothing."""
@@ -140,23 +188,49 @@ class GpuDriver:
         setting = self.shares_setting()
         if setting is None or self._ctx is None:
             return None
-        from dra_fake.core.events import post_node_event
         from dra_fake.gpu import sharesgate
 
         ctx = self._ctx
         reason = sharesgate.server_refusal(
             setting, ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop
         )
-        if reason is not None:
+        return self._refused(reason, sharesgate.EVENT_REASON)
+
+    def _attach_refusal(self) -> str | None:
+        """Fabric-attached GPUs on a server that drops binding conditions (dra_fake.gpu.attachgate)."""
+        if not self.inventory.attachable or self._ctx is None:
+            return None
+        from dra_fake.gpu import attachgate
+
+        ctx = self._ctx
+        reason = attachgate.server_refusal(ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop)
+        return self._refused(reason, attachgate.EVENT_REASON)
+
+    def _refused(self, reason: str | None, event_reason: str) -> str | None:
+        """A refusal, also as a Warning event on the Node."""
+        if reason is not None and self._ctx is not None:
+            from dra_fake.core.events import post_node_event
+
+            ctx = self._ctx
             post_node_event(
                 ctx.api,
                 ctx.node,
                 ctx.node_uid,
-                reason=sharesgate.EVENT_REASON,
+                reason=event_reason,
                 message=reason,
                 component=f"{self.driver}-kubelet-plugin",
             )
         return reason
+
+    def _lending_refusal(self) -> str | None:
+        """Lending on a server that would drop the lend views' taints (dra_fake.gpu.lendinggate)."""
+        if self.node_settings.lending is None or self._ctx is None:
+            return None
+        from dra_fake.gpu import lendinggate
+
+        ctx = self._ctx
+        reason = lendinggate.server_refusal(ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop)
+        return self._refused(reason, lendinggate.EVENT_REASON)
 
     def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
         """The node's services (dra_fake.gpu.runtime): the telemetry (nvidia-smi's live files,
@@ -174,7 +248,13 @@ class GpuDriver:
             ctx.device_health.set_health(effects.health)
             ctx.republish()
 
+        def lend(taints: dict[str, list[dict[str, str]]]) -> None:
+            with self._lock:
+                self._lend_taints = taints
+            ctx.republish()
+
         runtime.on_faults(apply)
+        runtime.on_lending(lend)
         runtime.start()
 
 
@@ -220,7 +300,17 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
             profile_dirs,
             SharesSetting(consumable_shares, shares_gate),
         )
+        device_status = args.device_status == "true"
+        if inventory.attachable and not device_status:
+            raise StartupError(
+                "the inventory's attach (fabric-attached GPUs) is reported in the claims' status: "
+                "it needs --device-status=true"
+            )
         check_config_source(args.kubeconfig)
+        lending_settings = None
+        if args.gpu_lending == "true":
+            lending_settings = LendingSettings(args.gpu_lending_idle_threshold, args.gpu_lending_idle_for)
+            inventory = with_lend_views(inventory)
     except SharesSettingError as err:  # NVIDIA's plugin exits 1 on these (validateCLIFlags)
         print(f"dra-fake gpu-kubelet-plugin: error: {err}", file=sys.stderr)
         return 1
@@ -241,6 +331,8 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         dcgm_port=args.dcgm_exporter_port,
         node_labels=args.node_labels == "true",
         mig_strategy=args.mig_strategy,
+        attach=device_status,
+        lending=lending_settings,
     )
     driver = GpuDriver(
         args.driver_name,
@@ -251,5 +343,7 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         node_settings,
         args.allow_device_plugin == "true",
         consumable_shares,
+        device_status,
+        args.shared_memory_view,
     )
     return run_plugin(args, driver)

@@ -19,7 +19,7 @@ ListAndWatch, fleet mode re-publishes the node's slices.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from kubernetes import client
 
     from dra_fake.gpu.inventory import Inventory
+    from dra_fake.gpu.lending import LendingSettings, Owners
     from dra_fake.gpu.nvidia_smi import NvidiaSmi
     from dra_fake.gpu.workloads import ClaimHolding
 
@@ -45,6 +46,8 @@ class NodeSettings:
     node_labels: bool = False  # GPU Feature Discovery's labels patched onto the Node
     mig_strategy: str = "none"  # GFD's MIG strategy for those labels
     sharing: Shared = NOT_SHARED  # GPU sharing as the device plugin's config sets it, for the labels
+    attach: bool = False  # simulate the attach of fabric-attached GPUs (the DRA plugin only)
+    lending: LendingSettings | None = None  # idle-GPU lending (dra_fake.gpu.lending); None: off
 
 
 class Node:
@@ -150,6 +153,8 @@ class NodeRuntime:
     def __init__(self, node: Node, host: Host) -> None:
         self.node, self.host, self.settings = node, host, host.settings
         self._listeners: list[Callable[[Effects], None]] = []
+        self._sample_listeners: list[Callable[[float, Mapping[str, Owners]], None]] = []
+        self._lending_listeners: list[Callable[[dict[str, list[dict[str, str]]]], None]] = []
         self.services = [s for kind in host.services if (s := host._service(kind, self)) is not None]
 
     def on_faults(self, listener: Callable[[Effects], None]) -> None:
@@ -159,6 +164,22 @@ class NodeRuntime:
     def faults_changed(self, effects: Effects) -> None:
         for listener in self._listeners:
             listener(effects)
+
+    def on_sample(self, listener: Callable[[float, Mapping[str, Owners]], None]) -> None:
+        """Call `listener` with each telemetry sample's owners per GPU (time, GPU name -> Owners)."""
+        self._sample_listeners.append(listener)
+
+    def sampled(self, now: float, owners: Mapping[str, Owners]) -> None:
+        for listener in self._sample_listeners:
+            listener(now, owners)
+
+    def on_lending(self, listener: Callable[[dict[str, list[dict[str, str]]]], None]) -> None:
+        """Call `listener` with the lend views' taints (device name -> taints) whenever they change."""
+        self._lending_listeners.append(listener)
+
+    def lending_changed(self, taints: dict[str, list[dict[str, str]]]) -> None:
+        for listener in self._lending_listeners:
+            listener(taints)
 
     def start(self) -> None:
         for service in self.services:

@@ -66,12 +66,14 @@ PROBE_DEVICE: dict[str, Any] = {
 }
 
 
-def probe_manifest(server: ServerInfo, driver: str, node: str) -> dict[str, Any]:
-    """A one-device slice of this node's pool with the fields a shared device needs, for a dry run
-    (nothing is stored; it names this node, as the chart's admission policy requires)."""
+def probe_manifest(
+    server: ServerInfo, driver: str, node: str, device: dict[str, Any] = PROBE_DEVICE
+) -> dict[str, Any]:
+    """A one-device slice of this node's pool with the fields a shared device (or `device`) needs,
+    for a dry run (nothing is stored; it names this node, as the chart's admission policy requires)."""
     version = server.resource_version
     spec = slice_spec(
-        DesiredSlice(devices=[PROBE_DEVICE]),
+        DesiredSlice(devices=[device]),
         api_version=version,
         driver=driver,
         pool_name=node,
@@ -79,7 +81,7 @@ def probe_manifest(server: ServerInfo, driver: str, node: str) -> dict[str, Any]
         generation=1,
         slice_count=1,
     )
-    name = f"{node}-{driver}-consumable-shares-probe"
+    name = f"{node}-{driver}-{device['name']}"
     return slice_manifest(spec, api_version=version, name=name, owner_node_name=node, owner_node_uid=None)
 
 

@@ -39,8 +39,10 @@ from dra_fake.core.slices import (
     DesiredSlice,
     canonical_quantity,
 )
+from dra_fake.gpu import attach
 from dra_fake.gpu.devices import AllocatableDevice
 from dra_fake.gpu.inventory import MIB, Inventory, PhysicalGpu
+from dra_fake.gpu.lending import LENDER_ATTRIBUTE, SPOT_TYPE
 from dra_fake.gpu.profiles import GpuProfile, MigProfile
 from dra_fake.gpu.shares import SharesMode, shared_capacities
 
@@ -147,6 +149,8 @@ def _all_counters(gpu: PhysicalGpu) -> dict[str, int]:
 
 def full_gpu_device(gpu: PhysicalGpu, device: AllocatableDevice) -> dict[str, Any]:
     attributes = gpu_attributes(gpu) | {"type": {"string": "gpu"}, "uuid": {"string": gpu.uuid}}
+    if device.lends is not None:  # a lend view (dra_fake.gpu.lending): out of NVIDIA's classes
+        attributes |= {"type": {"string": SPOT_TYPE}, LENDER_ATTRIBUTE: {"string": device.lends}}
     result: dict[str, Any] = {"name": device.name, "attributes": dict(sorted(attributes.items()))}
     if gpu.mig_mode == "dynamic":
         result["capacity"] = _capacity(max_mig_capacities(gpu.profile), device.shares)
@@ -193,6 +197,8 @@ def device_entry(
         entry["taints"] = [dict(t) for t in taints[device.name]]
     if device.shares is not None:  # NVIDIA's ConsumableShares: every GPU and MIG device
         entry["allowMultipleAllocations"] = True
+    if gpu.attach is not None:  # fabric-attached: binds only once attached (dra_fake.gpu.attach)
+        entry.update(attach.slice_fields())
     _check_device_limits(entry)
     return entry
 

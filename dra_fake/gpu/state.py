@@ -1,8 +1,9 @@
 """Prepare and unprepare of `gpu.nvidia.com` claims on one node: the GPU driver's prepared state.
 
 Built on dra_fake.core.state.PreparedClaims (lock, checkpoint, unprepare, start-up
-reconciliation, crash points); this module decides what a claim gets. Order of prepare
-(docs/prepare.md argues why a SIGKILL between any two steps is safe):
+reconciliation, crash points); this module carries out what dra_fake.gpu.plan decides a claim
+gets, and records it as dra_fake.gpu.claimdata's payload. Order of prepare (docs/prepare.md
+argues why a SIGKILL between any two steps is safe):
 
     lock -> load -> PrepareCompleted? return stored devices
          -> PrepareStarted? roll it back -> plan (pure: configs, conflicts, UUIDs, CDI spec)
@@ -15,13 +16,10 @@ from __future__ import annotations
 import logging
 import math
 import operator
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
-
-from pydantic import Field
+from typing import Any
 
 from dra_fake.core import cdi, metrics
 from dra_fake.core.checkpoint import (
@@ -29,82 +27,23 @@ from dra_fake.core.checkpoint import (
     PREPARE_STARTED,
     CheckpointData,
     CheckpointedDevice,
-    ClaimEntry,
-    DriverData,
-    _Model,
 )
-from dra_fake.core.claims import ClaimError, ParsedClaim, PermanentClaimError
+from dra_fake.core.claims import ClaimError, ParsedClaim
+from dra_fake.core.crashpoints import crash_point
 from dra_fake.core.locking import DEFAULT_TIMEOUT_SECONDS
-from dra_fake.core.opaque import main_request
-from dra_fake.core.state import PreparedClaims, crash_point, to_prepared
-from dra_fake.gpu import configs, edits
+from dra_fake.core.state import PreparedClaims, to_prepared
+from dra_fake.gpu import configs, devicefile, edits
+from dra_fake.gpu.claimdata import GpuClaimData, GpuClaimEntry, MigDeviceRecord, ShareRecord
 from dra_fake.gpu.configs import FeatureGates, GateLookup, Quantity
-from dra_fake.gpu.devices import AllocatableDevice, mig_uuid
+from dra_fake.gpu.devices import AllocatableDevice
 from dra_fake.gpu.devnodes import DeviceNodes
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
-from dra_fake.gpu.shares import MPS_REFUSED, SharesMode
+from dra_fake.gpu.plan import Holdings, held_part, mig_record, plan_claim
+from dra_fake.gpu.shares import SharesMode
 from dra_fake.gpu.workloads import ClaimHolding, HeldDevice
 from dra_fake.kubelet.api import PreparedDevice
 
 _log = logging.getLogger(__name__)
-
-
-# --- What the checkpoint records per claim -------------------------------------------------------
-
-
-class MigDeviceRecord(_Model):
-    """A dynamic MIG device created for the claim (destroyed on unprepare / rollback)."""
-
-    device: str
-    uuid: str
-    parentUUID: str
-    gpuIndex: int
-    profile: str
-    giProfileID: int
-    placementStart: int
-    placementSize: int
-
-
-class TimeSliceRecord(_Model):
-    """A time-slice interval applied to a full GPU (reset to Default on undo)."""
-
-    uuid: str
-    interval: str
-
-
-class MpsDaemonRecord(_Model):
-    """A (simulated) MPS control daemon started for a group of the claim's devices."""
-
-    controlDaemonID: str
-    uuids: list[str]
-
-
-class ShareRecord(_Model):
-    """The claim's share of a device with consumable shares
-    (docs/sharing-design.md#14-state-and-checkpoint-keyed-by-share)."""
-
-    device: str
-    shareID: str | None = None  # None: allocated whole before the device was shared
-    config: str | None = None  # the normalized config (configs.fingerprint); None: unknown (recovered)
-    consumedCapacity: dict[str, str] = Field(default_factory=dict)  # as the allocation result has it
-
-
-class GpuClaimData(DriverData):
-    """The undo data of a gpu.nvidia.com claim (format 1 kept it as `undo`, same field names).
-    A dynamic MIG device or a time slice several shares hold is recorded by each of them and
-    released when the last goes (`DeviceState.release`)."""
-
-    migDevices: list[MigDeviceRecord] = Field(default_factory=list)
-    timeSlicing: list[TimeSliceRecord] = Field(default_factory=list)
-    mpsDaemons: list[MpsDaemonRecord] = Field(default_factory=list)
-    shares: list[ShareRecord] = Field(default_factory=list)  # empty in checkpoints of older versions
-
-
-GpuClaimEntry = ClaimEntry[GpuClaimData]
-
-
-def _overlaps(a_start: int, a_size: int, b_start: int, b_size: int) -> bool:
-    return a_start < b_start + b_size and b_start < a_start + a_size
 
 
 @dataclass(eq=False)
@@ -117,55 +56,6 @@ class _Prepare:
     devices: list[PreparedDevice] | None = None
     error: Exception | None = None
     twin: _Prepare | None = None  # the same claim earlier in the batch
-
-
-@dataclass
-class _Holdings:
-    """What the prepared claims hold, for conflict checks, and the entries it was built from
-    (in the checkpoint's order: a prepare adds its claim last, so the next plan adds one part)."""
-
-    parts: dict[str, _HeldPart] = field(default_factory=dict)  # claim UID -> its part
-    entries: list[GpuClaimEntry] = field(default_factory=list)  # of the same claims, in order
-    devices: dict[str, list[_Holder]] = field(default_factory=dict)  # device -> its holders (no admin access)
-    full_gpus: dict[str, list[tuple[str, str]]] = field(
-        default_factory=dict
-    )  # GPU UUID -> (device, claim UID)
-    migs: list[tuple[MigDeviceRecord, str]] = field(default_factory=list)  # dynamic MIG devices, claim UID
-
-    def add(self, uid: str, entry: GpuClaimEntry, part: _HeldPart) -> None:
-        self.parts[uid] = part
-        self.entries.append(entry)
-        for name, gpu_uuid, shared, config in part.held:
-            self.devices.setdefault(name, []).append(_Holder(uid, shared, config))
-            if gpu_uuid is not None:
-                self.full_gpus.setdefault(gpu_uuid, []).append((name, uid))
-        self.migs.extend((m, uid) for m in part.data.migDevices)
-
-    def holders(self, device: str, other_than: str) -> list[_Holder]:
-        """The claims but `other_than` that hold `device`, in checkpoint order."""
-        return [h for h in self.devices.get(device, ()) if h.uid != other_than]
-
-    def full_gpu(self, gpu_uuid: str, other_than: str) -> tuple[str, str] | None:
-        """(device, claim UID) of the first claim but `other_than` holding the full GPU."""
-        return next((held for held in self.full_gpus.get(gpu_uuid, ()) if held[1] != other_than), None)
-
-    def migs_of_others(self, claim_uid: str) -> list[tuple[MigDeviceRecord, str]]:
-        return [(m, uid) for m, uid in self.migs if uid != claim_uid]
-
-
-class _Holder(NamedTuple):
-    uid: str
-    shared: bool  # holds a share of the device (else the whole device)
-    config: str | None  # the share's normalized config; None: unknown
-
-
-class _HeldPart(NamedTuple):
-    """One entry's part of the holdings, and the objects it was made from."""
-
-    devices: list[CheckpointedDevice]
-    data: GpuClaimData
-    # (device, its GPU UUID if a full GPU, held as a share, the share's config)
-    held: tuple[tuple[str, str | None, bool, str | None], ...]
 
 
 # --- The device state ----------------------------------------------------------------------------
@@ -189,6 +79,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         nvidia_smi: NvidiaSmi | None = None,
         device_nodes: Callable[[], DeviceNodes | None] | None = None,
         consumable_shares: SharesMode | None = None,
+        memory_view: bool = True,
     ) -> None:
         super().__init__(
             driver_name,
@@ -209,8 +100,10 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         # --consumable-shares: MPS is refused on every device of the node (as NVIDIA); sharing per
         # device comes from the inventory (AllocatableDevice.shares), where groups may override it.
         self.consumable_shares = consumable_shares
+        # --shared-memory-view=share: a share's nvidia-smi shows its memory as the total (ours)
+        self.memory_view = memory_view
         self._prepares = self.group(self._prepare_batch)
-        self._held = _Holdings()
+        self._held = Holdings()
 
     # --- public API -------------------------------------------------------------------------
 
@@ -255,7 +148,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                     _log.info("prepare: rolling back a partial prepare claim=%s", uid)
                     self.rollback(data, uid)
                     rolled_back = True
-                item.entry, item.devices, item.reused_migs = self._plan(item.claim, data, device_nodes)
+                item.entry, item.devices, item.reused_migs = plan_claim(self, item.claim, data, device_nodes)
             except Exception as exc:  # this claim's error (a bug included), not the batch's
                 item.error = exc
                 continue
@@ -323,6 +216,12 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         found = {m.uuid: m for e in data.claims.values() for m in e.driverData.migDevices}
         return list(found.values())
 
+    def created_mig_uuids(self, claim_uid: str) -> dict[str, str]:
+        """The dynamic MIG devices created for one prepared claim: device name -> UUID."""
+        data = self.store.peek()
+        entry = data.claims.get(claim_uid) if data is not None else None
+        return {m.device: m.uuid for m in entry.driverData.migDevices} if entry is not None else {}
+
     def holdings(self) -> list[ClaimHolding]:
         """The prepared claims and their devices (read without the lock, for the telemetry)."""
         data = self.store.peek()
@@ -333,12 +232,34 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             if entry.state != PREPARE_COMPLETED:
                 continue
             migs = {m.device: m.uuid for m in entry.driverData.migDevices}
+            consumed = {(s.device, s.shareID): s.consumedCapacity for s in entry.driverData.shares}
             devices = tuple(
-                HeldDevice(d.deviceName, d.poolName, tuple(d.requests), migs.get(d.deviceName))
+                HeldDevice(
+                    d.deviceName,
+                    d.poolName,
+                    tuple(d.requests),
+                    migs.get(d.deviceName),
+                    d.shareID,
+                    self._share_view(d.deviceName, consumed.get((d.deviceName, d.shareID))),
+                )
                 for d in entry.preparedDevices
             )
             out.append(ClaimHolding(entry.namespace, entry.name, devices))
         return out
+
+    def _share_view(self, device: str, consumed: Mapping[str, str] | None) -> int | None:
+        """The MiB a share sees as its memory (devicefile.share_memory_mib), None: the device's."""
+        if not self.memory_view:
+            return None
+        raw = (consumed or {}).get("memory")
+        known = self.devices.get(device)
+        if raw is None or known is None:
+            return None
+        try:
+            memory = math.floor(Quantity.parse(raw).value)
+        except ValueError:
+            return None
+        return devicefile.share_memory_mib(known.memory_bytes, memory)
 
     # --- steps --------------------------------------------------------------------------------
 
@@ -369,7 +290,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             if device.shares is not None:
                 shares.append(ShareRecord(device=name, shareID=share_id))
             if device.dynamic and device.mig is not None:
-                record = self._mig_record(device, claim_uid)
+                record = mig_record(self.node, device, claim_uid)
                 migs.append(record.model_copy(update={"uuid": env.get("UUID") or record.uuid}))
         if not prepared:
             return None
@@ -387,21 +308,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                 return name
         return None
 
-    def _mig_record(self, device: AllocatableDevice, claim_uid: str) -> MigDeviceRecord:
-        if device.mig is None:
-            raise PermanentClaimError(f"device {device.name} is not a MIG device")
-        return MigDeviceRecord(
-            device=device.name,
-            uuid=mig_uuid(self.node, device.index, device.mig, nonce=claim_uid),
-            parentUUID=device.gpu_uuid,
-            gpuIndex=device.index,
-            profile=device.mig.profile,
-            giProfileID=device.mig.gi_profile_id,
-            placementStart=device.mig.start,
-            placementSize=device.mig.size,
-        )
-
-    def _holdings(self, data: CheckpointData[GpuClaimData]) -> _Holdings:
+    def holdings_of(self, data: CheckpointData[GpuClaimData]) -> Holdings:
         """What every claim the node holds (128 in the bench) holds. Kept from the last plan while
         the checkpoint holds the same entries (by identity) in the same order, and extended when
         it holds more after them (the claims planned since); rebuilt otherwise, from each entry's
@@ -414,207 +321,14 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         held, known = self._held, len(self._held.entries)
         parts = held.parts
         if not (uids[:known] == list(parts) and all(map(operator.is_, entries, held.entries))):
-            held = self._held = _Holdings()  # from `parts` still, where an entry holds the same
+            held = self._held = Holdings()  # from `parts` still, where an entry holds the same
             known = 0
         for uid, entry in zip(uids[known:], entries[known:], strict=True):
             part = parts.get(uid)
             if part is None or part.devices is not entry.preparedDevices or part.data is not entry.driverData:
-                part = self._held_part(entry)
+                part = held_part(entry, self.devices)
             held.add(uid, entry, part)
         return held
-
-    def _held_part(self, entry: GpuClaimEntry) -> _HeldPart:
-        """The devices an entry holds (not admin access), with the GPU UUID of each full GPU, and
-        whether it holds a share (a share record, or a share ID from a version before them)."""
-        records = {r.device: r for r in entry.driverData.shares}
-        held = []
-        for d in entry.preparedDevices:
-            if d.adminAccess:
-                continue
-            known = self.devices.get(d.deviceName)
-            record = records.get(d.deviceName)
-            held.append(
-                (
-                    d.deviceName,
-                    known.gpu_uuid if known is not None and known.kind == "gpu" else None,
-                    record is not None or d.shareID is not None,
-                    record.config if record is not None else None,
-                )
-            )
-        return _HeldPart(entry.preparedDevices, entry.driverData, tuple(held))
-
-    def _check_conflicts(self, claim: ParsedClaim, held: _Holdings, configs_of: list[str]) -> None:
-        """No device of another claim, unless both hold shares of a shared device with equal
-        normalized configs (`configs_of`, per result; NVIDIA's rule, checked here against entries in
-        any state); no dynamic MIG placement overlapping another claim's MIG devices or a full GPU
-        (and no full GPU with MIG devices on it) — nor within this claim."""
-        migs = held.migs_of_others(claim.uid)
-        own_gpus: dict[str, str] = {}  # GPU UUID -> this claim's full GPU on it
-        for r, config in zip(claim.results, configs_of, strict=True):
-            if r.admin_access:
-                continue
-            device = self.devices[r.device]
-            for other in held.holders(r.device, claim.uid):
-                if device.shares is None or not other.shared:
-                    raise ClaimError(
-                        f"requested device {r.device} is already allocated to different claim {other.uid}"
-                    )
-                if other.config is not None and other.config != config:
-                    raise ClaimError(
-                        f"requested device {r.device} has conflicting configuration with already "
-                        f"prepared claim {other.uid}"
-                    )
-            if device.kind == "gpu":
-                for m, uid in migs:
-                    if m.parentUUID == device.gpu_uuid and m.device != r.device:
-                        raise ClaimError(
-                            f"requested device {r.device} conflicts with MIG device {m.device} "
-                            f"prepared for claim {uid} on the same GPU"
-                        )
-                own_gpus.setdefault(device.gpu_uuid, r.device)
-            elif device.dynamic and device.mig is not None:
-                gpu = held.full_gpu(device.gpu_uuid, claim.uid)
-                if gpu is None and device.gpu_uuid in own_gpus:
-                    gpu = (own_gpus[device.gpu_uuid], claim.uid)
-                if gpu is not None:
-                    raise ClaimError(
-                        f"requested device {r.device} conflicts with full GPU {gpu[0]} "
-                        f"prepared for claim {gpu[1]}"
-                    )
-                for m, uid in migs:
-                    if (
-                        m.parentUUID == device.gpu_uuid
-                        and m.device != r.device
-                        and _overlaps(m.placementStart, m.placementSize, device.mig.start, device.mig.size)
-                    ):
-                        raise ClaimError(
-                            f"requested device {r.device} overlaps MIG device {m.device} "
-                            f"prepared for claim {uid} on the same GPU"
-                        )
-                migs.append((self._mig_record(device, claim.uid), claim.uid))
-
-    def _plan(
-        self, claim: ParsedClaim, data: CheckpointData[GpuClaimData], device_nodes: DeviceNodes | None
-    ) -> tuple[GpuClaimEntry, list[PreparedDevice], frozenset[str]]:
-        """Decide everything without side effects: the entry to write, the devices to return, and
-        the dynamic MIG devices this claim shares with others (they exist already)."""
-        for r in claim.results:
-            if r.pool != self.pool:
-                raise PermanentClaimError(
-                    f"prepare devices failed: requested device is not allocatable: {r.device} "
-                    f"(pool {r.pool}; this node's pool is {self.pool})"
-                )
-            if r.device not in self.devices:
-                raise PermanentClaimError(
-                    f"prepare devices failed: requested device is not allocatable: {r.device}"
-                )
-        held = self._holdings(data)
-
-        uuids: list[str] = []
-        migs: dict[str, MigDeviceRecord] = {}
-        reused: set[str] = set()
-        for r in claim.results:
-            device = self.devices[r.device]
-            if device.dynamic and device.mig is not None:
-                # Admin access observes a MIG device another claim created; a share uses the one
-                # the device's first share created (NVIDIA: getPreparedMigDevice).
-                existing = None
-                if r.admin_access or device.shares is not None:
-                    existing = next(
-                        (m for m, uid in held.migs if m.device == r.device and uid != claim.uid), None
-                    )
-                record = existing or self._mig_record(device, claim.uid)
-                if not r.admin_access:
-                    migs.setdefault(r.device, record)  # each share keeps a copy: released by the last
-                    if existing is not None:
-                        reused.add(record.uuid)
-                uuids.append(record.uuid)
-            elif device.uuid is not None:
-                uuids.append(device.uuid)
-            else:
-                raise PermanentClaimError(f"prepare devices failed: requested device {r.device} has no UUID")
-
-        try:
-            resolved = configs.resolve_configs(
-                self.driver,
-                claim.config,
-                [
-                    configs.ResultDevice(r.request, r.device, self.devices[r.device].kind, uuid)
-                    for r, uuid in zip(claim.results, uuids, strict=True)
-                ],
-                self.gates,
-                claim.uid,
-            )
-        except configs.ConfigError as exc:
-            raise PermanentClaimError(f"prepare devices failed: {exc}") from None
-        for r, c in zip(claim.results, resolved, strict=True):
-            if c.sharing.strategy == configs.STRATEGY_MPS and (
-                self.consumable_shares is not None or self.devices[r.device].shares is not None
-            ):
-                raise PermanentClaimError(f"prepare devices failed: error applying config: {MPS_REFUSED}")
-        fingerprints = [configs.fingerprint(c.config) for c in resolved]
-        try:
-            self._check_conflicts(claim, held, fingerprints)
-        except ClaimError as exc:
-            raise ClaimError(f"unable to prepare claim {claim.uid}: {exc}") from None
-
-        undo = GpuClaimData(migDevices=list(migs.values()))
-        seen_ts: set[str] = set()
-        seen_mps: set[str] = set()
-        spec_devices: list[edits.SpecDevice] = []
-        checkpointed: list[CheckpointedDevice] = []
-        # A claim's share is its own CDI device by the claim UID; only two shares of one device in
-        # one claim need the share ID in the name too (NVIDIA's name would repeat; sharing-design §1.5).
-        shares_per_device = Counter(r.device for r in claim.results if r.share_id)
-        for r, uuid, c, config in zip(claim.results, uuids, resolved, fingerprints, strict=True):
-            device, applied = self.devices[r.device], c.sharing
-            if applied.time_slice_interval is not None and device.kind == "gpu" and uuid not in seen_ts:
-                seen_ts.add(uuid)
-                undo.timeSlicing.append(TimeSliceRecord(uuid=uuid, interval=applied.time_slice_interval))
-            if applied.mps is not None and applied.mps.control_daemon_id not in seen_mps:
-                seen_mps.add(applied.mps.control_daemon_id)
-                undo.mpsDaemons.append(
-                    MpsDaemonRecord(
-                        controlDaemonID=applied.mps.control_daemon_id, uuids=list(applied.mps.uuids)
-                    )
-                )
-            if device.shares is not None and not r.admin_access:
-                undo.shares.append(
-                    ShareRecord(
-                        device=r.device,
-                        shareID=r.share_id,
-                        config=config,
-                        consumedCapacity=dict(r.consumed_capacity),
-                    )
-                )
-            suffix = r.share_id if shares_per_device[r.device] > 1 else None
-            name = cdi.cdi_device_name(claim.uid, r.device, suffix)
-            share = _share(r.share_id, r.consumed_capacity) if r.share_id else None
-            spec_devices.append(edits.SpecDevice(name, device, uuid, r.admin_access, applied, share))
-            checkpointed.append(
-                CheckpointedDevice(
-                    requests=[main_request(r.request)],
-                    poolName=r.pool,
-                    deviceName=r.device,
-                    cdiDeviceIDs=[cdi.cdi_device_id(self.driver, name)],
-                    shareID=r.share_id,
-                    adminAccess=r.admin_access,
-                )
-            )
-        spec = edits.build_claim_spec(self.driver, claim.uid, spec_devices, self.nvidia_smi, device_nodes)
-        try:
-            cdi.checked(spec)
-        except cdi.CdiSpecError as exc:
-            raise ClaimError(f"error building the CDI spec: {exc}") from None
-        entry = GpuClaimEntry(
-            state=PREPARE_STARTED,
-            name=claim.name,
-            namespace=claim.namespace,
-            preparedDevices=checkpointed,
-            driverData=undo,
-            cdiSpec=spec,
-        )
-        return entry, [to_prepared(d) for d in checkpointed], frozenset(reused)
 
     def _apply(self, claim_uid: str, undo: GpuClaimData, reused_migs: frozenset[str] = frozenset()) -> None:
         """The "hardware" side of prepare. Simulated: nothing exists outside the checkpoint, so
@@ -649,6 +363,8 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         `data`, in any state, holds it (NVIDIA counts completed claims only; a partial one may be
         completed by the kubelet's retry). Counted afresh from the checkpoint on every call."""
         undo = entry.driverData
+        if undo.shares and entry.cdiSpec and self.nvidia_smi is not None:
+            self.nvidia_smi.remove_share_files(entry.cdiSpec)  # each share's own: not counted
         if not (undo.migDevices or undo.timeSlicing):
             return
         others = data.claims.values()
@@ -694,24 +410,6 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         if self.nvidia_smi is None:
             return 0
         return self.nvidia_smi.sweep(e.cdiSpec for e in data.claims.values() if e.cdiSpec)
-
-
-def _share(share_id: str, consumed: Mapping[str, str]) -> edits.Share:
-    """What a share consumes, as its container's env shows it: memory in bytes (rounded down: the
-    scheduler's amounts are whole MiB), shares as a count."""
-
-    def amount(name: str) -> int | None:
-        raw = consumed.get(name)
-        if raw is None:
-            return None
-        try:
-            return math.floor(Quantity.parse(raw).value)
-        except ValueError as exc:
-            raise PermanentClaimError(
-                f"prepare devices failed: consumedCapacity.{name} of share {share_id}: {exc}"
-            ) from None
-
-    return edits.Share(share_id, amount("memory"), amount("shares"))
 
 
 def _device_env(spec: Mapping[str, Any], cdi_name: str, prefix: str) -> dict[str, str]:

@@ -200,14 +200,28 @@ class Simulator:
         return out
 
     def _load(self, entity: Entity, users: Iterable[User], period: str) -> tuple[int, int]:
-        """(utilization %, memory MiB used) of one entity."""
+        """(utilization %, memory MiB used) of one entity: its shares' and other users' together."""
+        users = list(users)
         pods: dict[str, Load] = {}
         for user in users:
             pods.setdefault(user.pod_uid, user.load)
         util = sum(draw(*load.utilization, entity.uuid, uid, period) for uid, load in pods.items())
         usable = entity.memory_mib - entity.reserved_mib
-        memory = sum(_memory_mib(load, entity.memory_mib) for load in pods.values())
+        memory = sum(u.memory_used_mib for u in _shares(entity, users, period, usable))
         return min(util, 100), max(0, min(memory, usable))
+
+    def share_uses(
+        self, now: float, users: Mapping[str, list[User]], dynamic_migs: Mapping[str, str]
+    ) -> list[ShareUse]:
+        """Each share's own usage at `now` (what its nvidia-smi shows: docs/nvml.md#shares), from
+        the same draws as `sample`."""
+        period = str(int(now // SAMPLE_PERIOD))
+        out: list[ShareUse] = []
+        for entity in entities(self.inventory, dynamic_migs):
+            usable = entity.memory_mib - entity.reserved_mib
+            found = _shares(entity, users.get(entity.device, []), period, usable)
+            out += [u for u in found if u.share_id is not None]
+        return out
 
     def _gpu_values(self, gpu: PhysicalGpu, util: int, state: Mapping[str, int], now: float) -> Reading:
         """The device-level values every entity of the GPU reports."""
@@ -279,3 +293,30 @@ class Simulator:
             pcie_tx_bytes=pcie,
             pcie_rx_bytes=pcie,
         )
+
+
+@dataclass(frozen=True)
+class ShareUse:
+    """The usage of one share of a device (share_id None: the device's users without a share)."""
+
+    share_id: str | None
+    device: str
+    utilization: int  # percent, its pods' draws summed, capped at 100
+    memory_used_mib: int  # capped at its view
+    memory_mib: int | None  # its view (None: the device's)
+
+
+def _shares(entity: Entity, users: Iterable[User], period: str, usable: int) -> list[ShareUse]:
+    """An entity's users grouped by share: a pod's memory percentage is of its share's view, and a
+    share's memory is capped at its view (the device's usable memory without one)."""
+    groups: dict[str | None, tuple[int | None, dict[str, Load]]] = {}
+    for user in users:
+        view = user.device.share_memory_mib
+        groups.setdefault(user.device.share_id, (view, {}))[1].setdefault(user.pod_uid, user.load)
+    out = []
+    for share_id, (view, pods) in groups.items():
+        util = sum(draw(*load.utilization, entity.uuid, uid, period) for uid, load in pods.items())
+        memory = sum(_memory_mib(load, view or entity.memory_mib) for load in pods.values())
+        cap = min(view, usable) if view else usable
+        out.append(ShareUse(share_id, entity.device, min(util, 100), max(0, min(memory, cap)), view))
+    return out

@@ -106,6 +106,8 @@ class HeldDevice:
     pool: str
     requests: tuple[str, ...]  # the claim requests it was allocated for ("req" or "req/subrequest")
     uuid: str | None = None  # a dynamic MIG device's UUID (created for this claim)
+    share_id: str | None = None  # allocated as a share of a shared device
+    share_memory_mib: int | None = None  # the share's memory view (None: the device's)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The metrics the kubelet gRPC layer records (dra_fake.kubelet.server): calls served, their
+"""The metrics the kubelet gRPC layer records (dra_fake.kubelet.server, .draservice): calls served, their
 duration and result, claims answered with an error, the kubelet's registration.
 
 They are part of the plugins' metrics (dra_fake.core.metrics.DriverMetrics extends them); they are

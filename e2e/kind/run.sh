@@ -2,7 +2,7 @@
 # e2e/kind/run.sh VERSION: the e2e suite on a kind cluster of the public kindest/node image for
 # Kubernetes VERSION (1.32, 1.33, ... or a full 1.34.0), for machines with internet access.
 # Offline (no registry), use make kind-images / kind-up / e2e-kind instead (docs/kind.md).
-#   KIND_NODE_IMAGE=kindest/node:vX.Y.Z   node image (default: the table below)
+#   KIND_NODE_IMAGE=kindest/node:vX.Y.Z   node image (default: python -m e2e.kindcluster public-image MINOR)
 #   KEEP=1                                 leave the cluster running
 # Needs docker, Go (kind and helm are built from their Go modules) and Python 3.11+ with the
 # project installed (pip install -e '.[dev]').
@@ -10,14 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 version=${1:?usage: e2e/kind/run.sh VERSION (e.g. 1.32, 1.34, 1.36.1)}
 minor=$(echo "$version" | cut -d. -f1,2)
-# Node images published with kind releases (override with KIND_NODE_IMAGE for others).
-declare -A NODE_IMAGE=(
-  [1.32]=v1.32.2 [1.33]=v1.33.1 [1.34]=v1.34.0 [1.35]=v1.35.0 [1.36]=v1.36.1 [1.37]=v1.37.0
-)
-if [ "$version" != "$minor" ]; then tag=v$version; else tag=${NODE_IMAGE[$minor]:-}; fi
-image=${KIND_NODE_IMAGE:-kindest/node:${tag:?no default node image for $minor: set KIND_NODE_IMAGE}}
-full=${tag#v}
 PYTHON=${PYTHON:-python3}
+# The node image of a minor: the public one our kind configs name (e2e/kindcluster/versions.py).
+if [ "$version" != "$minor" ]; then image=kindest/node:v$version; else image=$("$PYTHON" -m e2e.kindcluster public-image "$minor"); fi
+image=${KIND_NODE_IMAGE:-$image}
+tag=${image##*:}
+full=${tag#v}
 
 hack/kind/tools.sh kind >/dev/null   # built from its Go module into .kind/bin
 hack/install-tools.sh helm

@@ -1,4 +1,5 @@
-"""python -m e2e.kindcluster up|down|config|versions (make kind-up, kind-down; e2e/kind/run.sh)"""
+"""python -m e2e.kindcluster up|down|config|versions|public-image|examples|readme|matrix-*
+(make kind-up, kind-down, generate, kind-readme; e2e/kind/run.sh)"""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+from e2e.kindcluster import matrix, readme
 from e2e.kindcluster.cluster import KindCluster
-from e2e.kindcluster.config import HostFacts, dump, kind_config
-from e2e.kindcluster.versions import newest, pinned, resolve
+from e2e.kindcluster.config import HostFacts, dump, kind_config, write_examples
+from e2e.kindcluster.versions import REPO, Release, newest, pinned, public_node_image, resolve
 
 
 def main() -> int:
@@ -20,6 +22,20 @@ def main() -> int:
     down = sub.add_parser("down", help="delete the cluster")
     cfg = sub.add_parser("config", help="print the kind configuration (e2e/kind/run.sh: public images)")
     sub.add_parser("versions", help="the pinned releases, one per line")
+    pub = sub.add_parser("public-image", help="the public kindest/node image of a minor (e2e/kind/run.sh)")
+    pub.add_argument("minor", help="1.34")
+    sub.add_parser("examples", help="write examples/kind/kind-<minor>.yaml (make generate)")
+    sub.add_parser("matrix-table", help="docs/kind.md's matrix table from docs/results/kind-matrix.tsv")
+    mrow = sub.add_parser("matrix-row", help="a kind-matrix.tsv row from a lane's pytest output (matrix.sh)")
+    for name in ("kubernetes", "date", "commit"):
+        mrow.add_argument(name)
+    for name in ("workers", "up_s", "lane_s"):
+        mrow.add_argument(name, type=int)
+    mrow.add_argument("log", type=Path, help="the lane's pytest output")
+    rd = sub.add_parser("readme", help="run README.md's kind path as written (make kind-readme; internet)")
+    rd.add_argument("--k8s", default=newest().short, help="minor: examples/kind/kind-<minor>.yaml")
+    rd.add_argument("--print", action="store_true", help="print the blocks for that release, run nothing")
+    rd.add_argument("--keep", action="store_true", help="leave the cluster when a step fails")
     kcfg = sub.add_parser("kubeconfig", help="print the path of the cluster's kubeconfig")
     for p in (up, down, cfg, kcfg):
         p.add_argument("--k8s", default=newest().short, help="minor (1.33) or release (1.33.13)")
@@ -45,6 +61,29 @@ def main() -> int:
 
     if args.cmd == "versions":
         print("\n".join(r.tag for r in pinned()))
+        return 0
+    if args.cmd == "public-image":
+        print(public_node_image(Release.parse(f"{args.minor}.0").minor))
+        return 0
+    if args.cmd == "readme":
+        minor = Release.parse(f"{args.k8s}.0" if args.k8s.count(".") == 1 else args.k8s).minor
+        if args.print:
+            for step, block in readme.blocks().items():
+                print(f"# ---- {step}\n{readme.for_release(block, minor)}", end="")
+        else:
+            readme.run(minor, keep=args.keep)
+        return 0
+    if args.cmd == "matrix-table":
+        print(matrix.write_doc().relative_to(REPO))
+        return 0
+    if args.cmd == "matrix-row":
+        text = args.log.read_text(errors="replace")
+        tag = resolve(args.kubernetes).tag
+        print(matrix.row(tag, args.date, args.commit, args.workers, args.up_s, args.lane_s, text))
+        return 0
+    if args.cmd == "examples":
+        for path in write_examples():
+            print(path.relative_to(REPO))
         return 0
     release = resolve(args.k8s, pinned_only=not (args.cmd == "config" or getattr(args, "node_image", None)))
     if args.cmd == "config":

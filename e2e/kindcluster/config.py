@@ -13,7 +13,14 @@ from typing import Any
 
 import yaml
 
-from e2e.kindcluster.versions import Release, feature_gates, runtime_config
+from e2e.kindcluster.versions import (
+    PUBLIC_NODE_IMAGES,
+    REPO,
+    Release,
+    feature_gates,
+    public_node_image,
+    runtime_config,
+)
 
 CAP_SYS_RESOURCE = 24
 CNI_TEMPLATE = "/etc/containerd/cni-template.json"  # installed by hack/kind/node-base.sh
@@ -61,13 +68,19 @@ def kind_config(
     host: HostFacts,
     *,
     offline: bool,
+    image: str | None = None,
 ) -> dict[str, Any]:
-    """One control plane and a worker per entry of `workers` (its node labels)."""
+    """One control plane and a worker per entry of `workers` (its node labels); `image`: every
+    node's image, named in the config (else kind's default or --image)."""
+    nodes: list[dict[str, Any]] = [{"role": "control-plane"}]
+    nodes += [{"role": "worker", "labels": dict(w)} for w in workers]
+    if image:
+        nodes = [{**node, "image": image} for node in nodes]
     config: dict[str, Any] = {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
         "featureGates": feature_gates(release),
-        "nodes": [{"role": "control-plane"}] + [{"role": "worker", "labels": dict(w)} for w in workers],
+        "nodes": nodes,
         "containerdConfigPatches": [containerd_patch(host, offline)],
     }
     if runtime := runtime_config(release):
@@ -91,3 +104,40 @@ _Dumper.add_representer(
 
 def dump(config: dict[str, Any]) -> str:
     return yaml.dump(config, Dumper=_Dumper, sort_keys=False)
+
+
+# ---- examples/kind/: the kind config of each release that the README's kind path uses -----------
+
+EXAMPLES = REPO / "examples" / "kind"
+# A user's host: cgroup v2 and docker's usual capabilities (HostFacts.detect shows this host's).
+USER_HOST = HostFacts(cgroup_v1=False, can_lower_oom_score=True)
+GPU_WORKER = {"nvidia.com/gpu.present": "true"}
+
+
+def example_path(minor: int) -> Path:
+    return EXAMPLES / f"kind-1.{minor}.yaml"
+
+
+def example(minor: int) -> str:
+    """examples/kind/kind-1.<minor>.yaml: the public node image of the release, one GPU worker."""
+    image = public_node_image(minor)
+    release = Release.parse(image.rpartition(":")[2])
+    header = (
+        f"# kind cluster for Kubernetes 1.{minor} with the DRA settings dra-fake needs (README.md,\n"
+        '# "On your kind cluster"). Generated from e2e/kindcluster/config.py by make generate.\n'
+    )
+    if minor >= 35:  # what kind_config adds where HostFacts.detect finds cgroup v1
+        header += (
+            "# On a cgroup v1 host add kubeadmConfigPatches: KubeletConfiguration failCgroupV1: false.\n"
+        )
+    return header + dump(kind_config(release, [GPU_WORKER], USER_HOST, offline=False, image=image))
+
+
+def write_examples() -> list[Path]:
+    EXAMPLES.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for minor in sorted(PUBLIC_NODE_IMAGES):
+        path = example_path(minor)
+        path.write_text(example(minor))
+        paths.append(path)
+    return paths

@@ -41,6 +41,25 @@ class Release:
         return self.tag
 
 
+# The public kindest/node image of each minor that users' kind configs name (examples/kind/,
+# e2e/kind/run.sh): images published with kind releases.
+PUBLIC_NODE_IMAGES = {
+    32: "v1.32.2",
+    33: "v1.33.1",
+    34: "v1.34.0",
+    35: "v1.35.0",
+    36: "v1.36.1",
+    37: "v1.37.0",
+}
+
+
+def public_node_image(minor: int) -> str:
+    try:
+        return f"kindest/node:{PUBLIC_NODE_IMAGES[minor]}"
+    except KeyError:
+        raise ValueError(f"no public kindest/node image known for 1.{minor}: set KIND_NODE_IMAGE") from None
+
+
 def pinned() -> list[Release]:
     releases = {
         Release.parse((d / "K8S_VERSION").read_text()) for d in MODULE_DIRS if (d / "K8S_VERSION").exists()

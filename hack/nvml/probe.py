@@ -256,6 +256,27 @@ def device_probe(h: Any) -> dict[str, Any]:
     return d
 
 
+def mig_probe(h: Any) -> list[dict[str, Any]]:
+    """The MIG devices NVML shows of a GPU in MIG mode (none otherwise), by MIG device index."""
+    devices = []
+    try:
+        count = N.nvmlDeviceGetMaxMigDeviceCount(h) if N.nvmlDeviceGetMigMode(h)[0] else 0
+    except N.NVMLError:
+        return []
+    for i in range(count):
+        try:
+            m = N.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+        except N.NVMLError:  # NOT_FOUND: no MIG device at this index
+            continue
+        d = {"index": i}
+        for name in ("UUID", "Name", "GpuInstanceId", "ComputeInstanceId", "Attributes", "IsMigDeviceHandle"):
+            fn = getattr(N, ("nvmlDevice" if name == "IsMigDeviceHandle" else "nvmlDeviceGet") + name)
+            d[name] = call(lambda m=m, fn=fn: fn(m))
+        d["MemoryInfo_v2"] = call(lambda m=m: N.nvmlDeviceGetMemoryInfo(m, version=N.nvmlMemory_v2))
+        devices.append(d)
+    return devices
+
+
 def raw_probe(h: Any) -> dict[str, Any]:
     """Argument checks every binding relies on: short buffers, NULL outputs, bad handles."""
     out: dict[str, Any] = {}
@@ -363,7 +384,13 @@ def main() -> int:
             result["devices"].append({"handle": f"ERR {_error_name(err.value)}"})
             continue
         dev: dict[str, Any] = {}
-        for key, part in (("values", device_probe), ("lookups", handle_lookups), ("raw", raw_probe)):
+        parts = (
+            ("values", device_probe),
+            ("mig", mig_probe),
+            ("lookups", handle_lookups),
+            ("raw", raw_probe),
+        )
+        for key, part in parts:
             try:
                 dev[key] = part(h)
             except Exception as err:  # one broken section must not cost the rest of the capture

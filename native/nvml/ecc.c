@@ -1,9 +1,11 @@
 /*
  * ECC mode and error counts, row remapping. The counts are the live file's fault_ecc_sbe and
  * fault_ecc_dbe (docs/faults.md): corrected (single-bit) and uncorrected (double-bit) errors of
- * the GPU's DRAM. Each uncorrectable error remaps a row, pending until the GPU is reset.
+ * the GPU's DRAM. Each uncorrectable error remaps a row, pending until the GPU is reset. SRAM
+ * (on-chip) error counts are 0: no fault makes one.
  */
 #include <stddef.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -116,5 +118,39 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRo
     *uncRows = dbe > 0xffffffffULL ? 0xffffffffU : (unsigned)dbe;
     *isPending = dbe > 0; /* a remapped row takes effect at the next GPU reset */
     *failureOccurred = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows_v2(nvmlDevice_t device, nvmlRemappedRowsInfo_v2_t *info)
+{
+    unsigned corr, unc, pending, failure;
+    nvmlReturn_t rc = dn_check_gpu(device, info);
+    if (rc == NVML_SUCCESS)
+        rc = nvmlDeviceGetRemappedRows(device, &corr, &unc, &pending, &failure);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    /* every remapping is active: none waits on a bank the simulation does not have */
+    info->corrActiveRemaps = corr;
+    info->corrInactiveRemaps = 0;
+    info->uncActiveRemaps = unc;
+    info->uncInactiveRemaps = 0;
+    info->bPending = pending;
+    info->bFailureOccurred = failure;
+    return NVML_SUCCESS;
+}
+
+/* SRAM (on-chip) errors: no fault makes one, so every count is 0 and no threshold is exceeded */
+nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlEccSramErrorStatus_t *status)
+{
+    nvmlReturn_t rc = dn_check_gpu(device, status);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (status->version != nvmlEccSramErrorStatus_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    rc = ecc_enabled(device);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    memset(status, 0, sizeof *status);
+    status->version = nvmlEccSramErrorStatus_v1;
     return NVML_SUCCESS;
 }

@@ -1,6 +1,6 @@
 /*
  * nvmlDeviceGetFieldValues: the common field IDs (ECC, power, energy, temperature limits, PCIe,
- * row remapping), each with its own nvmlReturn; every other field ID is NOT_SUPPORTED.
+ * row remapping, recovery action, time held back by each clock event reason), each with its own nvmlReturn; every other field ID is NOT_SUPPORTED.
  */
 #include <time.h>
 
@@ -178,6 +178,16 @@ static void field(nvmlDevice_t device, nvmlFieldValue_t *v)
         break;
     case NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT:
         margin(device, v, "temp_gpu_max", "temperature");
+        break;
+    case NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: /* a GPU that answers needs nothing; a lost one answers nothing */
+        set_uint(v, NVML_GPU_RECOVERY_ACTION_NONE);
+        break;
+    case NVML_FI_DEV_PERF_POLICY_POWER: /* no time held back (nvmlDeviceGetViolationStatus) */
+    case NVML_FI_DEV_PERF_POLICY_SYNC_BOOST:
+    case NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN:
+    case NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN:
+    case NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN:
+        set_ull(v, 0);
         break;
     default:
         break;

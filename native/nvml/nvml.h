@@ -398,8 +398,42 @@ typedef enum nvmlValueType_enum {
 #define NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT 194
 #define NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT 195
 #define NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT 196
+#define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230 /* nvmlDeviceGpuRecoveryAction_t */
+#define NVML_GPU_RECOVERY_ACTION_NONE 0
+#define NVML_FI_DEV_PERF_POLICY_POWER 74 /* time held back by each cause, ns */
+#define NVML_FI_DEV_PERF_POLICY_SYNC_BOOST 76
+#define NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN 269
+#define NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN 270
+#define NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN 271
 
 /* ---- structures ------------------------------------------------------------------------------ */
+
+typedef struct nvmlEccSramErrorStatus_v1_st {
+    unsigned int version;
+    unsigned long long aggregateUncParity;
+    unsigned long long aggregateUncSecDed;
+    unsigned long long aggregateCor;
+    unsigned long long volatileUncParity;
+    unsigned long long volatileUncSecDed;
+    unsigned long long volatileCor;
+    unsigned long long aggregateUncBucketL2;
+    unsigned long long aggregateUncBucketSm;
+    unsigned long long aggregateUncBucketPcie;
+    unsigned long long aggregateUncBucketMcu;
+    unsigned long long aggregateUncBucketOther;
+    unsigned int bThresholdExceeded;
+} nvmlEccSramErrorStatus_v1_t;
+typedef nvmlEccSramErrorStatus_v1_t nvmlEccSramErrorStatus_t;
+#define nvmlEccSramErrorStatus_v1 NVML_STRUCT_VERSION(EccSramErrorStatus, 1)
+
+typedef struct nvmlRemappedRowsInfo_v2_st {
+    unsigned int corrActiveRemaps;
+    unsigned int corrInactiveRemaps;
+    unsigned int uncActiveRemaps;
+    unsigned int uncInactiveRemaps;
+    unsigned int bPending;
+    unsigned int bFailureOccurred;
+} nvmlRemappedRowsInfo_v2_t;
 
 /* nvmlDeviceGetPciInfo_v3. busIdLegacy is "dddd:bb:dd.f", busId "dddddddd:bb:dd.f". */
 typedef struct nvmlPciInfo_st {
@@ -818,6 +852,8 @@ NVML_PUBLIC nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nv
 NVML_PUBLIC nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
                                                    unsigned int *uncRows, unsigned int *isPending,
                                                    unsigned int *failureOccurred);
+NVML_PUBLIC nvmlReturn_t nvmlDeviceGetRemappedRows_v2(nvmlDevice_t device, nvmlRemappedRowsInfo_v2_t *info);
+NVML_PUBLIC nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlEccSramErrorStatus_t *status);
 
 /* ---- MIG ---------------------------------------------------------------------------------------- */
 

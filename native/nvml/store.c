@@ -512,6 +512,7 @@ static void unload(void)
         for (m = 0; m < DN_MAX_MIGS; m++) {
             dn_kv_free(&g_migs[g][m].file);
             dn_kv_free(&g_migs[g][m].live);
+            dn_kv_free(&g_migs[g][m].share_live);
             memset(&g_migs[g][m], 0, sizeof g_migs[g][m]);
             memset(&g_gis[g][m], 0, sizeof g_gis[g][m]);
             memset(&g_cis[g][m], 0, sizeof g_cis[g][m]);
@@ -519,6 +520,7 @@ static void unload(void)
         if (!g_gpu_file_borrowed[g])
             dn_kv_free(&gpu->file);
         dn_kv_free(&gpu->live);
+        dn_kv_free(&gpu->share_live);
         free(gpu->profiles);
         memset(gpu, 0, sizeof *gpu);
         g_gpu_file_borrowed[g] = 0;
@@ -540,6 +542,13 @@ static struct nvmlDevice_st *gpu_of_bus(unsigned domain, unsigned bus, unsigned 
             return gpu;
     }
     return NULL;
+}
+
+/* A device file's share_id, when it is a share and the ID can name a file; else NULL. */
+static const char *share_of(const struct dn_kv *kv)
+{
+    const char *id = dn_kv_get(kv, "share_id");
+    return safe_uuid(id) ? id : NULL;
 }
 
 /* One device file: a GPU, or a MIG device of one. 0: the file is ignored (kv freed). */
@@ -579,6 +588,7 @@ static int add_file(struct dn_kv *kv)
         gpu->file = *kv;
         g_gpu_file_borrowed[g] = 0;
         gpu->uuid = gpu_uuid;
+        gpu->share_id = share_of(kv);
         return 1;
     }
     if (gpu->nmig == DN_MAX_MIGS)
@@ -592,6 +602,7 @@ static int add_file(struct dn_kv *kv)
         mig->gpu = gpu;
         mig->file = *kv;
         mig->uuid = dn_kv_get(kv, "mig_uuid");
+        mig->share_id = share_of(kv);
         mig->domain = d;
         mig->bus = b;
         mig->device = dv;
@@ -706,17 +717,24 @@ int dn_static_uint(const struct nvmlDevice_st *dev, const char *key, unsigned *o
     return 1;
 }
 
-/* caller holds the lock */
-static void refresh_live(struct nvmlDevice_st *dev)
+#define LIVE_DIR "/var/run/dra-fake/nvidia-smi/live/"
+
+/* a live file (<dir><name>) re-read when older than DN_LIVE_TTL_NS; caller holds the lock */
+static void refresh(struct dn_kv *kv, long long *read_ns, const char *dir, const char *name)
 {
     char path[DN_PATH_MAX];
     long long now = dn_now_ns();
-    if (dev->live_read_ns != 0 && now - dev->live_read_ns < DN_LIVE_TTL_NS)
+    if (*read_ns != 0 && now - *read_ns < DN_LIVE_TTL_NS)
         return;
-    dn_kv_free(&dev->live);
-    dev->live_read_ns = now != 0 ? now : 1;
-    if (join(path, g_root, "/var/run/dra-fake/nvidia-smi/live/", dev->uuid))
-        read_kv(path, &dev->live); /* absent or bad: no live values */
+    dn_kv_free(kv);
+    *read_ns = now != 0 ? now : 1;
+    if (join(path, g_root, dir, name))
+        read_kv(path, kv); /* absent or bad: no live values */
+}
+
+static void refresh_live(struct nvmlDevice_st *dev)
+{
+    refresh(&dev->live, &dev->live_read_ns, LIVE_DIR, dev->uuid);
 }
 
 int dn_live_str(struct nvmlDevice_st *dev, const char *key, char *out, unsigned size)
@@ -760,4 +778,29 @@ int dn_lost(struct nvmlDevice_st *dev)
 {
     unsigned long long v;
     return dn_live_u64(dev->gpu, "fault_lost", &v) && v == 1;
+}
+
+/* ---- shares ------------------------------------------------------------------------------------ */
+
+int dn_share_view(const struct nvmlDevice_st *dev, unsigned long long *memory_mib)
+{
+    unsigned long long mib;
+    if (dev->share_id == NULL || !dn_static_u64(dev, "share_memory_mib", &mib) || mib == 0 || mib > (1ULL << 40))
+        return 0;
+    *memory_mib = mib;
+    return 1;
+}
+
+int dn_share_live_u64(struct nvmlDevice_st *dev, const char *key, unsigned long long *out)
+{
+    const char *v;
+    int found = 0;
+    if (dev->share_id == NULL)
+        return 0;
+    dn_lock();
+    refresh(&dev->share_live, &dev->share_live_read_ns, LIVE_DIR "share-", dev->share_id);
+    v = dn_kv_get(&dev->share_live, key);
+    found = v != NULL && dn_parse_u64(v, out);
+    dn_unlock();
+    return found;
 }

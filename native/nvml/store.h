@@ -67,6 +67,10 @@ struct nvmlDevice_st {
     /* live/<uuid>: read under the store lock */
     struct dn_kv live;
     long long live_read_ns;         /* CLOCK_MONOTONIC of the last read; 0: never */
+    /* a share of a shared device (share_id in its own file): live/share-<share_id> */
+    const char *share_id;           /* in file; NULL: not a share */
+    struct dn_kv share_live;
+    long long share_live_read_ns;
     /* GPU only */
     unsigned nmig;
     struct nvmlDevice_st *migs[DN_MAX_MIGS];
@@ -103,6 +107,12 @@ int dn_live_u64(struct nvmlDevice_st *dev, const char *key, unsigned long long *
 int dn_reading_u64(struct nvmlDevice_st *dev, const char *key, unsigned long long *out);
 int dn_reading_milli(struct nvmlDevice_st *dev, const char *key, unsigned long long *out);
 int dn_lost(struct nvmlDevice_st *dev); /* the GPU's live file says fault_lost=1 */
+
+/* ---- shares (docs/nvml.md, "Shares") ---- */
+/* 1 with the share's memory (MiB) when the device is a share with its own memory view */
+int dn_share_view(const struct nvmlDevice_st *dev, unsigned long long *memory_mib);
+/* a live key of the share's own file (live/share-<share_id>); 0 when absent */
+int dn_share_live_u64(struct nvmlDevice_st *dev, const char *key, unsigned long long *out);
 
 /* ---- parsing helpers ---- */
 int dn_parse_u64(const char *s, unsigned long long *out);      /* decimal or 0x hex, whole string */

@@ -12,10 +12,19 @@ struct memory {
 };
 
 /* A GPU: memory_mib, fb_reserved, the live memory_used. A MIG device: its GPU instance's memory
- * (mig_memory_mib) and the live mig_memory_used of its own live file. */
+ * (mig_memory_mib) and the live mig_memory_used of its own live file. A share with its own view:
+ * the share's memory, nothing reserved, the memory_used of the share's live file. */
 static nvmlReturn_t memory_of(nvmlDevice_t device, struct memory *m)
 {
     unsigned long long total, reserved = 0, used = 0;
+    if (dn_share_view(device, &total)) {
+        if (!dn_share_live_u64(device, "memory_used", &used))
+            used = 0;
+        m->total = total * MIB;
+        m->reserved = 0;
+        m->used = used > total ? m->total : used * MIB;
+        return NVML_SUCCESS;
+    }
     if (!dn_static_u64(device, device->is_mig ? "mig_memory_mib" : "memory_mib", &total) || total > (1ULL << 40))
         return NVML_ERROR_NOT_SUPPORTED;
     if (!device->is_mig)
@@ -80,13 +89,16 @@ nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *
 
 /* ---- utilization --------------------------------------------------------------------------------- */
 
-/* a live percentage of the GPU, 0 until the plugin writes one; a GPU in MIG mode has none */
+/* a live percentage of the GPU, 0 until the plugin writes one; a GPU in MIG mode has none; a
+ * share with its own view: its own file's */
 static nvmlReturn_t percent(nvmlDevice_t device, const char *key, unsigned *out)
 {
-    unsigned long long v = 0;
+    unsigned long long v = 0, mib;
+    int found;
     if (dn_mig_enabled(device))
         return NVML_ERROR_NOT_SUPPORTED;
-    if (!dn_live_u64(device, key, &v) || v > 100)
+    found = dn_share_view(device, &mib) ? dn_share_live_u64(device, key, &v) : dn_live_u64(device, key, &v);
+    if (!found || v > 100)
         v = 0;
     *out = (unsigned)v;
     return NVML_SUCCESS;

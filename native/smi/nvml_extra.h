@@ -29,26 +29,6 @@ typedef nvmlPciInfoExt_v1_t nvmlPciInfoExt_t;
 #define nvmlPciInfoExt_v1 NVML_STRUCT_VERSION(PciInfoExt, 1)
 #endif
 
-#ifndef nvmlEccSramErrorStatus_v1
-typedef struct nvmlEccSramErrorStatus_v1_st {
-    unsigned int version;
-    unsigned long long aggregateUncParity;
-    unsigned long long aggregateUncSecDed;
-    unsigned long long aggregateCor;
-    unsigned long long volatileUncParity;
-    unsigned long long volatileUncSecDed;
-    unsigned long long volatileCor;
-    unsigned long long aggregateUncBucketL2;
-    unsigned long long aggregateUncBucketSm;
-    unsigned long long aggregateUncBucketPcie;
-    unsigned long long aggregateUncBucketMcu;
-    unsigned long long aggregateUncBucketOther;
-    unsigned int bThresholdExceeded;
-} nvmlEccSramErrorStatus_v1_t;
-typedef nvmlEccSramErrorStatus_v1_t nvmlEccSramErrorStatus_t;
-#define nvmlEccSramErrorStatus_v1 NVML_STRUCT_VERSION(EccSramErrorStatus, 1)
-#endif
-
 #ifndef nvmlC2cModeInfo_v1
 typedef struct nvmlC2cModeInfo_v1_st {
     unsigned int isC2cEnabled;
@@ -155,18 +135,6 @@ typedef nvmlDeviceCapabilities_v1_t nvmlDeviceCapabilities_t;
 #define NVML_DEV_CAP_EGM (1U << 0)
 #endif
 
-#ifndef NVML_REMAPPED_ROWS_V2_DECLARED
-#define NVML_REMAPPED_ROWS_V2_DECLARED
-typedef struct nvmlRemappedRowsInfo_v2_st {
-    unsigned int corrActiveRemaps;
-    unsigned int corrInactiveRemaps;
-    unsigned int uncActiveRemaps;
-    unsigned int uncInactiveRemaps;
-    unsigned int bPending;
-    unsigned int bFailureOccurred;
-} nvmlRemappedRowsInfo_v2_t;
-#endif
-
 #ifndef NVML_TOPOLOGY_INTERNAL
 #define NVML_TOPOLOGY_INTERNAL 0
 #define NVML_TOPOLOGY_SINGLE 10
@@ -184,18 +152,6 @@ typedef unsigned int nvmlGpuTopologyLevel_t;
 #ifndef NVML_FI_DEV_NVLINK_GET_SPEED
 #define NVML_FI_DEV_NVLINK_GET_SPEED 164 /* per link (scopeId), MB/s */
 #endif
-#ifndef NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
-#define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
-#endif
-#ifndef NVML_FI_DEV_PERF_POLICY_POWER
-#define NVML_FI_DEV_PERF_POLICY_POWER 74
-#define NVML_FI_DEV_PERF_POLICY_SYNC_BOOST 76
-#endif
-#ifndef NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN
-#define NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN 269
-#define NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN 270
-#define NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN 271
-#endif
 #ifndef NVML_FI_DEV_PCIE_OUTBOUND_ATOMICS_MASK
 #define NVML_FI_DEV_PCIE_OUTBOUND_ATOMICS_MASK 228
 #define NVML_FI_DEV_PCIE_INBOUND_ATOMICS_MASK 229
@@ -209,7 +165,6 @@ NVML_PUBLIC nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device);
 NVML_PUBLIC nvmlReturn_t nvmlDeviceGetEncoderStats(nvmlDevice_t device, unsigned int *sessionCount,
                                                    unsigned int *averageFps, unsigned int *averageLatency);
 NVML_PUBLIC nvmlReturn_t nvmlDeviceGetConfComputeProtectedMemoryUsage(nvmlDevice_t device, nvmlMemory_t *memory);
-NVML_PUBLIC nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlEccSramErrorStatus_t *status);
 NVML_PUBLIC nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device,
                                                            nvmlRowRemapperHistogramValues_t *values);
 NVML_PUBLIC nvmlReturn_t nvmlDeviceGetC2cModeInfoV(nvmlDevice_t device, nvmlC2cModeInfo_v1_t *c2cModeInfo);
@@ -239,7 +194,6 @@ NVML_PUBLIC nvmlReturn_t nvmlDeviceGetDramEncryptionMode(nvmlDevice_t device, nv
                                                          nvmlDramEncryptionInfo_t *pending);
 NVML_PUBLIC nvmlReturn_t nvmlDeviceGetHostname_v1(nvmlDevice_t device, nvmlHostname_v1_t *hostname);
 NVML_PUBLIC nvmlReturn_t nvmlDeviceGetCapabilities(nvmlDevice_t device, nvmlDeviceCapabilities_t *caps);
-NVML_PUBLIC nvmlReturn_t nvmlDeviceGetRemappedRows_v2(nvmlDevice_t device, nvmlRemappedRowsInfo_v2_t *info);
 NVML_PUBLIC nvmlReturn_t nvmlDeviceGetAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t *isEnabled,
                                                                nvmlEnableState_t *defaultIsEnabled);
 NVML_PUBLIC nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length);

@@ -7,10 +7,12 @@ Host side (the plugin's data dir, `<kubelet plugins dir>/<driver>/nvidia-smi/`):
 - `nvidia-smi` (a static C program) and `libnvidia-ml.so.1` (the NVML library), mode 0755;
 - `devices/<device>_<uuid>`: one device file per device and UUID (a dynamic MIG device has a new
   UUID per claim): the static keys of docs/nvml.md (dra_fake.gpu.devicefile), which the library
-  reads;
+  reads; a share of a shared device has its own, `devices/<device>_<uuid>_<shareID>[_<MiB>]`,
+  with the share keys (its ID and, when its view is its own memory, that many MiB);
 - `live/<GPU or MIG UUID>`: the device's readings now (the live keys of docs/nvml.md:
   dra_fake.gpu.monitor.live_state, the numbers the metrics endpoint serves) and what active
-  GpuFaults change (lost, ECC counters, Xid; docs/faults.md), rewritten while the containers run.
+  GpuFaults change (lost, ECC counters, Xid; docs/faults.md), rewritten while the containers run;
+  `live/share-<shareID>`: a share's own usage (docs/nvml.md#shares).
 
 Container side (CDI mounts of the claim's spec, read-only bind mounts):
 
@@ -53,7 +55,10 @@ LIBRARY = "libnvidia-ml.so.1"
 CONTAINER_DEVICES_DIR = "/var/run/dra-fake/nvidia-smi/devices"
 CONTAINER_LIVE_DIR = "/var/run/dra-fake/nvidia-smi/live"
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]  # NVIDIA's, for its nvidia-smi mount
-_INFO_NAME = re.compile(r"^(?P<device>[a-z0-9-]+)_(?P<uuid>(GPU|MIG)-[0-9a-f-]+)$")
+_INFO_NAME = re.compile(
+    r"^(?P<device>[a-z0-9-]+)_(?P<uuid>(GPU|MIG)-[0-9a-f-]+)(?:_(?P<share>[A-Za-z0-9-]+)(?:_(?P<mib>[0-9]+))?)?$"
+)
+SHARE_LIVE_PREFIX = "share-"
 
 
 class NativeArtifactsMissing(RuntimeError):
@@ -120,8 +125,15 @@ class NvidiaSmi:
     def info_path(self, device: str, uuid: str) -> Path:
         return Path(self._info_name(device, uuid))
 
-    def _info_name(self, device: str, uuid: str) -> str:
-        return f"{self._info_prefix}{device}_{uuid}"
+    def _info_name(
+        self, device: str, uuid: str, share_id: str | None = None, share_mib: int | None = None
+    ) -> str:
+        """`<device>_<uuid>`, a share's `<device>_<uuid>_<shareID>[_<MiB of its view>]`: the name
+        says everything the file holds (ensure_files writes it back from the name alone)."""
+        name = f"{self._info_prefix}{device}_{uuid}"
+        if share_id is None:
+            return name
+        return f"{name}_{share_id}" if share_mib is None else f"{name}_{share_id}_{share_mib}"
 
     # --- CDI edits ---------------------------------------------------------------------------
 
@@ -136,27 +148,35 @@ class NvidiaSmi:
     def live_mount(self) -> dict[str, Any]:
         return _mount(self.live_dir, CONTAINER_LIVE_DIR)
 
-    def device_mount(self, device: AllocatableDevice, uuid: str) -> dict[str, Any]:
+    def device_mount(
+        self, device: AllocatableDevice, uuid: str, share_id: str | None = None, share_mib: int | None = None
+    ) -> dict[str, Any]:
+        """The device file's mount; a share's is its own file at the same place in the container."""
         if device.kind == "mig" and device.mig is not None:
             suffix = f"mig-{gi_instance_id(device.mig.size, device.mig.start):02d}"
         else:
             suffix = "gpu"
         bus = nvidia_bus_id(device.pci_bus_id).replace(":", "-")
         return {
-            "hostPath": self._info_name(device.name, uuid),  # no Path built per device of a claim
+            "hostPath": self._info_name(device.name, uuid, share_id, share_mib),  # no Path per device
             "containerPath": f"{CONTAINER_DEVICES_DIR}/{bus}_{suffix}",
             "options": list(MOUNT_OPTIONS),
         }
 
     # --- files -------------------------------------------------------------------------------
 
-    def info_text(self, device: AllocatableDevice, uuid: str) -> str:
-        """The device file: the keys of docs/nvml.md (dra_fake.gpu.devicefile)."""
+    def info_text(
+        self, device: AllocatableDevice, uuid: str, share_id: str | None = None, share_mib: int | None = None
+    ) -> str:
+        """The device file: the keys of docs/nvml.md (dra_fake.gpu.devicefile), a share's keys last."""
         gpu = self.gpus[device.minor]
         gpu_text = self._gpu_text.get(device.minor)
         if gpu_text is None:
             gpu_text = self._gpu_text[device.minor] = devicefile.lines(devicefile.gpu_keys(gpu))
-        return devicefile.device_text(gpu, device, uuid, gpu_text)
+        text = devicefile.device_text(gpu, device, uuid, gpu_text)
+        if share_id is not None:
+            text += devicefile.lines(devicefile.share_keys(share_id, share_mib))
+        return text
 
     def write_info(self, device: AllocatableDevice, uuid: str) -> None:
         """Write the device's file (the device-plugin mode writes every device's at start)."""
@@ -212,10 +232,14 @@ class NvidiaSmi:
                     _log.warning("nvidia-smi info file of an unknown device skipped path=%s", host_path)
                     continue
                 host = Path(host_path)
-                text = self.info_text(self.devices[match["device"]], match["uuid"]).encode()
+                mib = int(match["mib"]) if match["mib"] else None
+                device = self.devices[match["device"]]
+                text = self.info_text(device, match["uuid"], match["share"], mib).encode()
                 if not self._holds(host, text):
                     host.parent.mkdir(parents=True, exist_ok=True)
-                    self._write(host, text, 0o644)
+                    # a share's file lives as long as its claim: a crash losing it is repaired
+                    # at start-up (every prepared claim's files are ensured again)
+                    self._write(host, text, 0o644, durable=not match["share"])
 
     def _unchanged(self, path: str) -> bool:
         """Whether the file is the one this process last wrote or read there (one stat)."""
@@ -239,14 +263,31 @@ class NvidiaSmi:
         self._verified[str(path)] = (key, text)
         return True
 
-    def _write(self, path: Path, text: bytes, mode: int) -> None:
-        atomic_write(path, text, mode)
+    def _write(self, path: Path, text: bytes, mode: int, durable: bool = True) -> None:
+        atomic_write(path, text, mode, durable=durable)
         self._verified[str(path)] = (file_identity(path), text)
 
     def remove_info(self, device: str, uuid: str) -> None:
-        path = self.info_path(device, uuid)
+        self.remove_file(self.info_path(device, uuid))
+
+    def remove_file(self, path: Path, durable: bool = True) -> None:
         self._verified.pop(str(path), None)  # dynamic MIG UUIDs are new per claim: keep the map bounded
-        remove_durably(path)
+        if durable:
+            remove_durably(path)
+        else:
+            path.unlink(missing_ok=True)
+
+    def remove_share_files(self, spec: Mapping[str, Any]) -> None:
+        """The device files of the shares a claim spec mounts: each share has its own, which goes
+        with it (a device's plain file stays for the device's other claims). Idempotent; not
+        durable: a file a crash brings back is swept at start-up."""
+        for edits in _edits(spec):
+            for mount in edits.get("mounts") or []:
+                host_path = str(mount.get("hostPath", ""))
+                name = host_path.removeprefix(self._info_prefix)
+                match = _INFO_NAME.match(name) if name != host_path else None
+                if match is not None and match["share"]:
+                    self.remove_file(Path(host_path), durable=False)
 
     def remove_stale_live_files(self) -> int:
         """Temp files of live writes a killed process left (the live files are rewritten anyway)."""

@@ -9,9 +9,11 @@ not at import: the plugins serve the kubelet before they load the kubernetes cli
 
 from __future__ import annotations
 
+from dra_fake.gpu.services.attach import Attach
 from dra_fake.gpu.services.faults import Faults
 from dra_fake.gpu.services.labels import NodeLabels
+from dra_fake.gpu.services.lending import Lending
 from dra_fake.gpu.services.telemetry import Telemetry
 
 # In start order. A node's services are all built (and listening for faults) before any starts.
-SERVICES = (Telemetry, NodeLabels, Faults)
+SERVICES = (Telemetry, NodeLabels, Faults, Attach, Lending)

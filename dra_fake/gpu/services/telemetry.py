@@ -41,7 +41,12 @@ class _OwnMonitor:
             raise ValueError(f"node {node.name}: a monitor needs the node's nvidia-smi files")
         self.runtime = runtime
         self.monitor = GpuMonitor(
-            node.inventory, node.holdings or list, node.nvidia_smi, node.name, runtime.settings.driver
+            node.inventory,
+            node.holdings or list,
+            node.nvidia_smi,
+            node.name,
+            runtime.settings.driver,
+            on_sample=runtime.sampled,
         )
         runtime.on_faults(lambda effects: self.monitor.set_faults(effects.gpus))
 

@@ -1,0 +1,183 @@
+"""Encoding a checkpoint (dra_fake.core.checkpoint's format) with each entry serialised once
+while it is unchanged, and decoding one into a driver's typed models."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection
+from typing import Any, Generic, NamedTuple
+
+from pydantic import ValidationError
+
+from dra_fake.core.checkpoint import (
+    FORMAT_VERSION,
+    REASON_SCHEMA,
+    V1,
+    CheckpointData,
+    ClaimEntry,
+    ClaimState,
+    CorruptCheckpointError,
+    P,
+    canonical_json,
+    decode_document,
+)
+
+_Key = tuple[ClaimState, bool, bool]  # an entry's changeable fields: state, unpreparing, recovered
+
+
+def _key(entry: ClaimEntry[Any]) -> _Key:
+    return (entry.state, entry.unpreparing, entry.recovered)
+
+
+# The changeable fields sort after every other field of an entry, so its canonical JSON is the
+# rest's ("body") followed by these three: a change of state re-serialises three values, not the
+# claim's CDI spec and devices again.
+_FLAGS = ("recovered", "state", "unpreparing")
+_BODY_FIELDS = tuple(sorted(set(ClaimEntry.model_fields) - set(_FLAGS)))
+if sorted(ClaimEntry.model_fields)[-len(_FLAGS) :] != list(_FLAGS):
+    raise AssertionError("ClaimEntry's changeable fields must sort last (Codec.entry_json)")
+
+
+class _Serialised(NamedTuple):
+    """An entry as last serialised: the object, its changeable fields, the canonical uid and
+    entry, the entry's body (without the changeable fields and the closing brace) and the field
+    values the body was made from."""
+
+    entry: ClaimEntry[Any]
+    key: _Key
+    uid: bytes
+    json: bytes
+    body: bytes
+    values: tuple[object, ...]
+
+
+def _with_flags(body: bytes, entry: ClaimEntry[Any]) -> bytes:
+    return body + b'%s"recovered":%s,"state":%s,"unpreparing":%s}' % (
+        b"," if len(body) > 1 else b"",
+        b"true" if entry.recovered else b"false",
+        canonical_json(entry.state),
+        b"true" if entry.unpreparing else b"false",
+    )
+
+
+class Codec(Generic[P]):
+    """Encodes and decodes the checkpoint of a driver whose per-claim payload is `payload`."""
+
+    def __init__(self, payload: type[P]) -> None:
+        self.payload = payload
+        self.model: type[CheckpointData[P]] = CheckpointData[payload]  # type: ignore[valid-type]
+        # uid -> the entry as last serialised: after a successful write, what the files hold
+        # (CheckpointStore appends what differs)
+        self._entries: dict[str, _Serialised] = {}
+
+    def empty(self, boot_id: str = "") -> CheckpointData[P]:
+        return self.model(nodeBootID=boot_id)
+
+    def encode(self, data: CheckpointData[P]) -> bytes:
+        return self.encode_with_checksum(data)[0]
+
+    def encode_with_checksum(self, data: CheckpointData[P]) -> tuple[bytes, str]:
+        """`{"checksum":…,"data":…,"version":…}` (keys sorted), compact, the checksum over the same
+        canonical bytes that go into the file; and that checksum. The payload is serialised
+        compactly (`canonical_json`), and only the entries that changed since they were last
+        serialised are: see `entry_json`."""
+        payload = self._payload(data)
+        digest = "sha256:" + hashlib.sha256(payload).hexdigest()
+        raw = (
+            b'{"checksum":"' + digest.encode() + b'","data":' + payload + b',"version":%d}\n' % FORMAT_VERSION
+        )
+        return raw, digest
+
+    def entry_json(self, uid: str, entry: ClaimEntry[P]) -> tuple[bytes, bytes]:
+        """The canonical JSON of `uid` and of `entry`, reused while the entry is the same object
+        with the same `state`, `unpreparing` and `recovered`: the only fields changed on a saved
+        entry (see ClaimEntry). A checkpoint holds every prepared claim's CDI spec; serialising
+        all of them at each write made a prepare's cost grow with the claims held. When only
+        those three changed (the other fields hold the same objects), the rest is not
+        serialised again: a prepare's PrepareCompleted and an unprepare's first step."""
+        key = _key(entry)
+        hit = self._entries.get(uid)
+        if hit is not None and hit.entry is entry and hit.key == key:
+            return hit.uid, hit.json
+        values = tuple(getattr(entry, name) for name in _BODY_FIELDS)
+        if (
+            hit is not None
+            and hit.entry is entry
+            and all(a is b for a, b in zip(values, hit.values, strict=True))
+        ):
+            body = hit.body
+        else:
+            dumped = entry.model_dump(mode="json", exclude_none=True, exclude=set(_FLAGS))
+            body = canonical_json(dumped)[:-1]
+        hit = _Serialised(entry, key, canonical_json(uid), _with_flags(body, entry), body, values)
+        self._entries[uid] = hit
+        return hit.uid, hit.json
+
+    def changes(
+        self, data: CheckpointData[P], touched: Collection[str] | None = None
+    ) -> tuple[list[str], list[str]]:
+        """What differs in `data` from the entries last serialised: the uids of new or changed
+        entries (serialised by `entry_json` when written) and the uids no longer held (forgotten).
+        Called at every save: one pass over the claims held, without a call per entry; or, when
+        the caller names the only claims it `touched` since, over those (a save that adds or
+        drops a claim it did not name still finds the counts differ and makes the whole pass)."""
+        claims, entries = data.claims, self._entries
+        names = claims if touched is None else dict.fromkeys(touched)  # once each, in order
+        changed = [
+            uid
+            for uid in names
+            if (entry := claims.get(uid)) is not None
+            and (
+                (hit := entries.get(uid)) is None
+                or hit.entry is not entry
+                or hit.key != (entry.state, entry.unpreparing, entry.recovered)  # _key, inlined
+            )
+        ]
+        if touched is None:
+            gone = list(entries.keys() - claims.keys())
+        else:
+            gone = [uid for uid in names if uid not in claims and uid in entries]
+            if len(entries) + sum(uid not in entries for uid in changed) - len(gone) != len(claims):
+                return self.changes(data)  # a claim added or dropped that the caller did not name
+        for uid in gone:
+            del entries[uid]
+        return changed, gone
+
+    def states(self) -> dict[str, tuple[ClaimState, int]]:
+        """Claim UID -> (state, devices) of the entries as last serialised: after a successful
+        save, what the files hold. Safe without the lock (one atomic copy of the map; each
+        entry's state is the one serialised, whatever the object's fields have become since)."""
+        return {uid: (hit.key[0], len(hit.entry.preparedDevices)) for uid, hit in list(self._entries.items())}
+
+    def _payload(self, data: CheckpointData[P]) -> bytes:
+        """canonical_json(data), assembled from per-entry serialisations kept between calls."""
+        parts = []
+        for uid in sorted(data.claims):
+            uid_json, entry_json = self.entry_json(uid, data.claims[uid])
+            parts.append(uid_json + b":" + entry_json)
+        for gone in self._entries.keys() - data.claims.keys():
+            del self._entries[gone]
+        return b'{"claims":{' + b",".join(parts) + b'},"nodeBootID":' + canonical_json(data.nodeBootID) + b"}"
+
+    def decode(self, raw: bytes) -> CheckpointData[P]:
+        """Parse a checkpoint file (format 3, 2 or 1) without its journal;
+        CorruptCheckpointError(reason) if it cannot be trusted."""
+        version, _, data = decode_document(raw)
+        return self.validate(data, version)
+
+    def validate(self, data: dict[str, Any], version: int = FORMAT_VERSION) -> CheckpointData[P]:
+        try:
+            if version == V1:
+                data = self._from_v1(data)
+            return self.model.model_validate(data)
+        except (ValidationError, TypeError, AttributeError) as exc:
+            raise CorruptCheckpointError(REASON_SCHEMA, str(exc).replace("\n", " ")) from None
+
+    def _from_v1(self, data: dict[str, Any]) -> dict[str, Any]:
+        claims = {}
+        for uid, entry in (data.get("claims") or {}).items():
+            entry = dict(entry)
+            undo = entry.pop("undo", None) or {}
+            entry["driverData"] = self.payload.from_v1_undo(undo).model_dump(mode="json", exclude_none=True)
+            claims[uid] = entry
+        return {**data, "claims": claims}

@@ -1,0 +1,172 @@
+"""Idle-GPU lending with reclaim (ours; docs/sharing.md): a GPU whose owners are idle is also
+offered to "spot" claims through a second device, its lend view `gpu-<minor>-spot`, and taken back
+through Kubernetes' own NoExecute device-taint eviction the moment an owner gets busy. Pure: the
+lend views an inventory gains, and the state machine that turns samples of owner utilization into
+the lend views' taints.
+
+- A lend view is its GPU for prepare (same UUID, device node, nvidia-smi facts), published with
+  `type: spot` (so NVIDIA's classes never select it) and `dra-fake.dev/lender: gpu-<minor>`.
+- Every lend view carries `dra-fake.dev/spot=true:NoSchedule` (the opt-in: spot claims tolerate it)
+  and, whenever its GPU may not be lent, `dra-fake.dev/not-lendable=<reason>`: `busy` and
+  `unowned` with NoExecute (reclaim: kube-controller-manager evicts the spot pods), `unknown` with
+  NoSchedule (after a start: nothing lent, nothing evicted).
+- The owners never hold the lend view, so a reclaim never touches them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from dra_fake.gpu.devices import AllocatableDevice
+from dra_fake.gpu.faults import rfc3339
+from dra_fake.gpu.inventory import Inventory
+
+SPOT_SUFFIX = "-spot"
+SPOT_TYPE = "spot"
+LENDER_ATTRIBUTE = "dra-fake.dev/lender"
+SPOT_TAINT = "dra-fake.dev/spot"
+NOT_LENDABLE_TAINT = "dra-fake.dev/not-lendable"
+LENDABLE, BUSY, UNOWNED, UNKNOWN = "lendable", "busy", "unowned", "unknown"
+STATES = (LENDABLE, BUSY, UNOWNED, UNKNOWN)
+EFFECT = {BUSY: "NoExecute", UNOWNED: "NoExecute", UNKNOWN: "NoSchedule"}
+DEFAULT_THRESHOLD = 10  # percent
+DEFAULT_IDLE_FOR = 60.0  # seconds
+
+
+class LendingSettingError(ValueError):
+    """A lending flag out of range; the message names it."""
+
+
+@dataclass(frozen=True)
+class LendingSettings:
+    """--gpu-lending-idle-threshold (percent: an owner below it is idle) and --gpu-lending-idle-for
+    (seconds every sample must be idle before the GPU is lent again)."""
+
+    threshold: int = DEFAULT_THRESHOLD
+    idle_for: float = DEFAULT_IDLE_FOR
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.threshold <= 100:
+            raise LendingSettingError(
+                f"--gpu-lending-idle-threshold: {self.threshold} is not a percentage from 1 to 100"
+            )
+        if self.idle_for < 0:
+            raise LendingSettingError(f"--gpu-lending-idle-for: {self.idle_for} is negative")
+
+
+def spot_name(gpu_name: str) -> str:
+    return f"{gpu_name}{SPOT_SUFFIX}"
+
+
+def with_lend_views(inventory: Inventory) -> Inventory:
+    """The inventory with a lend view beside each full GPU of a `mig: none` group (MIG devices and
+    dynamic-MIG GPUs are not lent). A lend view is exclusive: one spot claim per GPU."""
+    views = {}
+    for gpu in inventory.gpus:
+        device = inventory.devices.get(gpu.name)
+        if gpu.mig_mode != "none" or device is None:
+            continue
+        name = spot_name(gpu.name)
+        views[name] = dataclasses.replace(device, name=name, shares=None, lends=gpu.name)
+    return dataclasses.replace(inventory, devices={**inventory.devices, **views})
+
+
+@dataclass(frozen=True)
+class Owners:
+    """What one sample says about a GPU's owners (the claims prepared on the GPU itself)."""
+
+    owned: bool
+    utilization: int  # percent, the owners' pods together (spot pods are not counted)
+
+
+@dataclass
+class _Gpu:
+    state: str = UNKNOWN
+    since: float = 0.0  # when the state began (the taint's timeAdded)
+    idle_since: float | None = None  # first of an unbroken run of idle samples
+
+
+@dataclass
+class Lending:
+    """Each lendable GPU's state, moved by samples (`observe`); `taints` is what its lend view
+    carries now."""
+
+    settings: LendingSettings
+    started: float
+    _gpus: dict[str, _Gpu] = field(default_factory=dict)
+
+    def state(self, gpu: str) -> str:
+        return self._gpu(gpu).state
+
+    def _gpu(self, gpu: str) -> _Gpu:
+        return self._gpus.setdefault(gpu, _Gpu(since=self.started))
+
+    def observe(self, now: float, owners: Mapping[str, Owners]) -> dict[str, tuple[str, str]]:
+        """One sample of each GPU's owners; returns the GPUs whose state changed: name -> (old, new).
+
+        Busy (an owner at or above the threshold) reclaims at once; no owner is `unowned`; an owned
+        GPU becomes lendable only after `idle_for` of idle samples, from any state, so a GPU that
+        was just reclaimed is not lent again at the next idle sample (hysteresis)."""
+        changed = {}
+        for name, seen in owners.items():
+            gpu = self._gpu(name)
+            if not seen.owned:
+                new, gpu.idle_since = UNOWNED, None
+            elif seen.utilization >= self.settings.threshold:
+                new, gpu.idle_since = BUSY, None
+            else:
+                if gpu.idle_since is None:
+                    gpu.idle_since = now
+                if now - gpu.idle_since >= self.settings.idle_for:
+                    new = LENDABLE
+                else:  # idle, not yet for long enough: a newly owned GPU is busy until then
+                    new = BUSY if gpu.state == UNOWNED else gpu.state
+            if new != gpu.state:
+                changed[name] = (gpu.state, new)
+                gpu.state, gpu.since = new, now
+        return changed
+
+    def taints(self, gpus: list[str]) -> dict[str, list[dict[str, str]]]:
+        """Lend view name -> its taints (as in a ResourceSlice, timeAdded set here: the publisher
+        compares what it sends with what the server keeps)."""
+        out = {}
+        for name in gpus:
+            gpu = self._gpu(name)
+            spot = {
+                "key": SPOT_TAINT,
+                "value": "true",
+                "effect": "NoSchedule",
+                "timeAdded": rfc3339(self.started),
+            }
+            taints = [spot]
+            if gpu.state != LENDABLE:
+                taints.append(
+                    {
+                        "key": NOT_LENDABLE_TAINT,
+                        "value": gpu.state,
+                        "effect": EFFECT[gpu.state],
+                        "timeAdded": rfc3339(gpu.since),
+                    }
+                )
+            out[spot_name(name)] = taints
+        return out
+
+
+def event(gpu: str, new: str, owners: Owners, settings: LendingSettings) -> tuple[str, str] | None:
+    """The Node event (reason, message) of a GPU's move into `new` (None: none, e.g. `unknown`)."""
+    threshold = settings.threshold
+    if new == LENDABLE:
+        idle = f"{owners.utilization}% < {threshold}%"
+        return "GpuLendable", f"{gpu} lendable: owners idle ({idle}) for {settings.idle_for:g}s"
+    if new == BUSY:
+        return "GpuReclaimed", f"{gpu} reclaimed: owners at {owners.utilization}% (>= {threshold}%)"
+    if new == UNOWNED:
+        return "GpuNotLendable", f"{gpu} not lendable: no claim is prepared on it"
+    return None
+
+
+def lent_gpus(devices: Mapping[str, AllocatableDevice]) -> list[str]:
+    """The GPUs with a lend view, by name."""
+    return sorted(d.lends for d in devices.values() if d.lends is not None)
