@@ -103,6 +103,7 @@ CHART_ENV: dict[str, dict[str, Env]] = {
         "GPU_LENDING": lending(None),
         "GPU_LENDING_IDLE_THRESHOLD": lending("idleThreshold"),
         "GPU_LENDING_IDLE_FOR": lending("idleFor"),
+        "ALLOW_REAL_GPU_NODE": value("allowRealGpuNodes"),
         "DEVICE_NODES": value("deviceNodes"),
         "DEVICE_ORDER": value("deviceOrder"),
         "DEVICE_STATUS": value("deviceStatus"),
