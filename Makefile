@@ -10,6 +10,12 @@ VALUES ?=
 FEATURE_GATES ?=
 KNOBS = $(if $(VALUES),--values $(VALUES)) $(if $(FEATURE_GATES),--feature-gates $(FEATURE_GATES))
 KEEP ?=
+# KWOK fleets (docs/local-cluster.md#kwok-fleets): KWOK=1 starts KWOK's controller for the fleet's
+# nodes, WORKLOAD=profile.yaml says how their pods run, FLEET=N starts `dra-fake fleet` with N nodes.
+KWOK ?=
+WORKLOAD ?=
+FLEET ?=
+FLEET_KNOBS = $(if $(KWOK),--kwok $(if $(WORKLOAD),--workload $(WORKLOAD))) $(if $(FLEET),--fleet $(FLEET))
 BIN := e2e/cluster/bin
 # make demo and the kind targets default to 2 nodes (node 2 holds the MIG GPUs); NODES=n overrides.
 NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
@@ -37,11 +43,12 @@ native: ## build the C NVML library and nvidia-smi (build/native/), check the li
 
 venv: native $(VENV)/.installed ## create .venv with the driver and its dev tools
 
-cluster-build: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, dra-kubelet
+cluster-build: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, dra-kubelet, kwok
 	hack/cluster-build.sh
+	hack/kwok-build.sh
 
-cluster-up: venv cluster-build ## start the local cluster: NODES=N CONFIG=inventory.yaml VALUES=values.yaml FEATURE_GATES=A=true
-	$(PY) -m e2e.localcluster up --nodes $(NODES) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS)
+cluster-up: venv cluster-build ## start the local cluster: NODES=N CONFIG=inventory.yaml VALUES=values.yaml FEATURE_GATES=A=true KWOK=1 WORKLOAD=w.yaml FLEET=N
+	$(PY) -m e2e.localcluster up --nodes $(NODES) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS) $(FLEET_KNOBS)
 
 cluster-down: ## stop everything cluster-up started
 	@if [ -x $(PY) ]; then $(PY) -m e2e.localcluster down; fi

@@ -3,7 +3,8 @@
 Starts its own local control plane under /tmp/lc-bench (no kubelet-less node of another
 engineer's cluster is touched), builds the reference driver and the drabench client from
 bench/refdriver, then runs: the floor, prepare/unprepare side by side, shares beside full GPUs,
-publishing, the fleet scale runs and the ComputeDomain controller (200 CDs at once). A benchmark
+publishing, the fleet scale runs, KWOK fleets (pods scheduled and claims allocated per second)
+and the ComputeDomain controller (200 CDs at once). A benchmark
 fails only on errors; timings never fail it.
 """
 
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import computedomain, fleet, prepare, publish, sharing, summary
+from bench import computedomain, fleet, kwok, prepare, publish, sharing, summary
 from bench.common import REFDRIVER, REPO, cpu_ticks, loadavg, machine_facts, steal_percent, tree_facts
 from bench.report import HISTORY, RESULTS, history_line, read_history, render
 from e2e.localcluster import LocalCluster
@@ -44,6 +45,19 @@ def main() -> int:
         help="nodes kept Ready by fleet Leases under the node lifecycle controller (0 skips)",
     )
     parser.add_argument(
+        "--kwok-nodes",
+        type=int,
+        default=1000,
+        help="fleet nodes whose pods KWOK runs: pods scheduled and claims allocated per second (0 skips)",
+    )
+    parser.add_argument("--kwok-pods", type=int, default=1000, help="pods of each KWOK run")
+    parser.add_argument(
+        "--kwok-repeat",
+        type=int,
+        default=2,
+        help="repetitions of the KWOK runs (each pair takes minutes: the control plane's rate limits)",
+    )
+    parser.add_argument(
         "--cd-sizes", default="200,1000", help="comma-separated sizes of the ComputeDomain create bursts"
     )
     parser.add_argument("--rounds-1", type=int, default=2, help="rounds over the 128 one-device claims")
@@ -63,6 +77,7 @@ def main() -> int:
     if args.smoke:
         args.fleet_sizes, args.cd_sizes, args.rounds_1, args.rounds_8, args.repeat = "5", "5", 1, 1, 1
         args.fleet_memory = args.fleet_heartbeats = 0
+        args.kwok_nodes, args.kwok_pods, args.kwok_repeat = 5, 10, 1
         if args.out == RESULTS:
             args.out = Path(tempfile.mkdtemp(prefix="dra-bench-smoke-"))
     elif args.out.resolve() == RESULTS.resolve():
@@ -121,6 +136,10 @@ def main() -> int:
             sections.append(("fleet", lambda: fleet.run(cluster, work, sizes, args.repeat)))
         if args.fleet_heartbeats:
             sections.append(("fleet_heartbeats", lambda: fleet.heartbeats(cluster, args.fleet_heartbeats)))
+        if args.kwok_nodes:
+            sections.append(
+                ("kwok", lambda: kwok.run(cluster, args.kwok_nodes, args.kwok_pods, args.kwok_repeat))
+            )
         cd_sizes = [int(x) for x in args.cd_sizes.split(",") if x.strip()]
         sections.append(
             (

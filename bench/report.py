@@ -27,6 +27,29 @@ def _spread(s: dict[str, Any], key: str, digits: int = 1) -> str:
     return f"{f['median']:.{digits}f} [{f['min']:.{digits}f}-{f['max']:.{digits}f}]"
 
 
+def _kwok(kw: dict[str, Any]) -> list[str]:
+    out = [
+        "",
+        "## KWOK fleets",
+        "",
+        f"{kw['nodes']} fleet nodes x {kw['gpusPerNode']} H100s (`dra-fake fleet`), KWOK's controller as "
+        f"their kubelet; {kw['pods']} pods created at once (16 callers), each with a claim of one GPU "
+        "(DRA) or none (plain KWOK), on the same nodes. Rates: pods over the seconds from the first "
+        "create until the last is bound (allocated, Running), polled every second: median [min-max].",
+        "",
+        "| run | create s | pods scheduled/s | claims allocated/s | pods Running/s |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name in ("dra", "plain"):
+        r = kw[name]
+        claims = _spread(r, "claimsAllocatedPerSecond") if "claimsAllocatedPerSecond" in r else "n/a"
+        out.append(
+            f"| {name} | {_spread(r, 'createSeconds', 2)} | {_spread(r, 'podsScheduledPerSecond')} | "
+            f"{claims} | {_spread(r, 'podsRunningPerSecond')} |"
+        )
+    return out
+
+
 def _prepare(prep: dict[str, Any]) -> list[str]:
     from bench.prepare import PER_CLAIM_WORK
 
@@ -251,6 +274,9 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
             f"Memory: a fleet of {mem['nodes']} nodes x 8 GPUs peaked at {mem['max_rss_mib']} MiB RSS "
             f"({mem['api_requests']} API requests, {mem['wall_s']} s).",
         ]
+    kw = sections.get("kwok", {}).get("result")
+    if kw:
+        out += _kwok(kw)
     cd = sections.get("computedomain", {}).get("result")
     if cd:
         out += [

@@ -20,6 +20,7 @@ from dra_fake.gpu.workloads import ANNOTATION_MEMORY, ANNOTATION_UTILIZATION
 from e2e.conftest import published
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.localcluster import LocalCluster
+from e2e.nvmlview import CONSUMERS, printed
 from e2e.pluginflags import SHARES_GATES, start_gpu_plugin
 from e2e.testbed import GPU_DRIVER, NODE_CDI_ROOT, TestBed, assert_sees_its_gpus
 
@@ -312,3 +313,45 @@ def test_nvidia_smi_in_each_share_shows_the_same_gpu_with_its_own_limit_and_usag
         ("DRA_FAKE_SHARE_FB_TOTAL", "small"): 20480,
         ("DRA_FAKE_SHARE_FB_TOTAL", "large"): 30720,
     }
+
+
+def test_nvml_consumers_in_each_share_see_the_gpu_with_its_own_limit_and_usage(
+    kube: Kube, ns: str, bed: TestBed, shared_node: str
+) -> None:
+    """docs/nvml.md#shares through NVML's consumers (e2e/nvmlview.py): in a 20Gi and a 30Gi share of
+    one GPU, nvidia-ml-py, gpustat, nvitop and the go-nvml program print the same GPU with the
+    share's memory as the total and the share's own memory used and utilization, the values of
+    the per-share metrics."""
+    uuid = gpu_uuid(kube, shared_node, "gpu-6")
+    kube.create(share_template("n20", uuid, "20Gi"), ns)
+    kube.create(share_template("n30", uuid, "30Gi"), ns)
+    pod_on(kube, ns, "small", "n20", shared_node, {ANNOTATION_MEMORY: "25%", ANNOTATION_UTILIZATION: "35"})
+    pod_on(kube, ns, "large", "n30", shared_node, {ANNOTATION_MEMORY: "6144", ANNOTATION_UTILIZATION: "15"})
+    for pod in ("small", "large"):
+        kube.wait_running(ns, pod)
+
+    def share_metrics() -> dict[str, dict[str, float]] | None:
+        found: dict[str, dict[str, float]] = {}
+        for f in text_string_to_metric_families(bed.gpu_metrics(shared_node)):
+            for s in f.samples:
+                if f.name.startswith("DRA_FAKE_SHARE_") and s.labels.get("UUID") == uuid:
+                    found.setdefault(s.labels["pod"], {})[f.name.removeprefix("DRA_FAKE_SHARE_")] = s.value
+        return found if all(found.get(p, {}).get("FB_USED") for p in ("small", "large")) else None
+
+    metrics = poll("per-share metrics of both pods", share_metrics, 60)
+    assert {p: (m["FB_TOTAL"], m["FB_USED"], m["GPU_UTIL"]) for p, m in metrics.items()} == {
+        "small": (20480, 5120, 35),
+        "large": (30720, 6144, 15),
+    }
+    wrong = {}
+    for pod, m in metrics.items():
+        view = bed.container(ns, pod)
+        for consumer in CONSUMERS:
+            [gpu] = printed(view, consumer)
+            got = (gpu.uuid, gpu.memory_total_mib, gpu.memory_used_mib, gpu.memory_free_mib, gpu.utilization)
+            total, used = int(m["FB_TOTAL"]), int(m["FB_USED"])
+            want = (uuid, total, used, total - used, int(m["GPU_UTIL"]))
+            # what a consumer does not print (nvitop: no UUID; gonvml: no used; ...) is not compared
+            if any(g is not None and g != w for g, w in zip(got, want, strict=True)):
+                wrong[(pod, consumer)] = (got, want)
+    assert not wrong, wrong

@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 import urllib.request
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import yaml
 from kubernetes.stream import stream
 
+from dra_fake.gpu.nvidia_smi import library_dirs
 from e2e.kube import Kube, poll
 from e2e.localcluster import LocalCluster
 from e2e.localcluster.cluster import CD_NAMESPACE
@@ -156,14 +158,35 @@ class HarnessContainer(Container):
         binary = mounts.get("/usr/bin/nvidia-smi")
         if not binary:
             return Exec(127, "sh: nvidia-smi: not found\n")
-        # Rebuild the container's view of the mounted device files under a temporary root.
-        with tempfile.TemporaryDirectory() as root:
-            for dest, source in mounts.items():
-                link = Path(root + dest)
+        return self.run_host(binary, *argv[1:])
+
+    @contextlib.contextmanager
+    def host_view(self) -> Iterator[tuple[Path, dict[str, str]]]:
+        """The container's mounts under a temporary root (each a link to its host path, so the
+        live files change as through a bind mount), and the environment a host program needs to
+        read them as the container would: the container's own, DRA_FAKE_ROOT (the NVML library
+        prefixes it to the device directory), and the mounted NVML library first on the library
+        path. None of the library without a claim: the program's dlopen fails as in the container."""
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            for dest, source in self._mounts().items():
+                link = root / dest.lstrip("/")
                 link.parent.mkdir(parents=True, exist_ok=True)
                 link.symlink_to(source)
-            env = {**self.env(), "DRA_FAKE_ROOT": root, "PATH": os.environ.get("PATH", "")}
-            proc = subprocess.run([binary, *argv[1:]], env=env, capture_output=True, text=True, timeout=30)
+            libraries = [str(root / d.lstrip("/")) for d in library_dirs() if (root / d.lstrip("/")).is_dir()]
+            env = {
+                **self.env(),
+                "DRA_FAKE_ROOT": str(root),
+                "PATH": os.environ.get("PATH", ""),
+                "HOME": tmp,
+                "LD_LIBRARY_PATH": ":".join(libraries),
+            }
+            yield root, env
+
+    def run_host(self, *argv: str, timeout: float = 60) -> Exec:
+        """A host program run against the container's view (host_view)."""
+        with self.host_view() as (_, env):
+            proc = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=timeout)
         return Exec(proc.returncode, proc.stdout + proc.stderr)
 
 

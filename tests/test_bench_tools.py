@@ -1,5 +1,5 @@
-"""The bench's by-hand tools (python -m bench.burst, python -m bench.profile): what they compute
-from their raw input. `make test` runs the bench itself only as a smoke run."""
+"""The bench's by-hand tools (python -m bench.burst, python -m bench.profile) and its report:
+what they compute from their raw input. `make test` runs the bench itself only as a smoke run."""
 
 from __future__ import annotations
 
@@ -139,3 +139,29 @@ def test_the_latest_table_leaves_out_the_sections_a_run_could_not_measure() -> N
     }
     (line,) = latest_table(results)
     assert line.startswith("`make bench` at `b08682b` (uncommitted changes), 2026-12-05 00:00 UTC")
+
+
+def test_the_kwok_table_shows_both_runs_and_no_claim_rate_without_claims() -> None:
+    from bench.report import render
+
+    def figures(**values: float) -> dict[str, dict[str, float]]:
+        return {k: {"median": v, "min": v, "max": v} for k, v in values.items()}
+
+    kw = {
+        "nodes": 1000,
+        "gpusPerNode": 8,
+        "pods": 1000,
+        "dra": figures(
+            createSeconds=9.5,
+            podsScheduledPerSecond=9.8,
+            claimsAllocatedPerSecond=9.7,
+            podsRunningPerSecond=9.1,
+        ),
+        "plain": figures(createSeconds=8.0, podsScheduledPerSecond=40.0, podsRunningPerSecond=35.0),
+    }
+    text = render({"machine": {}, "sections": {"kwok": {"result": kw}}})
+    rows = [line for line in text.splitlines() if line.startswith(("| dra |", "| plain |"))]
+    assert rows == [
+        "| dra | 9.50 [9.50-9.50] | 9.8 [9.8-9.8] | 9.7 [9.7-9.7] | 9.1 [9.1-9.1] |",
+        "| plain | 8.00 [8.00-8.00] | 40.0 [40.0-40.0] | n/a | 35.0 [35.0-35.0] |",
+    ]

@@ -70,3 +70,35 @@ def add_fleet_parser(sub: Any) -> None:
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", default="text", choices=["text", "json"])
+
+
+def add_fleet_stages_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "fleet-stages",
+        help="print the KWOK Stages that run the pods of fleet nodes as a workload profile says",
+        description=(
+            "Print KWOK Stage objects (kwok.x-k8s.io/v1alpha1): pods bound to KWOK-managed fleet nodes "
+            "start, run and finish (Succeeded or Failed) as the workload profile says. KWOK's --config "
+            "file, or objects to apply where KWOK runs with --enable-crds=Stage (docs/local-cluster.md)."
+        ),
+    )
+    p.add_argument(
+        "--workload",
+        default="",
+        help="workload profile (YAML: startSeconds, runSeconds, runJitterSeconds, failureFraction, "
+        "exitCode; default: start after 1 s, run until deleted)",
+    )
+
+
+def run_fleet_stages(args: Any) -> int:
+    import sys
+
+    from dra_fake.fleet.workload import WorkloadError, load_workload, stages_yaml
+
+    try:
+        profile = load_workload(args.workload)
+    except WorkloadError as err:
+        print(f"dra-fake fleet-stages: error: {err}", file=sys.stderr)
+        return 2
+    sys.stdout.write(stages_yaml(profile))
+    return 0

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dra_fake.core import featuregates, logs
+from dra_fake.core import featuregates, logs, nvidiahost
 from dra_fake.core.kubeconfig import StartupError, check_config_source
 from dra_fake.core.serving import ClaimState, PluginContext, run_plugin
 from dra_fake.core.slices import DesiredSlice
@@ -274,6 +274,10 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
     try:
         if not args.node_name:
             raise StartupError("--node-name (NODE_NAME) is required")
+        if args.allow_real_gpu_node != "true" and (
+            refused := nvidiahost.refusal("dra-fake gpu-kubelet-plugin")
+        ):
+            raise StartupError(refused)
         gates = parse_feature_gates(args.feature_gates)
         shares_gate = gates.enabled(GATE_CONSUMABLE_SHARES)
         consumable_shares = node_mode(args.consumable_shares, shares_gate)

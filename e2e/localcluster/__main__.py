@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from dra_fake.fleet.workload import WorkloadError, load_workload
 from e2e.localcluster.cluster import DEFAULT_ROOT, LocalCluster
 from e2e.localcluster.values import ValuesError, user_values
 
@@ -33,6 +34,19 @@ def main() -> int:
         help="A=true,B=false: the plugins' feature gates, added to the values' (these win on the same gate)",
     )
     up.add_argument("--no-plugins", action="store_true", help="start nodes without the GPU plugin")
+    up.add_argument(
+        "--kwok",
+        action="store_true",
+        help="start KWOK's controller for the nodes labelled dra-fake.dev/fleet (docs/local-cluster.md)",
+    )
+    up.add_argument(
+        "--workload",
+        default="",
+        help="with --kwok: the workload profile of the pods on fleet nodes (dra-fake fleet-stages --help)",
+    )
+    up.add_argument(
+        "--fleet", type=int, default=0, help="start `dra-fake fleet` with this many nodes (8 GPUs each)"
+    )
     sub.add_parser("down", help="stop everything started by up")
     sub.add_parser("status", help="show the processes of the running cluster")
     args = parser.parse_args()
@@ -45,11 +59,15 @@ def main() -> int:
             inventory_config=getattr(args, "config", None),
             with_plugins=not getattr(args, "no_plugins", False),
             values=user_values(getattr(args, "values", None), getattr(args, "feature_gates", "")),
+            kwok=load_workload(args.workload) if getattr(args, "kwok", False) else None,
+            fleet_nodes=getattr(args, "fleet", 0),
         )
+        if getattr(args, "workload", "") and not args.kwok:
+            raise ValuesError("--workload: only with --kwok (KWOK plays the workload)")
         if args.cmd == "up":
             start = time.monotonic()
             cluster.up()
-    except (ValuesError, RuntimeError, TimeoutError) as err:
+    except (ValuesError, WorkloadError, RuntimeError, TimeoutError) as err:
         # What the user got wrong, or a component's own error (its last log lines): no traceback.
         print(f"\nlocalcluster {args.cmd}: {err}", file=sys.stderr)
         return 1

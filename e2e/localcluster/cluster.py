@@ -23,6 +23,8 @@ from typing import Any
 import yaml
 
 from dra_fake.core.featuregates import gate_string
+from dra_fake.fleet.core import FLEET_LABEL
+from dra_fake.fleet.workload import WorkloadProfile, stages_yaml
 from e2e.localcluster import values as chart_values
 from e2e.localcluster.pki import write_service_account_key
 from e2e.localcluster.processes import Process, free_port, spawn, wait_for
@@ -139,6 +141,8 @@ class LocalCluster:
         exec_kubeconfig: Path | None = None,
         node_lifecycle: bool = False,
         values: Values | None = None,
+        kwok: WorkloadProfile | None = None,
+        fleet_nodes: int = 0,
     ) -> None:
         self.root = root.resolve()
         # The credentials of exec'd containers (the IMEX daemon pods): admin unless given, e.g. a
@@ -146,6 +150,9 @@ class LocalCluster:
         self.exec_kubeconfig = exec_kubeconfig
         self.node_count = nodes
         self.with_plugins = with_plugins
+        # KWOK fleets: KWOK's controller with this workload (None: none), and `dra-fake fleet` nodes.
+        self.kwok = kwok
+        self.fleet_nodes = fleet_nodes
         # The node lifecycle controller marks nodes without heartbeats Unknown: off by default (the
         # harness nodes have no kubelet to renew Leases); on where fleet heartbeats are measured.
         self.controllers = CONTROLLERS + (",node-lifecycle-controller" if node_lifecycle else "")
@@ -239,6 +246,10 @@ class LocalCluster:
                 self.add_node(node_name(i))
             if self.with_plugins:
                 self.start_cd_controller()
+            if self.kwok is not None:
+                self.start_kwok(self.kwok)
+            if self.fleet_nodes:
+                self.start_fleet(self.fleet_nodes)
         except BaseException:
             log.error("cluster start-up failed; stopping what was started (logs in %s)", self.logs)
             self.down()
@@ -635,6 +646,72 @@ class LocalCluster:
 
     def stop_cd_controller(self, kill: bool = False, name: str = "cd-controller") -> None:
         self._stop(name, kill=kill)
+
+    # ---- KWOK fleets (docs/local-cluster.md#kwok-fleets) --------------------------------
+    def start_kwok(self, workload: WorkloadProfile | None = None) -> Process:
+        """KWOK's controller, playing the kubelet of every Node labelled dra-fake.dev/fleet (the
+        fleet's; harness nodes have no such label): the pods bound there start, run and finish as
+        `workload` says (its Stages, dra_fake.fleet.workload). It holds no Leases: the fleet renews
+        its nodes' as a kubelet does (with Leases, KWOK would manage only the nodes whose Lease it
+        holds, and hold none another holder renews). Replaces a running one (another profile)."""
+        self.stop_kwok()
+        binary = BIN_DIR / "kwok"
+        if not binary.exists():
+            raise RuntimeError(f"missing binary {binary}: run `make cluster-build` first")
+        stages = self.root / "kwok" / "stages.yaml"
+        stages.parent.mkdir(parents=True, exist_ok=True)
+        stages.write_text(stages_yaml(workload or WorkloadProfile()))
+        proc = self._track(
+            spawn(
+                "kwok",
+                [
+                    str(binary),
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--config={stages}",
+                    "--manage-all-nodes=false",
+                    f"--manage-nodes-with-label-selector={FLEET_LABEL}",
+                    "--node-lease-duration-seconds=0",
+                    "--cidr=10.0.0.1/16",  # pod IPs (KWOK's default /24 runs out past 254 pods)
+                    "--v=INFO",
+                ],
+                self.logs,
+            )
+        )
+        # It logs "Watch nodes" once its flags and Stages are accepted (a bad one: it exits, its error shown).
+        wait_for(
+            "kwok started", lambda: "Watch nodes" in proc.tail(50), STARTUP_TIMEOUT, alive=proc.check_alive
+        )
+        return proc
+
+    def stop_kwok(self) -> None:
+        self._stop("kwok")
+
+    def start_fleet(self, nodes: int, extra: Sequence[str] = ()) -> Process:
+        """`dra-fake fleet --nodes N`: Nodes labelled dra-fake.dev/fleet=fleet, each with the slices of
+        8 x H100 (or CONFIG's inventory), their Leases renewed."""
+        args = [
+            sys.executable,
+            "-m",
+            "dra_fake",
+            "fleet",
+            f"--nodes={nodes}",
+            f"--kubeconfig={self.kubeconfig}",
+            *([f"--config={self.state.inventory_config}"] if self.state.inventory_config else []),
+            *extra,
+        ]
+        proc = self._track(spawn("fleet", args, self.logs, cwd=REPO))
+        # It logs "fleet running" once every Node exists (their slices follow).
+        wait_for(
+            f"fleet of {nodes} nodes created",
+            lambda: "fleet running" in proc.tail(50),
+            STARTUP_TIMEOUT + nodes / 10,
+            every=0.5,
+            alive=proc.check_alive,
+        )
+        return proc
+
+    def stop_fleet(self) -> None:
+        self._stop("fleet")
 
 
 def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:

@@ -114,6 +114,7 @@ CHART_ENV: dict[str, dict[str, Env]] = {
     },
     "compute-domains": {
         "FEATURE_GATES": GATES,
+        "DEVICE_STATUS": value("deviceStatus"),
         "DAEMON_RUN_AS_USER": value("computeDomains.daemon.runAsUser"),
         "DAEMON_RUN_AS_GROUP": value("computeDomains.daemon.runAsGroup"),
         "DRA_FAKE_IMEX_CLIQUE_ID": CLIQUE,
