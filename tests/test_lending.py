@@ -4,11 +4,14 @@ how they are published, and the state machine that taints them from samples of o
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from crash_helper import make_claim, make_devices, make_state, result
+from prometheus_client import REGISTRY
 
 from dra_fake.core.resourceapi import ServerInfo
 from dra_fake.gpu import lendinggate
@@ -33,7 +36,8 @@ from dra_fake.gpu.lending import (
 )
 from dra_fake.gpu.plugin import GpuDriver
 from dra_fake.gpu.profiles import load_profiles
-from dra_fake.gpu.runtime import NodeSettings
+from dra_fake.gpu.runtime import Host, Node, NodeSettings
+from dra_fake.gpu.services.lending import Lending as LendingService
 from dra_fake.gpu.slices import desired_slices
 
 DRIVER = "gpu.nvidia.com"
@@ -201,3 +205,34 @@ def test_the_plugins_first_slice_already_keeps_spot_claims_off_the_lend_views() 
         (NOT_LENDABLE_TAINT, "unknown", "NoSchedule"),
     ]
     assert taints["gpu-0"] == []
+
+
+def test_the_service_moves_states_from_samples_publishes_taints_and_counts_reclaims() -> None:
+    """The lending service on a node's runtime: samples in, lend-view taints out to the owner,
+    `dra_fake_gpu_lending_state` and `dra_fake_gpu_reclaims_total` on the plugin's endpoint."""
+    settings = NodeSettings(DRIVER, lending=LendingSettings(threshold=10, idle_for=0))
+
+    def no_api() -> Any:
+        raise RuntimeError("no API server in this test")
+
+    host = Host(settings, no_api, threading.Event(), services=(LendingService,))
+    runtime = host.node(Node("node-a", inventory(), holdings=list))
+    published: list[dict[str, list[dict[str, str]]]] = []
+    runtime.on_lending(published.append)
+    runtime.start()
+    assert (
+        REGISTRY.get_sample_value("dra_fake_gpu_lending_state", {"device": "gpu-0", "state": "unknown"}) == 1
+    )
+    reclaims = REGISTRY.get_sample_value("dra_fake_gpu_reclaims_total", {"device": "gpu-0"}) or 0
+    runtime.sampled(T0, {"gpu-0": IDLE, "gpu-1": NOBODY})
+    runtime.sampled(T0 + 5, {"gpu-0": BUSY_OWNER, "gpu-1": NOBODY})
+    assert [[t["value"] for t in p["gpu-0-spot"] if t["key"] == NOT_LENDABLE_TAINT] for p in published] == [
+        ["unknown"],
+        [],
+        ["busy"],
+    ]
+    assert REGISTRY.get_sample_value("dra_fake_gpu_lending_state", {"device": "gpu-0", "state": "busy"}) == 1
+    assert (
+        REGISTRY.get_sample_value("dra_fake_gpu_lending_state", {"device": "gpu-0", "state": "lendable"}) == 0
+    )
+    assert REGISTRY.get_sample_value("dra_fake_gpu_reclaims_total", {"device": "gpu-0"}) == reclaims + 1

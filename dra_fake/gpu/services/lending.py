@@ -15,12 +15,33 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from prometheus_client import REGISTRY, Counter, Gauge
+
 from dra_fake.gpu import lending
 
 if TYPE_CHECKING:
     from dra_fake.gpu.runtime import Host, NodeRuntime, NodeService, SharedPart
 
 log = logging.getLogger(__name__)
+
+# On the plugin's own metrics endpoint (docs/sharing.md).
+LENDING_STATE = Gauge(
+    "dra_fake_gpu_lending_state",
+    "1 for the current idle-GPU lending state of a GPU (lendable, busy, unowned, unknown), 0 for the others.",
+    ["device", "state"],
+    registry=REGISTRY,
+)
+RECLAIMS = Counter(
+    "dra_fake_gpu_reclaims",
+    "Times a lent GPU was reclaimed because an owner got busy.",
+    ["device"],
+    registry=REGISTRY,
+)
+
+
+def record(gpu: str, state: str) -> None:
+    for known in lending.STATES:
+        LENDING_STATE.labels(device=gpu, state=known).set(1 if known == state else 0)
 
 
 class Lending:
@@ -54,6 +75,8 @@ class _Lender:
             },
         )
         self.runtime.lending_changed(self.state.taints(self.gpus))  # every lend view starts `unknown`
+        for gpu in self.gpus:
+            record(gpu, self.state.state(gpu))
 
     def stop(self) -> None:
         return  # samples stop with the telemetry thread
@@ -69,6 +92,9 @@ class _Lender:
                 "GPU lending state changed",
                 extra={"device": gpu, "from": old, "to": new, "ownerUtilization": seen.utilization},
             )
+            record(gpu, new)
+            if old == lending.LENDABLE and new == lending.BUSY:
+                RECLAIMS.labels(device=gpu).inc()
             if (found := lending.event(gpu, new, seen, self.state.settings)) is not None:
                 events.append(found)
         self.runtime.lending_changed(self.state.taints(self.gpus))
@@ -81,7 +107,12 @@ class _Lender:
 
         from dra_fake.core.events import post_node_event
 
-        api, node = self.runtime.host.api(), self.runtime.node.name
+        node = self.runtime.node.name
+        try:
+            api = self.runtime.host.api()
+        except Exception as exc:  # an event is a courtesy: log and go on
+            log.warning("lending events not posted", extra={"node": node, "error": str(exc)})
+            return
         if not self._node_uid:
             try:
                 meta = client.CoreV1Api(api).read_node(node, _request_timeout=10).metadata
