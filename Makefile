@@ -22,7 +22,7 @@ NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 # kind: two DRA workers (H100, MIG) and one served through the device plugin (docs/kind.md)
 KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 
-.PHONY: help native venv cluster-build cluster-up cluster-down demo test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
+.PHONY: help native venv cluster-build cluster-up cluster-down demo demo-sharing test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
 	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind kind-readme generate release
 
 help:
@@ -55,6 +55,9 @@ cluster-down: ## stop everything cluster-up started
 
 demo: venv cluster-build ## the main job: cluster, driver, example workloads, summary (KEEP=1 keeps it up)
 	$(PY) -m e2e.demo $(if $(KEEP),--keep) --nodes $(NODES_OR_2) $(if $(CONFIG),--config $(CONFIG)) $(KNOBS)
+
+demo-sharing: venv cluster-build ## shared GPUs and idle-GPU lending on a one-node local cluster (docs/sharing.md; KEEP=1)
+	$(PY) -m e2e.demo_sharing $(if $(KEEP),--keep)
 
 lint: venv ## ruff, mypy, and the import layers (import-linter; docs/architecture.md)
 	$(VENV)/bin/ruff check .

@@ -41,6 +41,16 @@ class _EnvDefault(argparse.Action):
 
 def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) -> None:
     p.add_argument(
+        "--device-status",
+        action=_EnvDefault,
+        env="DEVICE_STATUS",
+        default="true",
+        choices=["true", "false"],
+        help="write each prepared device's status (Ready, with its data: a GPU's UUID, MIG parent and "
+        "profile; an IMEX channel's number and domain) into its claim's status.devices; the GPU plugin "
+        "reports the attach of fabric-attached GPUs there too (docs/prepare.md)",
+    )
+    p.add_argument(
         "--node-name",
         action=_EnvDefault,
         env="NODE_NAME",
@@ -148,6 +158,18 @@ def _add_common_plugin_flags(p: argparse.ArgumentParser, driver_default: str) ->
     )
 
 
+def add_allow_real_gpu_node(p: argparse._ActionsContainer) -> None:
+    p.add_argument(
+        "--allow-real-gpu-node",
+        action=_EnvDefault,
+        env="ALLOW_REAL_GPU_NODE",
+        default="false",
+        choices=["true", "false"],
+        help="start even on a node with NVIDIA PCI functions or a loaded NVIDIA driver, or whose "
+        "hardware cannot be read (fake GPUs beside real ones; docs/security.md)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dra-fake", description="A DRA driver that simulates NVIDIA GPUs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -180,6 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="NVIDIA's consumable shares: several claims on one GPU or MIG device, its memory accounted "
         "by the scheduler: disabled, memory, unlimited or a positive integer (at most N claims); needs "
         "feature gate ConsumableShares (docs/sharing-design.md)",
+    )
+    gpu.add_argument(
+        "--shared-memory-view",
+        action=_EnvDefault,
+        env="SHARED_MEMORY_VIEW",
+        default="share",
+        choices=("share", "device"),
+        help="ours: what a share's nvidia-smi shows: share (its memory as the total, other shares "
+        "invisible) or device (the whole GPU, as NVIDIA's driver; docs/sharing.md)",
     )
     gpu.add_argument(
         "--gpu-lending",
@@ -230,16 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="sorted: slice devices by PCI bus ID and name; shuffled: a new order on every start, "
         "as NVIDIA's plugin, to flush out tests that depend on the order",
     )
-    gpu.add_argument(
-        "--device-status",
-        action=_EnvDefault,
-        env="DEVICE_STATUS",
-        default="true",
-        choices=["true", "false"],
-        help="write each prepared device's status (Ready; data: UUID, MIG parent and profile) into its "
-        "claim's status.devices, and the attach of fabric-attached GPUs (docs/prepare.md)",
-    )
 
+    add_allow_real_gpu_node(gpu)
     gpu.add_argument(
         "--allow-device-plugin",
         action=_EnvDefault,
@@ -310,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dra_fake.gpu.faultcli import add_fault_parser
 
     add_fault_parser(sub)
+    from dra_fake.scenario.cli import add_scenario_parser
+
+    add_scenario_parser(sub)
     from dra_fake.deviceplugin.cli import add_device_plugin_parser
 
     add_device_plugin_parser(sub, _EnvDefault)
@@ -371,6 +397,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dra_fake.gpu.faultcli import run_fault_command
 
         return run_fault_command(args)
+    if args.command == "scenario":
+        from dra_fake.scenario.cli import run_scenario_command
+
+        return run_scenario_command(args)
     if args.command == "device-plugin":
         from dra_fake.deviceplugin.plugin import run_device_plugin
 

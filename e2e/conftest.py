@@ -90,6 +90,15 @@ class Environment:
                 self.server_minor >= 34,
                 "device taints need resource.k8s.io/v1 with DRADeviceTaints (Kubernetes 1.34+ here)",
             ),
+            "device-taint-rules": (
+                self.server_minor >= 37,
+                "DeviceTaintRules as resource.k8s.io/v1 (Kubernetes 1.37; 1.36 serves v1beta2 behind a gate)",
+            ),
+            "binding-conditions": (
+                self.server_minor >= 36 and self.bed == "harness",
+                "binding conditions need DRADeviceBindingConditions (on from 1.36) and a plugin started "
+                "with a fabric-attached inventory (the harness)",
+            ),
             "device-health": (
                 self.server_minor >= 36 and self.bed in ("harness", "kind"),
                 "the kubelet's device health stream needs ResourceHealthStatus (on from 1.36) and a "

@@ -293,8 +293,8 @@ def test_rendered_objects_valid_against_this_servers_schemas(
             assert {d["apiVersion"] for d in docs if d["kind"] == "DeviceClass"} == {
                 f"resource.k8s.io/{expected}"
             }
-            has_vap = any(d["kind"] == "ValidatingAdmissionPolicy" for d in docs)
-            assert has_vap == (target != "1.33"), target  # only where the server has the API
+            # rendered whatever Helm is told of the server's APIs
+            assert any(d["kind"] == "ValidatingAdmissionPolicy" for d in docs), target
             out = subprocess.run(
                 [
                     str(KUBECONFORM),
@@ -579,6 +579,12 @@ def cd_installed(
         "--status-sync-seconds=1",
         "--leader-elect=true",
         f"--leader-elect-identity={pod['metadata']['name']}",
+        # the chart's daemon image: its admission policy pins the DaemonSets to it
+        *(
+            f"--daemon-image={e['value']}"
+            for e in pod["spec"]["containers"][0]["env"]
+            if e["name"] == "IMAGE_NAME"
+        ),
         f"--metrics-port={free_port()}",
     ]
     ctrl: Process = cluster._track(spawn("cd-controller", args, cluster.logs, cwd=REPO))
@@ -752,6 +758,214 @@ def test_compute_domain_components_are_refused_the_rest(
     with pytest.raises(ApiException) as err:
         call(cd_installed[who])
     assert err.value.status == 403, err.value
+
+
+# --- admission policies: each account on its own objects (issue 46, docs/security.md) -----------
+
+
+def refused_by_policy(call: Any, message: str) -> None:
+    with pytest.raises(ApiException) as err:
+        call()
+    assert err.value.status in (403, 422) and message in str(err.value.body), err.value
+
+
+def test_admission_policy_keeps_a_plugin_to_its_own_nodes_fault_status(
+    installed: dict[str, Path], admin: client.ApiClient
+) -> None:
+    """`gpufaults/status patch` is cluster-wide in RBAC: node-1's plugin may not write the status of
+    another node's GpuFault (a node without a plugin here, so no one else acts on it)."""
+    custom = client.CustomObjectsApi(admin)
+    fault = {
+        "apiVersion": "dra-fake.dev/v1alpha1",
+        "kind": "GpuFault",
+        "metadata": {"name": "rbac-elsewhere"},
+        "spec": {"nodeName": "node-9", "device": "gpu-0", "kind": "gpu-lost"},
+    }
+    custom.create_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", fault)
+    try:
+        plugin = client.CustomObjectsApi(sa_api(installed["node-1"]))
+        refused_by_policy(
+            lambda: plugin.patch_cluster_custom_object_status(
+                "dra-fake.dev", "v1alpha1", "gpufaults", "rbac-elsewhere", {"status": {"phase": "Failed"}}
+            ),
+            "may not write the status of GpuFaults of node node-9",
+        )
+    finally:
+        custom.delete_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", "rbac-elsewhere")
+
+
+def test_only_admins_create_a_noexecute_gpufault(
+    installed: dict[str, Path], admin: client.ApiClient, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A GpuFault with effect NoExecute evicts every pod on the device: a user allowed to create
+    GpuFaults, outside validatingAdmissionPolicy.adminGroups, may create other faults but not that one."""
+    rbac, core = client.RbacAuthorizationV1Api(admin), client.CoreV1Api(admin)
+    name = "fault-author"
+    core.create_namespaced_service_account(NS, {"metadata": {"name": name}})
+    rule = {"apiGroups": ["dra-fake.dev"], "resources": ["gpufaults"], "verbs": ["create", "delete"]}
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [rule]})
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NS}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        }
+    )
+    token = core.create_namespaced_service_account_token(name, NS, {"spec": {"expirationSeconds": 600}})
+    author = client.CustomObjectsApi(
+        sa_api(token_kubeconfig(cluster, str(token.status.token), tmp_path / "kc"))
+    )
+
+    def fault(effect: str) -> dict[str, Any]:
+        spec = {"nodeName": "node-9", "device": "gpu-0", "kind": "gpu-lost", "effect": effect}
+        return {
+            "apiVersion": "dra-fake.dev/v1alpha1",
+            "kind": "GpuFault",
+            "metadata": {"name": f"by-author-{effect.lower()}"},
+            "spec": spec,
+        }
+
+    try:
+        refused_by_policy(
+            lambda: author.create_cluster_custom_object(
+                "dra-fake.dev", "v1alpha1", "gpufaults", fault("NoExecute")
+            ),
+            "a GpuFault with effect NoExecute evicts other tenants' pods",
+        )
+        author.create_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", fault("NoSchedule"))
+        author.delete_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", "by-author-noschedule")
+        admin_custom = client.CustomObjectsApi(admin)  # system:masters
+        admin_custom.create_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", fault("NoExecute"))
+        admin_custom.delete_cluster_custom_object(
+            "dra-fake.dev", "v1alpha1", "gpufaults", "by-author-noexecute"
+        )
+    finally:
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)
+        core.delete_namespaced_service_account(name, NS)
+
+
+def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_label(
+    cd_installed: dict[str, Path],
+) -> None:
+    """The controller's `daemonsets create, patch, delete` would reach the kubelet plugin's
+    DaemonSet (root, host paths), its `nodes patch` every label: the policies allow only the
+    DaemonSets it renders and the ComputeDomain label."""
+    apps = client.AppsV1Api(sa_api(cd_installed["controller"]))
+    core = client.CoreV1Api(sa_api(cd_installed["controller"]))
+    plugin_ds = f"{RELEASE}-dra-fake-kubelet-plugin"
+    refused_by_policy(
+        lambda: apps.patch_namespaced_daemon_set(plugin_ds, NS, {"metadata": {"labels": {"x": "y"}}}),
+        "may change only IMEX daemon DaemonSets",
+    )
+    refused_by_policy(
+        lambda: apps.delete_namespaced_daemon_set(plugin_ds, NS), "may change only IMEX daemon DaemonSets"
+    )
+    label = {"resource.nvidia.com/computeDomain": "0f000000-0000-4000-8000-000000000000"}
+    rogue = {
+        "metadata": {"name": "rogue", "labels": label},
+        "spec": {
+            "selector": {"matchLabels": label},
+            "template": {
+                "metadata": {"labels": label},
+                "spec": {
+                    "serviceAccountName": DAEMON_SA,
+                    "hostPID": True,
+                    "containers": [
+                        {"name": "c", "image": "x", "command": ["dra-fake", "imex-daemon", "run"]}
+                    ],
+                },
+            },
+        },
+    }
+    refused_by_policy(
+        lambda: apps.create_namespaced_daemon_set(NS, rogue), "may create only IMEX daemon DaemonSets"
+    )
+    refused_by_policy(
+        lambda: core.patch_node("node-1", {"metadata": {"labels": {"evil.example/owned": "yes"}}}),
+        "may change only the label resource.nvidia.com/computeDomain",
+    )
+
+
+def test_admission_policy_keeps_the_imex_daemon_to_its_own_pod(
+    cd_installed: dict[str, Path], admin: client.ApiClient
+) -> None:
+    """The daemon's `pods patch` is for its own pod's clique label: a token not bound to that pod
+    (the credentials here) patches no pod."""
+    plugin_pod = (
+        client.CoreV1Api(admin)
+        .list_namespaced_pod(NS, label_selector="app.kubernetes.io/component=kubelet-plugin")
+        .items[0]
+    )
+    core = client.CoreV1Api(sa_api(cd_installed["daemon"]))
+    refused_by_policy(
+        lambda: core.patch_namespaced_pod(
+            plugin_pod.metadata.name,
+            NS,
+            {"metadata": {"labels": {"resource.nvidia.com/computeDomain.cliqueID": ""}}},
+        ),
+        "may not modify pod " + plugin_pod.metadata.name,
+    )
+
+
+@pytest.mark.parametrize("kind", ["resourceclaims", "resourceclaimtemplates"])
+@pytest.mark.parametrize(
+    "device_class", ["compute-domain-default-channel.nvidia.com", "compute-domain-daemon.nvidia.com"]
+)
+def test_compute_domain_devices_are_claimed_only_through_the_controllers_templates(
+    cd_installed: dict[str, Path],
+    admin: client.ApiClient,
+    cluster: LocalCluster,
+    tmp_path: Path,
+    kind: str,
+    device_class: str,
+) -> None:
+    """A tenant's claim of a node's one daemon or channel device, in a namespace without the
+    ComputeDomain, would block every ComputeDomain on that node: refused at admission, before any
+    allocation, though RBAC lets the tenant create claims there; a GPU claim passes. (The
+    controller's own templates pass: the ComputeDomain flow above ran with this policy.)"""
+    kube = Kube(cd_installed["controller"].parent / "kubeconfig")
+    ns = kube.namespace("tenant")
+    rbac, core = client.RbacAuthorizationV1Api(admin), client.CoreV1Api(admin)
+    try:
+        core.create_namespaced_service_account(ns, {"metadata": {"name": "tenant"}})
+        rule = {"apiGroups": ["resource.k8s.io"], "resources": [kind], "verbs": ["create"]}
+        rbac.create_namespaced_role(ns, {"metadata": {"name": "tenant"}, "rules": [rule]})
+        rbac.create_namespaced_role_binding(
+            ns,
+            {
+                "metadata": {"name": "tenant"},
+                "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+            },
+        )
+        token = core.create_namespaced_service_account_token(
+            "tenant", ns, {"spec": {"expirationSeconds": 600}}
+        )
+        tenant = client.CustomObjectsApi(
+            sa_api(token_kubeconfig(cluster, str(token.status.token), tmp_path / "kc"))
+        )
+
+        def body(name: str, device_class: str) -> dict[str, Any]:
+            spec = {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": device_class}}]}}
+            return {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim" if kind == "resourceclaims" else "ResourceClaimTemplate",
+                "metadata": {"name": name},
+                "spec": spec if kind == "resourceclaims" else {"spec": spec},
+            }
+
+        refused_by_policy(
+            lambda: tenant.create_namespaced_custom_object(
+                "resource.k8s.io", "v1", ns, kind, body("grab", device_class)
+            ),
+            "are claimed only through the templates the ComputeDomain controller creates",
+        )
+        tenant.create_namespaced_custom_object(
+            "resource.k8s.io", "v1", ns, kind, body("gpu", "gpu.nvidia.com")
+        )
+    finally:
+        kube.delete_namespace(ns)
 
 
 # --- every rule is needed -----------------------------------------------------------------------

@@ -118,7 +118,12 @@ def make_claim(
     }
 
 
-def make_state(root: Path, gates: FeatureGates | None = None, **kwargs: Any) -> DeviceState:
+def make_state(
+    root: Path,
+    gates: FeatureGates | None = None,
+    devices: dict[str, AllocatableDevice] | None = None,
+    **kwargs: Any,
+) -> DeviceState:
     boot = root / "boot_id"
     if not boot.exists():
         root.mkdir(parents=True, exist_ok=True)
@@ -126,7 +131,7 @@ def make_state(root: Path, gates: FeatureGates | None = None, **kwargs: Any) -> 
     return DeviceState(
         driver_name=DRIVER,
         pool_name=NODE,
-        devices=make_devices(),
+        devices=make_devices() if devices is None else devices,
         cdi_root=root / "cdi",
         plugin_data_dir=root / "plugin",
         feature_gates=gates or FeatureGates.of("TimeSlicingSettings", "MPSSupport"),

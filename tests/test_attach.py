@@ -6,15 +6,18 @@ start-up check of the server (dra_fake.gpu.attachgate)."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from dra_fake.cli import build_parser
 from dra_fake.core import claimstatus
 from dra_fake.gpu import attach, attachgate
 from dra_fake.gpu.attach import AttachConfig
 from dra_fake.gpu.inventory import Inventory, InventoryError, build_inventory, parse_config
+from dra_fake.gpu.plugin import run_gpu_plugin
 from dra_fake.gpu.profiles import load_profiles
 from dra_fake.gpu.runtime import Host, Node, NodeSettings
 from dra_fake.gpu.services.attach import Attach, Attacher
@@ -140,6 +143,15 @@ def test_a_failed_attempt_then_a_new_allocation_attaches(recorded: Any) -> None:
     assert conditions_of(rec.applied[1])[attach.ATTACHED] == "True"
 
 
+def test_a_claims_annotation_asks_for_its_outcome(recorded: Any) -> None:
+    rec = recorded({"delaySeconds": 0})
+    failing = claim()
+    failing["metadata"]["annotations"] = {attach.ANNOTATION_OUTCOME: "failed"}
+    rec.attacher.seen(failing)
+    assert rec.done.wait(5)
+    assert conditions_of(rec.applied[0])[attach.ATTACH_FAILED] == "True"
+
+
 def test_hang_reports_nothing_and_others_are_ignored(recorded: Any) -> None:
     rec = recorded({"delaySeconds": 0, "hang": True})
     assert rec.attacher.seen(claim()) == 0
@@ -191,3 +203,16 @@ def test_server_check() -> None:
     assert attachgate.fields_kept(kept) and attachgate.fields_kept(nested)
     assert not attachgate.fields_kept(dropped)
     assert "DRADeviceBindingConditions" in attachgate.dropped_refusal()
+
+
+def test_the_plugin_refuses_attach_without_device_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checked before anything is served: the attach is reported in the claims' status."""
+    config = tmp_path / "inventory.yaml"
+    config.write_text('{"gpus": [{"profile": "h100-sxm5-80gb", "attach": {}}]}')
+    args = build_parser().parse_args(
+        ["gpu-kubelet-plugin", "--node-name=x", f"--config={config}", "--device-status=false"]
+    )
+    assert run_gpu_plugin(args) == 2
+    assert "needs --device-status=true" in capsys.readouterr().err

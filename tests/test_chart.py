@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from computedomain.plugin import slices as cd_classes
+from dra_fake.gpu.deviceclasses import spot_class
 from dra_fake.gpu.inventory import build_inventory, parse_config
 from dra_fake.gpu.profiles import load_profiles
 
@@ -78,9 +79,8 @@ def test_deviceclass_api_version_from_capabilities(kube: str, apis: list[str], e
         "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
     )
     assert ("extendedResourceName" in gpu) == (expected == "v1")
-    assert bool(of_kind(render(kube, apis), "ValidatingAdmissionPolicy")) == (
-        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" in apis
-    )
+    # the policies render whatever Helm knows of the server (helm template | kubectl apply, GitOps)
+    assert of_kind(render(kube, apis), "ValidatingAdmissionPolicy")
 
 
 def test_daemonset_contract() -> None:
@@ -162,7 +162,7 @@ def test_rbac_is_least_privilege() -> None:
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["resourceclaims/driver"],
-            "resourceNames": ["gpu.nvidia.com"],
+            "resourceNames": ["gpu.nvidia.com", "compute-domain.nvidia.com"],
             "verbs": ["associated-node:patch"],
         },
         {
@@ -294,6 +294,16 @@ CD_OBJECTS = {
     ("RoleBinding", "r-dra-fake-compute-domain-daemon"),
     ("DeviceClass", "compute-domain-daemon.nvidia.com"),
     ("DeviceClass", "compute-domain-default-channel.nvidia.com"),
+    *(
+        (kind, name)
+        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+        for name in (
+            "r-dra-fake-compute-domain-controller-imex-daemonsets",
+            "r-dra-fake-compute-domain-controller-node-label",
+            "compute-domain-daemon-service-account-own-pod-label",
+            "r-dra-fake-compute-domain-claims",
+        )
+    ),
 }
 
 
@@ -492,6 +502,35 @@ def test_consumable_shares_reach_the_gpu_plugin_only_when_set_as_nvidias_chart()
     shared = env(**{"consumableShares": "memory", "featureGates.ConsumableShares": "true"})
     assert shared["CONSUMABLE_SHARES"] == "memory" and shared["FEATURE_GATES"] == "ConsumableShares=true"
     assert env(**{"consumableShares": "4"})["CONSUMABLE_SHARES"] == "4"  # --set makes it a number
+    assert (env()["SHARED_MEMORY_VIEW"], env(sharedMemoryView="device")["SHARED_MEMORY_VIEW"]) == (
+        "share",
+        "device",
+    )
+    with pytest.raises(AssertionError, match="sharedMemoryView"):
+        render(sharedMemoryView="both")
+
+
+def test_gpu_lending_reaches_the_gpu_plugin_with_its_spot_class_only_when_enabled() -> None:
+    def rendered(**sets: str) -> tuple[dict[str, str], list[str]]:
+        docs = render(**sets)
+        ds = by_name(docs, "DaemonSet", "r-dra-fake-kubelet-plugin")
+        env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+        return env, [d["metadata"]["name"] for d in docs if d["kind"] == "DeviceClass"]
+
+    env, classes = rendered()
+    assert "GPU_LENDING" not in env and "spot.gpu.nvidia.com" not in classes
+    env, classes = rendered(**{"gpuLending.enabled": "true", "gpuLending.idleFor": "15"})
+    assert (env["GPU_LENDING"], env["GPU_LENDING_IDLE_THRESHOLD"], env["GPU_LENDING_IDLE_FOR"]) == (
+        "true",
+        "10",
+        "15",
+    )
+    [spot] = [
+        d for d in render(**{"gpuLending.enabled": "true"}) if d["metadata"]["name"] == "spot.gpu.nvidia.com"
+    ]
+    assert spot["spec"] == spot_class("gpu.nvidia.com")["spec"]
+    with pytest.raises(AssertionError, match="idleThreshold"):
+        render(**{"gpuLending.enabled": "true", "gpuLending.idleThreshold": "0"})
     for bad in ("0", "some", "-1"):
         with pytest.raises(AssertionError, match="consumableShares"):
             render(**{"consumableShares": bad})
@@ -665,3 +704,103 @@ def test_device_plugin_configs_as_nvidias_chart() -> None:
         render(mode="device-plugin", **two, **{"devicePlugin.config.default": "c"})
     with pytest.raises(AssertionError, match="fallbackStrategies"):
         render(mode="device-plugin", **{"devicePlugin.config.fallbackStrategies": "{first}"})
+
+
+# ---- hardening (issue 46, docs/security.md) -------------------------------------------------------
+
+
+def pod_specs(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]["spec"]
+        for d in docs
+        if d["kind"] in ("DaemonSet", "Deployment", "Job")
+    }
+
+
+def test_every_pod_sets_the_runtime_default_seccomp_profile() -> None:
+    specs = pod_specs(render()) | pod_specs(render(values=str(CHART / "ci" / "pools-values.yaml")))
+    assert len(specs) >= 5, sorted(specs)  # plugins, device plugin, controller, the cleanup hook
+    for name, spec in specs.items():
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+
+
+def test_the_metrics_ports_are_reachable_only_from_prometheus() -> None:
+    [policy] = of_kind(render(), "NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    assert spec["podSelector"]["matchExpressions"][0]["values"] == [
+        "kubelet-plugin",
+        "device-plugin",
+        "compute-domain-controller",
+    ]
+    metrics, health = spec["ingress"]
+    assert metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    assert sorted(p["port"] for p in metrics["ports"]) == [8080, 8080, 8081, 9400]
+    assert "from" not in health and sorted(p["port"] for p in health["ports"]) == [51515, 51516]
+    [custom] = of_kind(
+        render(**{"networkPolicy.prometheusNamespaceSelector.matchLabels.team": "obs"}), "NetworkPolicy"
+    )
+    assert custom["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["team"] == "obs"
+    assert not of_kind(render(**{"networkPolicy.enabled": "false"}), "NetworkPolicy")
+
+
+def test_admission_policies_pin_each_account_to_its_own_objects() -> None:
+    docs = render(apis=[])  # no --api-versions: rendered all the same
+    policies = {p["metadata"]["name"]: p for p in of_kind(docs, "ValidatingAdmissionPolicy")}
+    bindings = {b["spec"]["policyName"] for b in of_kind(docs, "ValidatingAdmissionPolicyBinding")}
+    assert (
+        sorted(policies)
+        == sorted(bindings)
+        == [
+            "compute-domain-daemon-service-account-own-pod-label",
+            "r-dra-fake-compute-domain-claims",
+            "r-dra-fake-compute-domain-controller-imex-daemonsets",
+            "r-dra-fake-compute-domain-controller-node-label",
+            "r-dra-fake-gpufault-noexecute",
+            "r-dra-fake-kubelet-plugin-own-node-faults",
+            "r-dra-fake-kubelet-plugin-own-node-label",
+            "r-dra-fake-kubelet-plugin-own-node-slices",
+        ]
+    )
+    users = {
+        name: [c["expression"] for c in p["spec"].get("matchConditions", [])] for name, p in policies.items()
+    }
+    assert users["r-dra-fake-compute-domain-controller-imex-daemonsets"] == [
+        'request.userInfo.username == "system:serviceaccount:dra-fake:r-dra-fake-compute-domain-controller"'
+    ]
+    assert users["compute-domain-daemon-service-account-own-pod-label"] == [
+        'request.userInfo.username == "system:serviceaccount:dra-fake:compute-domain-daemon-service-account"'
+    ]
+    assert users["r-dra-fake-compute-domain-claims"] == []  # every user
+    noexecute = policies["r-dra-fake-gpufault-noexecute"]["spec"]["validations"][0]["expression"]
+    assert '["system:masters","kubeadm:cluster-admins"]' in noexecute
+    assert all(p["spec"]["failurePolicy"] == "Fail" for p in policies.values())
+    assert not of_kind(render(**{"validatingAdmissionPolicy.enabled": "false"}), "ValidatingAdmissionPolicy")
+    without_cd = {
+        p["metadata"]["name"]
+        for p in of_kind(render(**{"computeDomains.enabled": "false"}), "ValidatingAdmissionPolicy")
+    }
+    assert without_cd == {
+        "r-dra-fake-gpufault-noexecute",
+        "r-dra-fake-kubelet-plugin-own-node-faults",
+        "r-dra-fake-kubelet-plugin-own-node-label",
+        "r-dra-fake-kubelet-plugin-own-node-slices",
+    }
+
+
+def test_the_plugins_refuse_real_gpu_nodes_unless_the_values_allow_it() -> None:
+    def allowed(**values: str) -> list[str]:
+        docs = render(values=str(CHART / "ci" / "pools-values.yaml"), **values)
+        return [
+            e["value"]
+            for spec in pod_specs(docs).values()
+            for c in spec["containers"]
+            for e in c.get("env", [])
+            if e["name"] == "ALLOW_REAL_GPU_NODE"
+        ]
+
+    default = allowed()
+    assert len(default) >= 2 and set(default) == {"false"}  # every GPU plugin and the device plugin
+    assert set(allowed(allowRealGpuNodes="true")) == {"true"}

@@ -141,3 +141,22 @@ def test_a_failed_write_keeps_the_prepare(driver: GpuDriver, monkeypatch: pytest
     devices = driver.state.prepare(claim)
     assert state.write(claim, devices) is False
     assert UID in state.prepared_claims()
+
+
+def test_an_imex_channels_data_names_its_channel_and_domain() -> None:
+    import argparse
+
+    from computedomain.plugin.plugin import ComputeDomainDriver
+    from dra_fake.kubelet.api import PreparedDevice
+
+    class State:
+        def domain_of(self, uid: str) -> str | None:
+            return "cd-uid-1" if uid == UID else None
+
+    cd = ComputeDomainDriver(argparse.Namespace(), "")
+    cd.state = State()  # type: ignore[assignment]
+    claim = make_claim(UID, [])
+    channel = PreparedDevice(("channel",), NODE, "channel-0", ())
+    daemon = PreparedDevice(("daemon",), NODE, "daemon-0", ())
+    assert cd.device_data(claim, channel) == {"computeDomain": "cd-uid-1", "channel": 0}
+    assert cd.device_data(claim, daemon) == {"computeDomain": "cd-uid-1"}

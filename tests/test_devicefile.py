@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from crash_helper import NODE, make_claim, make_state, result
 
 from dra_fake.gpu.devicefile import MIB, device_keys, gi_instance_id, render, serial, share_memory_mib
 from dra_fake.gpu.inventory import Inventory, build_inventory, parse_config
@@ -293,3 +294,26 @@ def test_sample_writes_each_shares_own_usage(tmp_path: Path) -> None:
     monitor.sample()
     assert read_keys((smi.live_dir / f"share-{first}").read_text())["memory_used"] == "20480"
     assert not (smi.live_dir / f"share-{second}").exists()
+
+
+@pytest.mark.parametrize(("memory_view", "mib"), [(True, "20480"), (False, None)], ids=["share", "device"])
+def test_the_shared_memory_view_decides_what_a_shares_file_says(
+    tmp_path: Path, memory_view: bool, mib: str | None
+) -> None:
+    """--shared-memory-view=share (default): the share's file has share_memory_mib and the
+    sampler's view is the share's; device (NVIDIA's): share_id only, the whole GPU shows."""
+    state = make_state(tmp_path, memory_view=memory_view)
+    inventory = build_inventory(
+        parse_config({"gpus": [{"profile": "h100-sxm5-80gb", "count": 8}]}, "t"), NODE, load_profiles()
+    )
+    state.nvidia_smi = NvidiaSmi(tmp_path / "plugin", state.devices, inventory.gpus)
+    uid = "5c555555-5555-5555-5555-555555555555"
+    share = result("gpu", "gpu-4", shareID=SHARE_ID, consumedCapacity={"memory": "20Gi"})
+    state.prepare(make_claim(uid, [share]))
+    [info] = [p for p in (tmp_path / "plugin" / "nvidia-smi" / "devices").iterdir() if SHARE_ID in p.name]
+    keys = read_keys(info.read_text())
+    assert keys["share_id"] == SHARE_ID and keys.get("share_memory_mib") == mib
+    [held] = [d for c in state.holdings() for d in c.devices]
+    assert held.share_id == SHARE_ID and held.share_memory_mib == (int(mib) if mib else None)
+    state.unprepare(uid)
+    assert not info.exists()

@@ -807,3 +807,38 @@ def test_the_selected_config_is_loaded(configs: Path) -> None:
         "",
         "",
     )  # config-manager's defaults
+
+
+def test_an_index_answer_is_refused_at_allocate_while_the_host_shows_a_real_gpu(
+    plugin_dir: Path, smi: NvidiaSmi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deviceIDStrategy index hands out NVIDIA_VISIBLE_DEVICES=0,1, which NVIDIA's runtime on a real
+    GPU node serves as the real GPUs: decided at every Allocate (a driver may load after start)."""
+    from dra_fake.core import nvidiahost
+
+    pci, modules = tmp_path / "pci", tmp_path / "module"
+    (pci / "0000:00:01.0").mkdir(parents=True)
+    (pci / "0000:00:01.0" / "vendor").write_text("0x8086\n")
+    (modules / "ext4").mkdir(parents=True)
+    monkeypatch.setattr(nvidiahost, "HOST", nvidiahost.HostPaths(pci, modules, tmp_path / "proc-nvidia"))
+    StandInKubelet(plugin_dir)
+    config = PluginConfig(device_id_strategy="index")
+    resources = build_resources(inventory(), config)
+    plugins = DevicePlugins(resources, config, str(plugin_dir / "kubelet.sock"), DeviceHealth(), smi)
+    ids = [resources[0].devices[0].id]
+    request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=ids)])
+    try:
+        plugins.start()
+        with grpc.insecure_channel(f"unix://{plugin_dir / 'nvidia-gpu.sock'}") as channel:
+            stub = pb_grpc.DevicePluginStub(channel)
+            assert (
+                stub.Allocate(request, timeout=30).container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"]
+                == "0"
+            )
+            (modules / "nvidia").mkdir()  # the real driver loads
+            with pytest.raises(
+                grpc.RpcError, match="deviceIDStrategy index refused: the NVIDIA driver is loaded"
+            ):
+                stub.Allocate(request, timeout=30)
+    finally:
+        plugins.stop()

@@ -11,8 +11,9 @@ import pytest
 
 from dra_fake.core import cdi
 from dra_fake.core.chardev import char_majors
+from dra_fake.core.nvidiahost import nvidia_pci_functions
 from dra_fake.gpu import edits
-from dra_fake.gpu.devnodes import DeviceNodePolicy, DeviceNodes, decide, nvidia_pci_functions
+from dra_fake.gpu.devnodes import DeviceNodePolicy, DeviceNodes, decide
 from tests.test_cdi import DRIVER, GPU, MIG, UID_LETTER, spec_device
 
 # A host without NVIDIA's driver (trimmed /proc/devices of a Debian VM).
@@ -118,7 +119,7 @@ def test_nvidia_pci_functions_by_vendor(tmp_path: Path) -> None:
         (tmp_path / address).mkdir()
         (tmp_path / address / "vendor").write_text(vendor + "\n")
     assert nvidia_pci_functions(tmp_path) == ["0000:3b:00.0"]
-    assert nvidia_pci_functions(tmp_path / "no-pci-bus") == []
+    assert nvidia_pci_functions(tmp_path / "no-pci-bus") is None  # unknown: fails closed
 
 
 def test_the_policy_decides_again_for_each_claim_and_logs_changes(
@@ -127,7 +128,8 @@ def test_the_policy_decides_again_for_each_claim_and_logs_changes(
     """A driver loaded after the plugin started turns the nodes off for the next claim."""
     proc = tmp_path / "devices"
     proc.write_text(PLAIN_HOST)
-    policy = DeviceNodePolicy("auto", proc, tmp_path / "no-pci-bus")
+    (tmp_path / "pci").mkdir()  # a PCI bus without NVIDIA functions
+    policy = DeviceNodePolicy("auto", proc, tmp_path / "pci")
     with caplog.at_level(logging.INFO, logger="dra_fake.gpu.devnodes"):
         assert policy.current() == DeviceNodes(121)
         assert policy.current() == DeviceNodes(121)

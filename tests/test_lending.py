@@ -3,9 +3,18 @@ how they are published, and the state machine that taints them from samples of o
 
 from __future__ import annotations
 
-import pytest
+import dataclasses
+from pathlib import Path
 
+import pytest
+import yaml
+from crash_helper import make_claim, make_devices, make_state, result
+
+from dra_fake.core.resourceapi import ServerInfo
+from dra_fake.gpu import lendinggate
+from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.deviceclasses import spot_class
+from dra_fake.gpu.devnodes import DeviceNodePolicy
 from dra_fake.gpu.inventory import Inventory, build_inventory, parse_config
 from dra_fake.gpu.lending import (
     BUSY,
@@ -18,14 +27,19 @@ from dra_fake.gpu.lending import (
     LendingSettingError,
     LendingSettings,
     Owners,
+    event,
     lent_gpus,
     with_lend_views,
 )
+from dra_fake.gpu.plugin import GpuDriver
 from dra_fake.gpu.profiles import load_profiles
+from dra_fake.gpu.runtime import NodeSettings
 from dra_fake.gpu.slices import desired_slices
 
 DRIVER = "gpu.nvidia.com"
 T0 = 1_800_000_000.0
+UID_OWNER = "0a000000-0000-0000-0000-000000000001"
+UID_SPOT = "0b000000-0000-0000-0000-000000000002"
 IDLE, BUSY_OWNER, NOBODY = Owners(True, 3), Owners(True, 85), Owners(False, 0)
 
 
@@ -121,3 +135,69 @@ def test_a_gpu_without_owners_is_not_lent_and_a_new_owner_starts_busy() -> None:
 def test_bad_settings_name_their_flag(threshold: int, idle_for: float, named: str) -> None:
     with pytest.raises(LendingSettingError, match=named):
         LendingSettings(threshold, idle_for)
+
+
+def test_a_lend_view_prepares_as_its_gpu_beside_the_owner(tmp_path: Path) -> None:
+    """The owner's claim on gpu-0 and a spot claim on gpu-0-spot prepare side by side: the spot
+    container gets the same GPU UUID, marked as lent; unpreparing it leaves the owner's claim."""
+    devices = make_devices()
+    spot = dataclasses.replace(devices["gpu-0"], name="gpu-0-spot", lends="gpu-0")
+    state = make_state(tmp_path, devices={**devices, "gpu-0-spot": spot})
+    state.prepare(make_claim(UID_OWNER, [result("gpu", "gpu-0")], name="owner"))
+    state.prepare(make_claim(UID_SPOT, [result("gpu", "gpu-0-spot")], name="spot"))
+    spec = yaml.safe_load(state.cdi.path(UID_SPOT).read_text())
+    env = dict(e.split("=", 1) for d in spec["devices"] for e in d["containerEdits"]["env"])
+    assert env["DRA_FAKE_GPU_0_SPOT_UUID"] == devices["gpu-0"].uuid
+    assert (env["DRA_FAKE_GPU_0_SPOT_SPOT"], env["DRA_FAKE_GPU_0_SPOT_LENDER"]) == ("true", "gpu-0")
+    state.unprepare(UID_SPOT)
+    assert state.prepared_claims().keys() == {UID_OWNER}
+
+
+def test_each_move_but_into_unknown_has_its_node_event() -> None:
+    settings = LendingSettings(threshold=10, idle_for=60)
+    assert event("gpu-0", LENDABLE, IDLE, settings) == (
+        "GpuLendable",
+        "gpu-0 lendable: owners idle (3% < 10%) for 60s",
+    )
+    assert event("gpu-0", BUSY, BUSY_OWNER, settings) == (
+        "GpuReclaimed",
+        "gpu-0 reclaimed: owners at 85% (>= 10%)",
+    )
+    assert event("gpu-0", UNOWNED, NOBODY, settings) == (
+        "GpuNotLendable",
+        "gpu-0 not lendable: no claim is prepared on it",
+    )
+    assert event("gpu-0", UNKNOWN, IDLE, settings) is None
+
+
+def test_a_server_without_device_taints_is_refused_naming_the_gate() -> None:
+    """Lending without taints would oversell with no reclaim: the plugin refuses such a server."""
+    refusal = lendinggate.version_refusal((1, 32), "v1.32.5")
+    assert refusal == (
+        "--gpu-lending needs device taints (feature gate DRADeviceTaints, Kubernetes 1.33+); "
+        "the API server is v1.32.5"
+    )
+    assert lendinggate.version_refusal((1, 33), "v1.33.4") is None
+    kept = {"spec": {"devices": [lendinggate.PROBE_DEVICE]}}
+    assert lendinggate.taints_kept(kept)
+    assert lendinggate.taints_kept({"spec": {"devices": [{"basic": lendinggate.PROBE_DEVICE}]}})  # v1beta1
+    assert not lendinggate.taints_kept({"spec": {"devices": [{"name": "gpu-lending-probe"}]}})
+    assert "DRADeviceTaints" in lendinggate.dropped_refusal()
+
+
+def test_the_plugins_first_slice_already_keeps_spot_claims_off_the_lend_views() -> None:
+    """Before the lending service's first sample, every lend view is `unknown` (NoSchedule)."""
+    settings = NodeSettings(DRIVER, lending=LendingSettings())
+    driver = GpuDriver(
+        DRIVER, inventory(), FeatureGates.of(), DeviceNodePolicy("never"), node_settings=settings
+    )
+    [first] = driver.desired_slices(ServerInfo((1, 37), ("v1",)))
+    taints = {
+        d["name"]: [(t["key"], t.get("value"), t["effect"]) for t in d.get("taints", [])]
+        for d in first.devices
+    }
+    assert taints["gpu-0-spot"] == [
+        (SPOT_TAINT, "true", "NoSchedule"),
+        (NOT_LENDABLE_TAINT, "unknown", "NoSchedule"),
+    ]
+    assert taints["gpu-0"] == []

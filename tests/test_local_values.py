@@ -38,6 +38,8 @@ KNOBS: dict[str, Any] = {
     "kubeletPlugin": {"cpuAffinity": "one"},
     "computeDomains": {"daemon": {"runAsUser": 1000, "runAsGroup": 2000}},
     "dcgmExporter": {"enabled": False},
+    "gpuLending": {"enabled": True, "idleThreshold": 20, "idleFor": 30},
+    "sharedMemoryView": "device",
     "inventory": {"profile": "a100-sxm4-40gb", "count": 4, "driverVersion": "570.1.2"},
     "nodePools": [
         {

@@ -498,6 +498,29 @@ def test_a_share_sees_its_own_memory_and_usage_on_the_same_gpu(lib_path: Path, t
     assert bad[1][0] == 143771
 
 
+def test_a_share_of_a_mig_device_sees_its_share_of_the_mig_memory(lib_path: Path, tmp_path: Path) -> None:
+    """The same keys on a MIG device's file: the MIG handle's memory is the share's; its GPU's
+    handle (MIG mode) and identity stay as they are."""
+    b = Bed(tmp_path / "root")
+    b.device("00000000-2A-00.0_mig-07", mig_fields(0) | {"share_id": SHARE_ID, "share_memory_mib": 8192})
+    b.set_live(MIG_UUIDS[0], {"mig_memory_used": 9000})
+    b.set_live(f"share-{SHARE_ID}", {"memory_used": 1024})
+    os.environ["DRA_FAKE_ROOT"] = str(b.root)
+    load(lib_path)
+    try:
+        shutdown_all()
+        N.nvmlInit()
+        gpu = N.nvmlDeviceGetHandleByIndex(0)
+        mig = N.nvmlDeviceGetMigDeviceHandleByIndex(gpu, 0)
+        mem = N.nvmlDeviceGetMemoryInfo(mig, version=N.nvmlMemory_v2)
+        assert (mem.total // MIB, mem.used // MIB, mem.free // MIB) == (8192, 1024, 7168)
+        assert N.nvmlDeviceGetUUID(mig) == MIG_UUIDS[0]
+        assert N.nvmlDeviceGetMemoryInfo(gpu).total // MIB == 143771  # the GPU's own view
+    finally:
+        shutdown_all()
+        del os.environ["DRA_FAKE_ROOT"]
+
+
 # ---- argument checks ------------------------------------------------------------------------------
 
 

@@ -223,3 +223,31 @@ def test_of_two_instances_of_one_node_the_newer_publishes_and_the_older_stops_wr
 )
 def test_which_instance_supersedes_which(annotation: str, superseded: bool) -> None:
     assert Instance("boot-a", 100, 7).superseded_by(annotation) is superseded
+
+
+def test_slices_it_did_not_write_are_never_updated_or_deleted(caplog: pytest.LogCaptureFixture) -> None:
+    """On a cluster that also runs NVIDIA's real driver (same driver name), its slices of this node
+    carry no PUBLISHER_ANNOTATION: the publisher leaves them alone, whatever their generation."""
+    custom = FakeCustomObjects()
+    real = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "node-1-gpu.nvidia.com-x7k2p"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "node-1",
+            "pool": {"name": "node-1", "generation": 7, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}],
+        },
+    }
+    custom._store(real)
+    pub = publisher(custom)
+    with caplog.at_level("WARNING"):
+        plan = pub.sync()
+        pub.sync()
+    assert plan.creates and not plan.deletes and not plan.updates
+    assert custom.objects["node-1-gpu.nvidia.com-x7k2p"]["spec"] == real["spec"]  # untouched
+    assert [r.getMessage() for r in caplog.records if "did not write" in r.getMessage()] == [
+        "ResourceSlices of this driver and node that dra-fake did not write are left alone "
+        "(another driver of the same name?)"
+    ]  # once

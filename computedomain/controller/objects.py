@@ -137,6 +137,7 @@ def daemon_set(uid: str, settings: DaemonSettings) -> dict[str, Any]:
                         "runAsNonRoot": settings.daemon_uid != 0,
                         "runAsUser": settings.daemon_uid,
                         "runAsGroup": settings.daemon_gid,
+                        "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "tolerations": [
                         {"operator": "Exists", "effect": effect}

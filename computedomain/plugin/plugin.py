@@ -8,8 +8,9 @@ import argparse
 import logging
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -21,12 +22,15 @@ from computedomain.plugin.edits import (
     write_base_spec,
     write_channel_placeholders,
 )
-from computedomain.plugin.state import ComputeDomainState
+from computedomain.plugin.state import CHANNEL_DEVICE, ComputeDomainState
 from dra_fake.core import featuregates, logs, yamlio
 from dra_fake.core.kubeconfig import StartupError, check_config_source
 from dra_fake.core.resourceapi import ServerInfo
 from dra_fake.core.serving import ClaimState, PluginContext, run_plugin
 from dra_fake.core.slices import DesiredSlice
+
+if TYPE_CHECKING:
+    from dra_fake.kubelet.api import PreparedDevice
 
 log = logging.getLogger(__name__)
 # NVML's fabric clique "<cluster UUID>.<clique id>" (the inventory's imexCliqueID, docs/inventory.md)
@@ -60,6 +64,7 @@ class ComputeDomainDriver:
         self.args = args
         self.clique_id = clique_id
         self.domains: ComputeDomainApi | None = None  # made with the state
+        self.state: ComputeDomainState | None = None
 
     def create_state(self, ctx: PluginContext) -> ClaimState:
         # Placeholders everywhere: a device node on the real channels driver's major would hand
@@ -80,7 +85,7 @@ class ComputeDomainDriver:
         write_base_spec(ctx.cdi_root, self.args.driver_name)
         log.info("compute-domain plugin state", extra={"cliqueID": self.clique_id or "-"})
         self.domains = ComputeDomainApi(ctx.api, self.args.namespace)
-        return ComputeDomainState(
+        self.state = ComputeDomainState(
             self.args.driver_name,
             ctx.node,
             ctx.cdi_root,
@@ -91,6 +96,27 @@ class ComputeDomainDriver:
             daemon_gid=self.args.daemon_run_as_group,
             on_checkpoint_error=ctx.checkpoint_error_hook(self.args.driver_name),
         )
+        if self.args.device_status != "true":
+            return self.state
+        from dra_fake.core.devicestatus import ReportingState
+
+        return ReportingState(
+            self.state,
+            self.args.driver_name,
+            self.device_data,
+            lambda: ctx.api,
+            lambda: ctx.resources.info.resource_version,
+            ctx.stop,
+        )
+
+    def device_data(self, claim: Mapping[str, Any], prepared: PreparedDevice) -> dict[str, Any]:
+        """A prepared device's `data` in the claim's status: the ComputeDomain's UID, and for the
+        channel its number (channel-0: IMEX channel 0)."""
+        domain = self.state.domain_of(claim["metadata"]["uid"]) if self.state is not None else None
+        data: dict[str, Any] = {"computeDomain": domain} if domain else {}
+        if prepared.device_name == CHANNEL_DEVICE:
+            data["channel"] = 0
+        return data
 
     def desired_slices(self, server: ServerInfo) -> list[DesiredSlice]:
         return slices.desired_slices()

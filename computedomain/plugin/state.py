@@ -134,6 +134,12 @@ class ComputeDomainState(PreparedClaims[DomainClaimData]):
 
     # --- public API ---------------------------------------------------------------------------
 
+    def domain_of(self, claim_uid: str) -> str | None:
+        """The ComputeDomain UID of a prepared claim (None: not prepared here)."""
+        data = self.store.peek()
+        entry = data.claims.get(claim_uid) if data is not None else None
+        return entry.driverData.domainID if entry is not None else None
+
     def prepare_claim(self, parsed: ParsedClaim) -> list[PreparedDevice]:
         """Errors worded as NVIDIA's (docs/reference/nvidia-compute-domains.md#72-channel-claims):
         `prepare devices failed: <cause>`, a step of applying the config adding `error applying

@@ -127,6 +127,7 @@ class Publisher:
         self._stop = threading.Event()
         self._accepted: dict[str, tuple[str, str]] = {}  # slice name -> (sent spec, stored spec) after drops
         self._warned: set[str] = set()
+        self._foreign: set[str] = set()  # slices of this driver and node not written by dra-fake
         self._threads: list[threading.Thread] = []
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -212,21 +213,37 @@ class Publisher:
 
     # ---- one reconciliation ------------------------------------------------------------
     def existing(self) -> list[ExistingSlice]:
+        """This node's slices of this driver that a dra-fake plugin wrote (PUBLISHER_ANNOTATION).
+        Others, such as those of NVIDIA's real driver of the same name on a mixed cluster, are
+        never updated or deleted: logged once, and left alone (docs/security.md)."""
         objs = as_dict(
             self.api.custom.list_cluster_custom_object(
                 RESOURCE_GROUP, self.api.version, "resourceslices", field_selector=self._selector()
             )
         )
-        return [
-            ExistingSlice(
-                o["metadata"]["name"],
-                o["metadata"]["uid"],
-                o["metadata"]["resourceVersion"],
-                o["spec"],
-                (o["metadata"].get("annotations") or {}).get(PUBLISHER_ANNOTATION, ""),
+        ours, foreign = [], []
+        for o in objs["items"]:
+            publisher = (o["metadata"].get("annotations") or {}).get(PUBLISHER_ANNOTATION, "")
+            if not publisher:
+                foreign.append(o["metadata"]["name"])
+                continue
+            ours.append(
+                ExistingSlice(
+                    o["metadata"]["name"],
+                    o["metadata"]["uid"],
+                    o["metadata"]["resourceVersion"],
+                    o["spec"],
+                    publisher,
+                )
             )
-            for o in objs["items"]
-        ]
+        if foreign and set(foreign) != self._foreign:
+            log.warning(
+                "ResourceSlices of this driver and node that dra-fake did not write are left alone "
+                "(another driver of the same name?)",
+                extra={"driver": self.driver, "node": self.node_name, "slices": sorted(foreign)},
+            )
+        self._foreign = set(foreign)
+        return ours
 
     def _manifest(self, spec: Spec, name: str) -> dict[str, Any]:
         obj = slice_manifest(

@@ -63,6 +63,14 @@ def add_device_plugin_parser(sub: Any, env_default: type[argparse.Action]) -> No
     # dra-fake's
     flag("--node-name", "NODE_NAME", default="", help="this node")
     flag(
+        "--allow-real-gpu-node",
+        "ALLOW_REAL_GPU_NODE",
+        default="false",
+        choices=["true", "false"],
+        help="start even on a node with NVIDIA PCI functions or a loaded NVIDIA driver, or whose "
+        "hardware cannot be read (docs/security.md)",
+    )
+    flag(
         "--config",
         "DRA_FAKE_CONFIG",
         default="",

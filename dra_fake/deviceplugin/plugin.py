@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 
-from dra_fake.core import cdi, logs
+from dra_fake.core import cdi, logs, nvidiahost
 from dra_fake.core.atomic import atomic_write
 from dra_fake.core.kube import load_kube_client
 from dra_fake.core.kubeconfig import StartupError
@@ -152,6 +152,9 @@ def run_device_plugin(args: argparse.Namespace) -> int:
     try:
         if not args.node_name:
             raise StartupError("--node-name (NODE_NAME) is required")
+        if args.allow_real_gpu_node != "true" and (refused := nvidiahost.refusal("dra-fake device-plugin")):
+            print(f"dra-fake device-plugin: error: {refused}", file=sys.stderr)
+            return 1  # whatever failOnInitError: waiting would not make the node safe
         fail_on_init_error = _flags(args).fail_on_init_error is not False
         api = load_kube_client(args.kubeconfig)
         selected = select_config(args, api)

@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from dra_fake.deviceplugin import hostguard
 from dra_fake.deviceplugin.allocate import AllocationError, container_response
 from dra_fake.deviceplugin.config import PluginConfig
 from dra_fake.deviceplugin.preferred import PreferredAllocationError, preferred
@@ -112,6 +113,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         return pb.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: Any, context: grpc.ServicerContext) -> Any:
+        if refused := hostguard.refusal(self.config):
+            log.warning("allocation refused", extra={"resource": self.resource.name, "error": refused})
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, refused)
         out = []
         for r in request.container_requests:
             try:

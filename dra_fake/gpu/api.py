@@ -10,11 +10,16 @@ services (dra_fake.gpu.runtime).
 
 from __future__ import annotations
 
+from dra_fake.gpu.attach import ANNOTATION_OUTCOME as ATTACH_OUTCOME_ANNOTATION
 from dra_fake.gpu.devices import AllocatableDevice
 from dra_fake.gpu.devnodes import MODES as DEVICE_NODE_MODES
 from dra_fake.gpu.devnodes import DeviceNodePolicy, DeviceNodes
 from dra_fake.gpu.edits import common_edits, gpu_edits
 from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, Effects, servable_taints
+from dra_fake.gpu.faults import GROUP as FAULT_GROUP
+from dra_fake.gpu.faults import KIND as FAULT_KIND
+from dra_fake.gpu.faults import PLURAL as FAULT_PLURAL
+from dra_fake.gpu.faults import VERSION as FAULT_VERSION
 from dra_fake.gpu.gfd import MIG_STRATEGIES, Shared, gfd_labels, profile_in_resource_name
 from dra_fake.gpu.inventory import (
     Inventory,
@@ -33,15 +38,24 @@ from dra_fake.gpu.plugin import GATE_HEALTH_CHECK, parse_additional_xids, parse_
 from dra_fake.gpu.profiles import GpuProfile, load_profiles
 from dra_fake.gpu.runtime import Host, Node, NodeRuntime, NodeSettings
 from dra_fake.gpu.slices import desired_slices
+from dra_fake.gpu.taintrules import Drain, RuleInputError, Rules
+from dra_fake.gpu.workloads import ANNOTATION_UTILIZATION
 
 __all__ = [
+    "ANNOTATION_UTILIZATION",
+    "ATTACH_OUTCOME_ANNOTATION",
     "DEFAULT_IGNORED_XIDS",
     "DEVICE_NODE_MODES",
+    "FAULT_GROUP",
+    "FAULT_KIND",
+    "FAULT_PLURAL",
+    "FAULT_VERSION",
     "GATE_HEALTH_CHECK",
     "MIG_STRATEGIES",
     "AllocatableDevice",
     "DeviceNodePolicy",
     "DeviceNodes",
+    "Drain",
     "Effects",
     "GpuProfile",
     "Host",
@@ -53,6 +67,8 @@ __all__ = [
     "NodeSettings",
     "NvidiaSmi",
     "PhysicalGpu",
+    "RuleInputError",
+    "Rules",
     "Shared",
     "build_inventory",
     "common_edits",

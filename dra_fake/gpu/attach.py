@@ -25,6 +25,10 @@ ATTACH_FAILED = "gpu.nvidia.com/attach-failed"
 FIELDS_SINCE = (1, 34)
 
 Outcome = Literal["attached", "failed", "none"]
+OUTCOMES: tuple[Outcome, ...] = ("none", "failed", "attached")  # a claim's outcome: the first of its devices'
+# A claim (or its template's claims) may ask for an outcome, whatever the GPUs' attach says: a
+# scenario's attach failures (docs/scenarios.md). A value outside OUTCOMES is ignored with a warning.
+ANNOTATION_OUTCOME = "dra-fake.dev/attach-outcome"
 
 
 class AttachConfig(StrictModel):

@@ -5,7 +5,8 @@ per spec (docs/reference/nvidia-gpu-driver.md#53-device-nodes-without-hardware).
 A container must never reach a real device through them, so they are injected only where nothing
 real can answer, and the decision is logged whenever it changes:
 - no NVIDIA PCI function on the host (vendor 0x10de under /sys/bus/pci/devices): never on a node
-  with real NVIDIA GPUs, even before their driver is loaded (scanned once, at start);
+  with real NVIDIA GPUs, even before their driver is loaded (scanned once, at start; a bus that
+  cannot be read, or is missing, counts as one: dra_fake.core.nvidiahost);
 - no character driver on major 195 (NVIDIA's, assigned by LANANA) or named `nvidia*` in
   /proc/devices, read again at every prepare: a driver loaded later turns them off for the next
   claim (one small read; the PCI scan stays off the prepare path);
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dra_fake.core.chardev import parse_char_majors, read_proc_devices
+from dra_fake.core.nvidiahost import nvidia_pci_functions
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,6 @@ UVM_TOOLS_MINOR = 1
 LOCAL_USE_MAJORS = (*range(120, 128), *range(60, 64))
 FILE_MODE = 0o666  # a real host's /dev/nvidia* (the NVIDIA driver's default device file mode)
 PERMISSIONS = "rwm"  # as NVIDIA's spec
-NVIDIA_PCI_VENDOR = "0x10de"
 PCI_DEVICES = Path("/sys/bus/pci/devices")
 
 Mode = Literal["auto", "never"]
@@ -97,26 +98,6 @@ def decide(mode: Mode, majors: Mapping[int, str], nvidia_pci: Sequence[str] | No
         f"no NVIDIA device or driver on this host: {NVIDIA_MAJOR}:<minor> and the uvm nodes on "
         f"unused major {free} reach nothing",
     )
-
-
-def nvidia_pci_functions(root: Path = PCI_DEVICES) -> list[str] | None:
-    """Addresses of the host's NVIDIA PCI functions; [] when the host has no PCI bus, None when it
-    cannot be read."""
-    try:
-        functions = sorted(root.iterdir())
-    except FileNotFoundError:
-        return []
-    except OSError:
-        return None
-    found = []
-    for function in functions:
-        try:
-            vendor = (function / "vendor").read_text().strip().lower()
-        except OSError:
-            return None
-        if vendor == NVIDIA_PCI_VENDOR:
-            found.append(function.name)
-    return found
 
 
 class DeviceNodePolicy:

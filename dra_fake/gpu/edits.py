@@ -40,6 +40,7 @@ class Share:
     share_id: str
     memory_bytes: int | None = None
     shares: int | None = None
+    memory_view: bool = True  # its nvidia-smi shows its memory as the total (False: the device's)
 
     def env(self, prefix: str) -> list[str]:
         """`DRA_FAKE_<ID>_SHARE_*` (docs/sharing-design.md#15-cdi-and-what-the-kubelet-gets)."""
@@ -170,7 +171,11 @@ def device_edits(
         return edits
     share = edits | {"env": edits["env"] + d.share.env(env_prefix(d.device.name))}
     if nvidia_smi is not None:  # the share's own device file, at the device's place
-        mib = devicefile.share_memory_mib(d.device.memory_bytes, d.share.memory_bytes)
+        mib = (
+            devicefile.share_memory_mib(d.device.memory_bytes, d.share.memory_bytes)
+            if d.share.memory_view
+            else None
+        )
         mount = nvidia_smi.device_mount(d.device, d.uuid, d.share.share_id, mib)
         here = mount["containerPath"]
         share["mounts"] = [mount if m["containerPath"] == here else m for m in edits["mounts"]]

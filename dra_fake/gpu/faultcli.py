@@ -1,5 +1,6 @@
 """`dra-fake fault inject|clear|list|chaos`: GpuFault objects from the command line (docs/faults.md).
-A convenience over `kubectl apply`/`delete`: everything here is a plain GpuFault the plugins act on."""
+A convenience over `kubectl apply`/`delete`: everything here is a plain GpuFault the plugins act on.
+`dra-fake fault drain|undrain|rules`: an administrator's DeviceTaintRules (dra_fake.gpu.taintrules)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
+from dra_fake.gpu import taintrules
 from dra_fake.gpu.faults import GROUP, KIND, KINDS, PLURAL, RECOVERIES, VERSION
 
 CREATED_BY = "dra-fake.dev/created-by"  # label: which command created a fault ("cli" or "chaos")
@@ -60,6 +62,53 @@ def add_fault_parser(sub: Any) -> None:
     chaos.add_argument("--log", default="-", help="JSON-lines log of what was done (default: stdout)")
     chaos.add_argument("--keep", action="store_true", help="leave the faults in place at the end")
 
+    drain = actions.add_parser("drain", help="taint devices with a DeviceTaintRule (an admin's drain)")
+    _selector_flags(drain)
+    drain.add_argument("--effect", default="NoExecute", choices=taintrules.EFFECTS, help="default NoExecute")
+    drain.add_argument(
+        "--key", default=taintrules.DEFAULT_KEY, help=f"taint key (default {taintrules.DEFAULT_KEY})"
+    )
+    drain.add_argument("--value", default="", help="taint value")
+    drain.add_argument("--name", default="", help="rule name (default drain-<node>-<device>)")
+
+    undrain = actions.add_parser("undrain", help="delete the DeviceTaintRules `drain` made for these devices")
+    _selector_flags(undrain)
+    undrain.add_argument("--name", default="", help="only the rule of this name")
+
+    actions.add_parser("rules", help="list DeviceTaintRules with the eviction controller's progress")
+
+
+def _selector_flags(p: Any) -> None:
+    p.add_argument("--driver", default="gpu.nvidia.com", help="the devices' driver (default gpu.nvidia.com)")
+    p.add_argument("--node", default="", help="the node (our pool); default: every node")
+    p.add_argument("--device", default="", help="device name (gpu-0); default: every device of the node")
+
+
+def _drain(args: argparse.Namespace) -> taintrules.Drain:
+    return taintrules.Drain(
+        driver=args.driver,
+        pool=args.node,
+        device=args.device,
+        effect=getattr(args, "effect", "NoExecute"),
+        key=getattr(args, "key", taintrules.DEFAULT_KEY),
+        value=getattr(args, "value", ""),
+        name=args.name,
+    )
+
+
+def run_rules_command(api: Any, args: argparse.Namespace) -> None:
+    """drain, undrain, rules."""
+    rules = taintrules.Rules(api)
+    if args.fault_command == "drain":
+        taintrules.manifest(_drain(args))  # refused before any API call
+        obj = rules.create(_drain(args))
+        print(f"devicetaintrule.{taintrules.GROUP}/{obj['metadata']['name']} created")
+    elif args.fault_command == "undrain":
+        for name in rules.delete(_drain(args)):
+            print(f"devicetaintrule.{taintrules.GROUP}/{name} deleted")
+    else:
+        sys.stdout.write(taintrules.table(rules.find()))
+
 
 def run_fault_command(args: argparse.Namespace) -> int:
     from kubernetes import client
@@ -82,9 +131,11 @@ def run_fault_command(args: argparse.Namespace) -> int:
                 print(f"gpufault.{GROUP}/{name} deleted")
         elif args.fault_command == "list":
             sys.stdout.write(fault_table(faults.find()))
+        elif args.fault_command in ("drain", "undrain", "rules"):
+            run_rules_command(api, args)
         else:
             return run_chaos(args, faults, published_devices(api))
-    except FaultInputError as err:
+    except (FaultInputError, taintrules.RuleInputError) as err:
         print(f"dra-fake fault: error: {err}", file=sys.stderr)
         return 2
     except client.ApiException as err:

@@ -154,6 +154,19 @@ class Lending:
         return out
 
 
+def event(gpu: str, new: str, owners: Owners, settings: LendingSettings) -> tuple[str, str] | None:
+    """The Node event (reason, message) of a GPU's move into `new` (None: none, e.g. `unknown`)."""
+    threshold = settings.threshold
+    if new == LENDABLE:
+        idle = f"{owners.utilization}% < {threshold}%"
+        return "GpuLendable", f"{gpu} lendable: owners idle ({idle}) for {settings.idle_for:g}s"
+    if new == BUSY:
+        return "GpuReclaimed", f"{gpu} reclaimed: owners at {owners.utilization}% (>= {threshold}%)"
+    if new == UNOWNED:
+        return "GpuNotLendable", f"{gpu} not lendable: no claim is prepared on it"
+    return None
+
+
 def lent_gpus(devices: Mapping[str, AllocatableDevice]) -> list[str]:
     """The GPUs with a lend view, by name."""
     return sorted(d.lends for d in devices.values() if d.lends is not None)

@@ -278,7 +278,7 @@ def plan_claim(
             )
         suffix = r.share_id if shares_per_device[r.device] > 1 else None
         name = cdi.cdi_device_name(claim.uid, r.device, suffix)
-        share = share_of(r.share_id, r.consumed_capacity) if r.share_id else None
+        share = share_of(r.share_id, r.consumed_capacity, state.memory_view) if r.share_id else None
         spec_devices.append(edits.SpecDevice(name, device, uuid, r.admin_access, applied, share))
         checkpointed.append(
             CheckpointedDevice(
@@ -306,9 +306,10 @@ def plan_claim(
     return entry, [to_prepared(d) for d in checkpointed], frozenset(reused)
 
 
-def share_of(share_id: str, consumed: Mapping[str, str]) -> edits.Share:
+def share_of(share_id: str, consumed: Mapping[str, str], memory_view: bool = True) -> edits.Share:
     """What a share consumes, as its container's env shows it: memory in bytes (rounded down: the
-    scheduler's amounts are whole MiB), shares as a count."""
+    scheduler's amounts are whole MiB), shares as a count; `memory_view`: its nvidia-smi shows its
+    memory as the total (--shared-memory-view=share)."""
 
     def amount(name: str) -> int | None:
         raw = consumed.get(name)
@@ -321,4 +322,4 @@ def share_of(share_id: str, consumed: Mapping[str, str]) -> edits.Share:
                 f"prepare devices failed: consumedCapacity.{name} of share {share_id}: {exc}"
             ) from None
 
-    return edits.Share(share_id, amount("memory"), amount("shares"))
+    return edits.Share(share_id, amount("memory"), amount("shares"), memory_view)

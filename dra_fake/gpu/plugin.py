@@ -8,11 +8,12 @@ import logging
 import secrets
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dra_fake.core import featuregates, logs
+from dra_fake.core import featuregates, logs, nvidiahost
 from dra_fake.core.kubeconfig import StartupError, check_config_source
 from dra_fake.core.serving import ClaimState, PluginContext, run_plugin
 from dra_fake.core.slices import DesiredSlice
@@ -21,7 +22,7 @@ from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
 from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, servable_taints
 from dra_fake.gpu.gfd import MIG_STRATEGIES
 from dra_fake.gpu.inventory import Inventory, InventoryError, SharesSetting, load_inventory
-from dra_fake.gpu.lending import LendingSettings, with_lend_views
+from dra_fake.gpu.lending import Lending, LendingSettings, lent_gpus, with_lend_views
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.gpu.runtime import Host, Node, NodeSettings
 from dra_fake.gpu.shares import FLAG, GATE_CONSUMABLE_SHARES, SharesMode, SharesSettingError, node_mode
@@ -70,6 +71,7 @@ class GpuDriver:
         allow_device_plugin: bool = False,
         consumable_shares: SharesMode | None = None,
         device_status: bool = False,
+        shared_memory_view: str = "share",
     ) -> None:
         self.driver = driver_name
         self.inventory = inventory
@@ -81,11 +83,17 @@ class GpuDriver:
         self.allow_device_plugin = allow_device_plugin
         self.consumable_shares = consumable_shares  # --consumable-shares (node-wide); None: disabled
         self.device_status = device_status  # --device-status: prepared devices' status in claims
+        self.shared_memory_view = shared_memory_view  # --shared-memory-view: share or device
         self._ctx: PluginContext | None = None  # set by create_state
         self.nvidia_smi: NvidiaSmi | None = None  # set by create_state
         self.state: DeviceState | None = None
         self._taints: dict[str, list[dict[str, str]]] = {}
-        self._lend_taints: dict[str, list[dict[str, str]]] = {}  # the lend views' (dra_fake.gpu.lending)
+        # The lend views' taints (dra_fake.gpu.lending): from the first slice on, every lend view is
+        # `unknown` (nothing lent) until the lending service's samples say otherwise.
+        self._lend_taints: dict[str, list[dict[str, str]]] = {}
+        if self.node_settings.lending is not None:
+            first = Lending(self.node_settings.lending, time.time())
+            self._lend_taints = first.taints(lent_gpus(inventory.devices))
         self._slices: tuple[object, list[DesiredSlice]] | None = None  # (key, slices) of the last call
         self._lock = threading.Lock()
 
@@ -104,6 +112,7 @@ class GpuDriver:
             device_nodes=self.device_nodes.current,
             on_checkpoint_error=ctx.checkpoint_error_hook(self.driver),
             consumable_shares=self.consumable_shares,
+            memory_view=self.shared_memory_view == "share",
         )
         if not self.device_status:
             return self.state
@@ -163,7 +172,7 @@ class GpuDriver:
                 "serve a node's GPUs through the device plugin or through DRA, not both "
                 "(--allow-device-plugin=true to run anyway)"
             )
-        return self._shares_refusal() or self._attach_refusal()
+        return self._shares_refusal() or self._attach_refusal() or self._lending_refusal()
 
     def shares_setting(self) -> str | None:
         """What turns consumable shares on for this node, as refusals name it; None: nothing."""
@@ -212,6 +221,16 @@ class GpuDriver:
             )
         return reason
 
+    def _lending_refusal(self) -> str | None:
+        """Lending on a server that would drop the lend views' taints (dra_fake.gpu.lendinggate)."""
+        if self.node_settings.lending is None or self._ctx is None:
+            return None
+        from dra_fake.gpu import lendinggate
+
+        ctx = self._ctx
+        reason = lendinggate.server_refusal(ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop)
+        return self._refused(reason, lendinggate.EVENT_REASON)
+
     def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
         """The node's services (dra_fake.gpu.runtime): the telemetry (nvidia-smi's live files,
         dcgm-exporter's /metrics), the node's GFD labels, and its GpuFaults: taints with
@@ -255,6 +274,10 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
     try:
         if not args.node_name:
             raise StartupError("--node-name (NODE_NAME) is required")
+        if args.allow_real_gpu_node != "true" and (
+            refused := nvidiahost.refusal("dra-fake gpu-kubelet-plugin")
+        ):
+            raise StartupError(refused)
         gates = parse_feature_gates(args.feature_gates)
         shares_gate = gates.enabled(GATE_CONSUMABLE_SHARES)
         consumable_shares = node_mode(args.consumable_shares, shares_gate)
@@ -320,5 +343,6 @@ def run_gpu_plugin(args: argparse.Namespace) -> int:
         args.allow_device_plugin == "true",
         consumable_shares,
         device_status,
+        args.shared_memory_view,
     )
     return run_plugin(args, driver)

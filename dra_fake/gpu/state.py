@@ -79,6 +79,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         nvidia_smi: NvidiaSmi | None = None,
         device_nodes: Callable[[], DeviceNodes | None] | None = None,
         consumable_shares: SharesMode | None = None,
+        memory_view: bool = True,
     ) -> None:
         super().__init__(
             driver_name,
@@ -99,6 +100,8 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         # --consumable-shares: MPS is refused on every device of the node (as NVIDIA); sharing per
         # device comes from the inventory (AllocatableDevice.shares), where groups may override it.
         self.consumable_shares = consumable_shares
+        # --shared-memory-view=share: a share's nvidia-smi shows its memory as the total (ours)
+        self.memory_view = memory_view
         self._prepares = self.group(self._prepare_batch)
         self._held = Holdings()
 
@@ -246,6 +249,8 @@ class DeviceState(PreparedClaims[GpuClaimData]):
 
     def _share_view(self, device: str, consumed: Mapping[str, str] | None) -> int | None:
         """The MiB a share sees as its memory (devicefile.share_memory_mib), None: the device's."""
+        if not self.memory_view:
+            return None
         raw = (consumed or {}).get("memory")
         known = self.devices.get(device)
         if raw is None or known is None:

@@ -252,6 +252,8 @@ class KindCluster:
         values: dict[str, Any] = {
             "image": {"repository": DRIVER_IMAGE[0], "tag": DRIVER_IMAGE[1], "pullPolicy": "Never"},
             **copy.deepcopy(TEST_BED_VALUES),  # as the local cluster's
+            # the tests scrape :9400 from the node containers (gpu_metrics), not from a Prometheus
+            "networkPolicy": {"extraFrom": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]},
         }
         if inventory:
             values["inventory"] = {"config": yaml.safe_load(inventory.read_text())}

@@ -81,11 +81,28 @@ def value(path: str) -> Env:
 GATES = Env(("featureGates",), lambda values: featuregates.gate_string(values["featureGates"]))
 CLIQUE = Env(("computeDomains.imexCliqueID",), lambda v: v["computeDomains"]["imexCliqueID"] or None)
 
+
+def lending(key: str | None) -> Env:
+    """GPU_LENDING*: set only with gpuLending.enabled, as the chart renders them."""
+    reads = ("gpuLending.enabled",) if key is None else ("gpuLending.enabled", f"gpuLending.{key}")
+
+    def render(values: Values) -> str | None:
+        if not values["gpuLending"]["enabled"]:
+            return None
+        return "true" if key is None else helm_str(values["gpuLending"][key])
+
+    return Env(reads, render)
+
+
 # The env of the chart's plugin containers that follows the values. A new plugin setting: its env
 # line in templates/kubeletplugin.yaml and one line here (docs/local-cluster.md).
 CHART_ENV: dict[str, dict[str, Env]] = {
     "gpus": {
         "FEATURE_GATES": GATES,
+        "SHARED_MEMORY_VIEW": value("sharedMemoryView"),
+        "GPU_LENDING": lending(None),
+        "GPU_LENDING_IDLE_THRESHOLD": lending("idleThreshold"),
+        "GPU_LENDING_IDLE_FOR": lending("idleFor"),
         "DEVICE_NODES": value("deviceNodes"),
         "DEVICE_ORDER": value("deviceOrder"),
         "DEVICE_STATUS": value("deviceStatus"),
@@ -97,6 +114,7 @@ CHART_ENV: dict[str, dict[str, Env]] = {
     },
     "compute-domains": {
         "FEATURE_GATES": GATES,
+        "DEVICE_STATUS": value("deviceStatus"),
         "DAEMON_RUN_AS_USER": value("computeDomains.daemon.runAsUser"),
         "DAEMON_RUN_AS_GROUP": value("computeDomains.daemon.runAsGroup"),
         "DRA_FAKE_IMEX_CLIQUE_ID": CLIQUE,

@@ -110,8 +110,15 @@ class Attacher:
             attempt = self._attempts[uid] = self._attempts.get(uid, 0) + 1
         configs = [c for r in results if (c := self.inventory.attach_of(r["device"])) is not None]
         delay = max(c.delay_seconds for c in configs)
-        outcomes = {attach.outcome(c, uid, attempt) for c in configs}
-        result = min(outcomes, key=("none", "failed", "attached").index)  # none wins, then failed
+        result = min((attach.outcome(c, uid, attempt) for c in configs), key=attach.OUTCOMES.index)
+        asked = (claim["metadata"].get("annotations") or {}).get(attach.ANNOTATION_OUTCOME)
+        if asked in attach.OUTCOMES:
+            result = next(o for o in attach.OUTCOMES if o == asked)
+        elif asked is not None:
+            log.warning(
+                "ignoring an unknown attach outcome",
+                extra={"claim": _name(claim), "annotation": attach.ANNOTATION_OUTCOME, "value": asked},
+            )
         log.info(
             "attaching",
             extra={"claim": _name(claim), "attempt": attempt, "delay": delay, "outcome": result},

@@ -10,6 +10,7 @@ GPU's owners. Fleet mode and the device plugin publish no lend views.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -40,6 +41,7 @@ class _Lender:
         self.runtime = runtime
         self.gpus = lending.lent_gpus(runtime.node.inventory.devices)
         self.state = lending.Lending(settings, time.time())
+        self._node_uid = ""
         runtime.on_sample(self._sample)
 
     def start(self) -> None:
@@ -60,10 +62,40 @@ class _Lender:
         changed = self.state.observe(now, {g: owners[g] for g in self.gpus if g in owners})
         if not changed:
             return
+        events = []
         for gpu, (old, new) in sorted(changed.items()):
             seen = owners[gpu]
             log.info(
                 "GPU lending state changed",
                 extra={"device": gpu, "from": old, "to": new, "ownerUtilization": seen.utilization},
             )
+            if (found := lending.event(gpu, new, seen, self.state.settings)) is not None:
+                events.append(found)
         self.runtime.lending_changed(self.state.taints(self.gpus))
+        if events:  # off the sampler's thread: the API server may be slow
+            threading.Thread(target=self._post, args=(events,), name="lending-events", daemon=True).start()
+
+    def _post(self, events: list[tuple[str, str]]) -> None:
+        """Normal Node events (kubectl get events): a courtesy, never a failure."""
+        from kubernetes import client
+
+        from dra_fake.core.events import post_node_event
+
+        api, node = self.runtime.host.api(), self.runtime.node.name
+        if not self._node_uid:
+            try:
+                meta = client.CoreV1Api(api).read_node(node, _request_timeout=10).metadata
+                self._node_uid = str(meta.uid if meta is not None else "")
+            except Exception as exc:  # an event is a courtesy: log and go on
+                log.warning("lending events not posted", extra={"node": node, "error": str(exc)})
+                return
+        for reason, message in events:
+            post_node_event(
+                api,
+                node,
+                self._node_uid,
+                reason=reason,
+                message=message,
+                component=f"{self.runtime.settings.driver}-kubelet-plugin",
+                warning=False,
+            )

@@ -1,0 +1,181 @@
+"""Idle-GPU lending with reclaim end to end (docs/sharing.md): an owner's idle GPU is lent to a spot
+pod through its lend view, the owner getting busy reclaims it through kube-controller-manager's
+own NoExecute device-taint eviction while the owner runs on, and a spot pod is admitted again once
+the owner has been idle for the hold time.
+
+The node's plugin runs with `--gpu-lending` (restarted through e2e/pluginflags.py, as
+e2e/test_sharing.py does), so these run on the harness only; the DeviceClass `spot.gpu.nvidia.com`
+is created for the module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from dra_fake.gpu.deviceclasses import spot_class
+from dra_fake.gpu.lending import NOT_LENDABLE_TAINT, SPOT_TAINT
+from dra_fake.gpu.workloads import ANNOTATION_UTILIZATION
+from e2e.conftest import published
+from e2e.kube import Kube, pod_with_claim_template, poll
+from e2e.localcluster import LocalCluster
+from e2e.pluginflags import start_gpu_plugin
+from e2e.testbed import GPU_DRIVER, TestBed
+
+pytestmark = pytest.mark.needs("harness")
+
+IDLE_FOR = 10  # seconds: short, so a test waits little for (re-)admission
+LENDING_FLAGS = (
+    "--gpu-lending=true",
+    f"--gpu-lending-idle-for={IDLE_FOR}",
+    "--gpu-lending-idle-threshold=10",
+)
+
+
+def lending(slices: dict[str, dict[str, Any]]) -> bool:
+    return "gpu-0-spot" in slices
+
+
+@pytest.fixture(scope="module")
+def lending_node(local_cluster: LocalCluster | None, kube: Kube) -> Iterator[str]:
+    """The first node with lending on for the module (and the spot class), then as it was."""
+    assert local_cluster is not None, "a harness test was not deselected"
+    node = local_cluster.state.nodes[0]
+    spot = spot_class(GPU_DRIVER)
+    if kube.device_class(spot["metadata"]["name"]) is None:
+        kube.create(spot)
+    local_cluster.stop_plugin(node)
+    start_gpu_plugin(local_cluster, node, (), LENDING_FLAGS)
+    poll(f"lend views published on {node}", lambda: lending(published(kube, node)), 60)
+    try:
+        yield node
+    finally:
+        local_cluster.stop_plugin(node)
+        local_cluster.start_plugin(node)
+        poll(f"no lend views on {node}", lambda: not lending(published(kube, node)), 60)
+        try:
+            kube.custom.delete_cluster_custom_object(
+                *kube.resource, "deviceclasses", spot["metadata"]["name"]
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def template(
+    name: str, device_class: str, uuid: str, tolerations: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    exactly: dict[str, Any] = {
+        "deviceClassName": device_class,
+        "selectors": [{"cel": {"expression": f'device.attributes["{GPU_DRIVER}"].uuid == "{uuid}"'}}],
+    }
+    if tolerations:
+        exactly["tolerations"] = tolerations
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }
+
+
+SPOT_TOLERATION = {"key": SPOT_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def pod_on(
+    kube: Kube, ns: str, name: str, claim_template: str, node: str, utilization: str | None = None
+) -> None:
+    pod = pod_with_claim_template(name, claim_template)
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    pod["spec"]["terminationGracePeriodSeconds"] = 0
+    if utilization is not None:
+        pod["metadata"]["annotations"] = {ANNOTATION_UTILIZATION: utilization}
+    kube.create(pod, ns)
+
+
+def set_utilization(kube: Kube, ns: str, pod: str, value: str) -> None:
+    kube.core.patch_namespaced_pod(pod, ns, {"metadata": {"annotations": {ANNOTATION_UTILIZATION: value}}})
+
+
+def reclaim_taint(kube: Kube, node: str) -> tuple[str, str] | None:
+    """(value, effect) of the lend view's not-lendable taint; None: lendable."""
+    for taint in published(kube, node)["gpu-0-spot"].get("taints") or []:
+        if taint["key"] == NOT_LENDABLE_TAINT:
+            return taint.get("value", ""), taint["effect"]
+    return None
+
+
+def lending_events(kube: Kube, node: str) -> set[str] | None:
+    """The reasons of the lending service's Node events about gpu-0 (None: no reclaim yet)."""
+    found = kube.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}")
+    reasons = {
+        str(e.reason) for e in found.items if str(e.reason).startswith("Gpu") and "gpu-0 " in str(e.message)
+    }
+    return reasons if "GpuReclaimed" in reasons else None
+
+
+def gone_or_going(kube: Kube, ns: str, pod: str) -> bool:
+    return not kube.pod_exists(ns, pod) or bool(kube.pod(ns, pod)["metadata"].get("deletionTimestamp"))
+
+
+def unschedulable(kube: Kube, ns: str, pod: str) -> str | None:
+    for cond in kube.pod(ns, pod).get("status", {}).get("conditions") or []:
+        if (
+            cond["type"] == "PodScheduled"
+            and cond["status"] == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            return str(cond.get("message"))
+    return None
+
+
+def test_an_idle_gpu_is_lent_reclaimed_by_eviction_and_lent_again_while_the_owner_runs_on(
+    kube: Kube, ns: str, bed: TestBed, lending_node: str
+) -> None:
+    node = lending_node
+    slices = published(kube, node)
+    uuid = str(slices["gpu-0"]["attributes"]["uuid"]["string"])
+    spot_view = slices["gpu-0-spot"]
+    assert spot_view["attributes"]["type"] == {"string": "spot"}
+    assert spot_view["attributes"]["uuid"] == {"string": uuid}
+    assert {t["key"] for t in spot_view["taints"]} >= {SPOT_TAINT}
+    assert not slices["gpu-0"].get("taints"), "the owners' device is never tainted by lending"
+
+    kube.create(template("owned", GPU_DRIVER, uuid), ns)
+    kube.create(template("spot", f"spot.{GPU_DRIVER}", uuid, [SPOT_TOLERATION]), ns)
+    pod_on(kube, ns, "owner", "owned", node, utilization="3")
+    kube.wait_running(ns, "owner")
+
+    # lend: the owner idle for IDLE_FOR, the not-lendable taint goes, a spot pod runs on the same GPU
+    poll("gpu-0 lendable", lambda: reclaim_taint(kube, node) is None, IDLE_FOR + 40)
+    pod_on(kube, ns, "spot-1", "spot", node)
+    kube.wait_running(ns, "spot-1")
+    env = bed.container(ns, "spot-1").env()
+    assert (env["DRA_FAKE_GPU_0_SPOT_UUID"], env["DRA_FAKE_GPU_0_SPOT_LENDER"]) == (uuid, "gpu-0")
+
+    # reclaim: the owner gets busy; Kubernetes evicts the spot pod, never the owner
+    set_utilization(kube, ns, "owner", "85")
+    assert poll("the reclaim taint", lambda: reclaim_taint(kube, node), 30) == ("busy", "NoExecute")
+    poll("the spot pod evicted", lambda: gone_or_going(kube, ns, "spot-1"), 60)
+    owner = kube.pod(ns, "owner")
+    assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+    # every step is visible with kubectl: the eviction's event on the spot pod, ours on the node
+    reasons = {e.get("reason") for e in kube.events(ns, "spot-1")}
+    assert "DeviceTaintManagerEviction" in reasons, reasons
+    node_events = poll("the lending Node events", lambda: lending_events(kube, node), 30)
+    assert {"GpuLendable", "GpuReclaimed"} <= node_events, node_events
+
+    # a new spot pod waits while the owner is busy ...
+    pod_on(kube, ns, "spot-2", "spot", node)
+    assert "cannot allocate all claims" in poll(
+        "spot-2 unschedulable", lambda: unschedulable(kube, ns, "spot-2"), 60
+    )
+    # ... and is admitted once the owner has been idle for IDLE_FOR again
+    set_utilization(kube, ns, "owner", "3")
+    poll("gpu-0 lendable again", lambda: reclaim_taint(kube, node) is None, IDLE_FOR + 40)
+    kube.wait_running(ns, "spot-2", timeout=120)
+    owner = kube.pod(ns, "owner")
+    assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")

@@ -1,0 +1,53 @@
+"""`dra-fake scenario` against the local cluster (docs/scenarios.md): the drain-and-evict example
+replayed as a user would run it, its report read back. The example names the harness's node-1
+(8 x H100), so the harness only."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from e2e.kube import Kube
+
+pytestmark = pytest.mark.needs("harness", "device-taint-rules")
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "scenarios" / "drain-and-evict.yaml"
+
+
+def test_the_drain_and_evict_example(kube: Kube, kubeconfig: Path, nodes: list[str], tmp_path: Path) -> None:
+    assert "node-1" in nodes
+    out = subprocess.run(
+        [sys.executable, "-m", "dra_fake", "scenario", str(EXAMPLE), "--report", str(tmp_path / "r.json")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+    )
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert out.returncode == 0, f"{out.stdout}{out.stderr}"
+    assert report["expectations"] == {"met": True, "failures": []}
+    pods = {p["name"]: p for p in report["pods"]}
+    assert all(p["node"] == "node-1" and p["evicted"] for p in pods.values())
+    # the late pod waited for the cordon (NoSchedule DeviceTaintRule) to go: bound after the undrain
+    undrain = next(a for a in report["actions"] if a["action"] == "undrain")
+    assert pods["late"]["bound"] >= undrain["at"] and pods["late"]["pending"], pods["late"]
+    assert pods["late"]["timeToBind"] >= 5
+    assert all(a["result"] == "ok" for a in report["actions"]), report["actions"]
+    assert report["summary"]["timeToBindSeconds"]["p50"] is not None
+    assert "| late | node-1 |" in out.stdout  # the markdown on stdout
+    # cleaned up: no namespace, fault or rule of the scenario left
+    left = [
+        n.metadata.name
+        for n in kube.core.list_namespace(label_selector="dra-fake.dev/scenario=true").items
+        if str(n.metadata.name).startswith("drain-and-evict-") and not n.metadata.deletion_timestamp
+    ]
+    assert not left
+    rules = kube.custom.list_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules")["items"]  # type: ignore[index]
+    assert not [r for r in rules if r["metadata"]["name"].startswith("drain-and-evict-")]

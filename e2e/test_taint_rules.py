@@ -1,0 +1,103 @@
+"""An administrator's drain (docs/faults.md#draining-devices): `dra-fake fault drain` creates a
+DeviceTaintRule selecting one of our devices; Kubernetes alone acts on it: with NoSchedule the
+scheduler allocates the device to no new claim, with NoExecute kube-controller-manager's
+device-taint-eviction-controller deletes the pod using it; `undrain` removes the rule and the device
+is allocatable again. DeviceTaintRules: resource.k8s.io/v1 in 1.37 (the local control plane)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from e2e.conftest import published
+from e2e.kube import Kube, poll
+from e2e.test_allocation import devices_of, pod, template, unschedulable
+from e2e.test_faults import fault_cli
+
+pytestmark = pytest.mark.needs("device-taint-rules")
+
+
+def rule_names(kube: Kube) -> list[str]:
+    rules = kube.custom.list_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules")
+    return sorted(r["metadata"]["name"] for r in rules["items"])  # type: ignore[index]
+
+
+@pytest.fixture
+def drains(kube: Kube, kubeconfig: Path) -> Iterator[list[str]]:
+    """Nodes whose drains a test made; undrained afterwards."""
+    nodes: list[str] = []
+    yield nodes
+    for node in nodes:
+        with contextlib.suppress(AssertionError, ApiException):
+            fault_cli(kubeconfig, "undrain", "--node", node)
+
+
+def uuid_template(name: str, uuid: str) -> str:
+    return template(name, "gpu.nvidia.com", selector=f'device.attributes["gpu.nvidia.com"].uuid == "{uuid}"')
+
+
+def test_a_noexecute_drain_evicts_the_pod_and_undrain_frees_the_device(
+    kube: Kube, kubeconfig: Path, ns: str, full_gpu_node: str, drains: list[str]
+) -> None:
+    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
+    kube.create(pod("holder", "one", full_gpu_node), ns)
+    kube.wait_running(ns, "holder")
+    [device] = devices_of(kube, ns, "holder")
+    drains.append(full_gpu_node)
+    out = fault_cli(kubeconfig, "drain", "--node", full_gpu_node, "--device", device)
+    name = f"drain-{full_gpu_node}-{device}"
+    assert out.strip() == f"devicetaintrule.resource.k8s.io/{name} created"
+    assert name in rule_names(kube)
+
+    def evicted() -> bool:
+        return not kube.pod_exists(ns, "holder") or bool(
+            kube.pod(ns, "holder")["metadata"].get("deletionTimestamp")
+        )
+
+    poll("the pod on the drained device evicted", evicted, 90)
+
+    def eviction_state() -> str | None:
+        for line in fault_cli(kubeconfig, "rules").splitlines():
+            if line.split()[0] == name and line.split()[-1] != "-":
+                return line.split()[-1]
+        return None
+
+    # the eviction controller's condition on the rule, shown by `rules`
+    assert poll("the rule's EvictionInProgress condition", eviction_state, 60).split("/")[1] in (
+        "PodsPendingEviction",
+        "Completed",
+    )
+
+    # The drained device is allocated to no new claim that asks for exactly it ...
+    uuid = published(kube, full_gpu_node)[device]["attributes"]["uuid"]["string"]
+    kube.apply_yaml(uuid_template("same", uuid), ns)
+    kube.create(pod("waiting", "same", full_gpu_node), ns)
+    assert unschedulable(kube, ns, "waiting")
+    # ... until the drain is undone.
+    out = fault_cli(kubeconfig, "undrain", "--node", full_gpu_node, "--device", device)
+    assert out.strip() == f"devicetaintrule.resource.k8s.io/{name} deleted"
+    assert name not in rule_names(kube)
+    kube.wait_running(ns, "waiting", timeout=120)
+
+
+def test_a_noschedule_drain_of_a_node_keeps_running_pods(
+    kube: Kube, kubeconfig: Path, ns: str, full_gpu_node: str, drains: list[str]
+) -> None:
+    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
+    kube.create(pod("running", "one", full_gpu_node), ns)
+    kube.wait_running(ns, "running")
+    drains.append(full_gpu_node)
+    fault_cli(
+        kubeconfig, "drain", "--node", full_gpu_node, "--effect", "NoSchedule", "--name", f"{ns}-cordon"
+    )
+    kube.apply_yaml(template("two", "gpu.nvidia.com"), ns)
+    kube.create(pod("new", "two", full_gpu_node), ns)
+    assert unschedulable(kube, ns, "new")  # no device of the cordoned node for a new claim
+    assert kube.pod(ns, "running")["status"]["phase"] == "Running"
+    assert not kube.pod(ns, "running")["metadata"].get("deletionTimestamp")
+    fault_cli(kubeconfig, "undrain", "--name", f"{ns}-cordon")
+    kube.wait_running(ns, "new", timeout=120)
