@@ -24,7 +24,7 @@ done
 T=$PWD/.tools/bin
 echo "== shellcheck, hadolint, actionlint"
 "$T/shellcheck" -s sh native/gen-stubs.sh native/check-glibc.sh
-"$T/shellcheck" hack/chart-check.sh hack/install-tools.sh hack/gen-k8s-replaces.sh hack/release.sh hack/kind/*.sh e2e/kind/run.sh .ci/run
+"$T/shellcheck" hack/chart-check.sh hack/install-tools.sh hack/gen-k8s-replaces.sh hack/kwok-build.sh hack/release.sh hack/kind/*.sh e2e/kind/run.sh .ci/run
 "$T/hadolint" Dockerfile
 "$T/actionlint" -shellcheck "$T/shellcheck" .github/workflows/*.yaml
 if [ "${1:-}" = lint ]; then echo "== chart lint passed in $(( $(date +%s) - start ))s"; exit 0; fi

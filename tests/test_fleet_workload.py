@@ -124,6 +124,9 @@ def test_fleet_stages_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     path.write_text("failureFraction: 2\n")
     assert main(["fleet-stages", "--workload", str(path)]) == 2
     assert "failureFraction" in capsys.readouterr().err
+    path.write_text("runSeconds: [1\n")
+    assert main(["fleet-stages", "--workload", str(path)]) == 2
+    assert str(path) in capsys.readouterr().err
     path.write_text("runSeconds: 1\n")
     assert main(["fleet-stages", "--workload", str(path)]) == 0
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(capsys.readouterr().out)]

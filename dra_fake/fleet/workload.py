@@ -13,11 +13,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+from dra_fake.core import yamlio
 
 RUN_DURATION_ANNOTATION = "dra-fake.dev/run-duration"
 OUTCOME_ANNOTATION = "dra-fake.dev/outcome"
-OUTCOMES = ("Succeeded", "Failed")
 STAGE_API = "kwok.x-k8s.io/v1alpha1"
 WEIGHT_SCALE = 1000  # failureFraction in steps of 0.1 %
 
@@ -268,13 +272,9 @@ def load_workload(path: str) -> WorkloadProfile:
     """The profile in a YAML file (`path` empty: the defaults: start after 1 s, run until deleted)."""
     if not path:
         return WorkloadProfile()
-    from pathlib import Path
-
-    from dra_fake.core import yamlio
-
     try:
         data = yamlio.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, yaml.YAMLError) as err:
         raise WorkloadError(f"{path}: {err}") from None
     return parse_workload(data, path)
 
@@ -282,10 +282,10 @@ def load_workload(path: str) -> WorkloadProfile:
 def stages_yaml(profile: WorkloadProfile) -> str:
     """The Stages as YAML documents (templates as literal blocks): KWOK's --config file, or
     objects to apply where KWOK runs with --enable-crds=Stage."""
-    import yaml
 
     class Dumper(yaml.SafeDumper):
-        pass
+        def ignore_aliases(self, data: Any) -> bool:
+            return True  # each Stage spelled out, no YAML anchors
 
     def text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
         style = "|" if "\n" in value else None
