@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from dra_fake.gpu.taintrules import Drain
 from e2e.conftest import published
 from e2e.kube import Kube, poll
 from e2e.test_allocation import devices_of, pod, template, unschedulable
@@ -49,7 +50,7 @@ def test_a_noexecute_drain_evicts_the_pod_and_undrain_frees_the_device(
     [device] = devices_of(kube, ns, "holder")
     drains.append(full_gpu_node)
     out = fault_cli(kubeconfig, "drain", "--node", full_gpu_node, "--device", device)
-    name = f"drain-{full_gpu_node}-{device}"
+    name = Drain(pool=full_gpu_node, device=device).rule_name()  # kind's node names have dots
     assert out.strip() == f"devicetaintrule.resource.k8s.io/{name} created"
     assert name in rule_names(kube)
 

@@ -437,7 +437,7 @@ def _flag_parsers() -> list[tuple[str, Callable[[str], object], tuple[type[Excep
     from dra_fake.deviceplugin.config import ConfigError, parse_bool
     from dra_fake.deviceplugin.configselect import ConfigSelectionError, parse_fallbacks
     from dra_fake.deviceplugin.plugin import health_checks
-    from dra_fake.fleet.run import parse_labels
+    from dra_fake.fleet.main import parse_labels
     from dra_fake.gpu.plugin import parse_additional_xids
     from dra_fake.gpu.shares import SharesSettingError, node_mode
 
