@@ -24,7 +24,7 @@ from bench.common import CONFIGS, BenchError, any_left, poll, spread
 from bench.fleet import _cleanup
 from bench.prepare import cluster_api
 from dra_fake.core.kube import get_json, release, request, send_json
-from dra_fake.fleet.core import FLEET_LABEL
+from dra_fake.fleet.core import FLEET_LABEL, FLEET_TOLERATION
 from dra_fake.fleet.workload import WorkloadProfile
 from e2e.localcluster import LocalCluster
 
@@ -38,6 +38,7 @@ def _pod(name: str, dra: bool) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "work", "image": "kwok-bench-work:1"}
     spec: dict[str, Any] = {
         "nodeSelector": {FLEET_LABEL: FLEET},
+        "tolerations": [FLEET_TOLERATION],  # fleet nodes are tainted (no kubelet of their own)
         "restartPolicy": "Never",
         "containers": [container],
     }

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dra_fake.fleet.core import FLEET_LABEL
+from dra_fake.fleet.core import FLEET_LABEL, FLEET_TOLERATION
 from dra_fake.fleet.workload import OUTCOME_ANNOTATION, WorkloadProfile
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.localcluster import LocalCluster
@@ -96,6 +96,7 @@ def fleet_pod(
     pod = pod_with_claim_template(name, "gpus")
     pod["metadata"]["annotations"] = annotations or {}
     pod["spec"]["nodeSelector"] = {FLEET_LABEL: fleet}
+    pod["spec"]["tolerations"] = [FLEET_TOLERATION]  # fleet nodes are tainted (docs/security.md)
     pod["spec"]["restartPolicy"] = restart
     return pod
 
