@@ -95,9 +95,9 @@ def set_utilization(kube: Kube, ns: str, pod: str, value: str) -> None:
     kube.core.patch_namespaced_pod(pod, ns, {"metadata": {"annotations": {ANNOTATION_UTILIZATION: value}}})
 
 
-def reclaim_taint(kube: Kube, node: str) -> tuple[str, str] | None:
-    """(value, effect) of the lend view's not-lendable taint; None: lendable."""
-    for taint in published(kube, node)["gpu-0-spot"].get("taints") or []:
+def reclaim_taint(kube: Kube, node: str, gpu: str = "gpu-0") -> tuple[str, str] | None:
+    """(value, effect) of the GPU's lend view's not-lendable taint; None: lendable."""
+    for taint in published(kube, node)[f"{gpu}-spot"].get("taints") or []:
         if taint["key"] == NOT_LENDABLE_TAINT:
             return taint.get("value", ""), taint["effect"]
     return None
@@ -174,3 +174,33 @@ def test_an_idle_gpu_is_lent_reclaimed_by_eviction_and_lent_again_while_the_owne
     kube.wait_running(ns, "spot-2", timeout=120)
     owner = kube.pod(ns, "owner")
     assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+
+
+def test_claims_that_do_not_opt_in_or_a_gpu_without_owners_get_no_lend_view(
+    kube: Kube, ns: str, lending_node: str
+) -> None:
+    """Bad inputs: a spot claim for a GPU nobody owns pends (not lent); once the GPU is owned and
+    lendable, a claim of the spot class that does not tolerate dra-fake.dev/spot still pends (the
+    opt-in), and the owner's claim got the GPU itself, never its lend view."""
+    node = lending_node
+    uuid = str(published(kube, node)["gpu-1"]["attributes"]["uuid"]["string"])
+    kube.create(template("spot", f"spot.{GPU_DRIVER}", uuid, [SPOT_TOLERATION]), ns)
+    pod_on(kube, ns, "unowned", "spot", node)
+    assert "cannot allocate all claims" in poll(
+        "a spot pod for an unowned GPU unschedulable", lambda: unschedulable(kube, ns, "unowned"), 60
+    )
+    kube.delete_pod(ns, "unowned")
+
+    kube.create(template("owned", GPU_DRIVER, uuid), ns)
+    pod_on(kube, ns, "owner", "owned", node, utilization="3")
+    kube.wait_running(ns, "owner")
+    poll("gpu-1 lendable", lambda: reclaim_taint(kube, node, "gpu-1") is None, IDLE_FOR + 40)
+    kube.create(template("no-opt-in", f"spot.{GPU_DRIVER}", uuid), ns)
+    pod_on(kube, ns, "no-opt-in", "no-opt-in", node)
+    assert "cannot allocate all claims" in poll(
+        "a spot pod without the toleration unschedulable", lambda: unschedulable(kube, ns, "no-opt-in"), 60
+    )
+    claim = kube.pod(ns, "owner")["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    assert [r["device"] for r in kube.claim(ns, claim)["status"]["allocation"]["devices"]["results"]] == [
+        "gpu-1"
+    ]
