@@ -226,7 +226,7 @@ def bed(kube: Kube, kubeconfig: Path, local_cluster: LocalCluster | None) -> Tes
         return HarnessBed(kube, local_cluster)
     cluster = kind_cluster_of(kubeconfig)
     if cluster:
-        return KindBed(kube, cluster, kubeconfig=kubeconfig)
+        return KindBed(kube, cluster, kubeconfig)
     return ApiOnlyBed(kube)
 
 

@@ -351,9 +351,7 @@ class KindBed(TestBed):
     name = "kind"
     capabilities = frozenset({"kind", "node"})
 
-    def __init__(
-        self, kube: Kube, cluster: str, namespace: str = "dra-fake", kubeconfig: Path | None = None
-    ) -> None:
+    def __init__(self, kube: Kube, cluster: str, kubeconfig: Path, namespace: str = "dra-fake") -> None:
         super().__init__(kube)
         self.cluster = cluster
         self.driver_namespace = namespace
@@ -446,7 +444,6 @@ class KindBed(TestBed):
         poll(f"{container} on {node} restarted and ready", serving_again, 120)
 
     def _helm(self, *args: str) -> str:
-        assert self.kubeconfig, "KindBed without a kubeconfig runs no helm"
         proc = subprocess.run(
             [str(HELM), "--kubeconfig", str(self.kubeconfig), "-n", self.driver_namespace, *args],
             capture_output=True,
