@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_fake.gpu.deviceclasses import spot_class
 from dra_fake.gpu.lending import NOT_LENDABLE_TAINT, SPOT_TAINT
 from dra_fake.gpu.workloads import ANNOTATION_UTILIZATION
-from e2e.conftest import published
+from e2e.conftest import every_node_publishes, published
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.testbed import GPU_DRIVER, TestBed
 
@@ -35,9 +35,10 @@ def lending(slices: dict[str, dict[str, Any]]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def lending_node(bed: TestBed, kube: Kube) -> Iterator[str]:
-    """The first node with lending on for the module (and the spot class), then as it was."""
-    node = bed.workers[0]
+def lending_node(bed: TestBed, kube: Kube, nodes: list[str]) -> Iterator[str]:
+    """The first node with lending on for the module (and the spot class), then as it was (on kind
+    every node's plugin restarted: no lend view on any node)."""
+    node = nodes[0]
     spot = spot_class(GPU_DRIVER)
     with bed.plugin_values(node, LENDING_VALUES):
         created = kube.device_class(spot["metadata"]["name"]) is None  # the chart creates it
@@ -49,7 +50,11 @@ def lending_node(bed: TestBed, kube: Kube) -> Iterator[str]:
         finally:
             if created:
                 delete_class(kube, spot["metadata"]["name"])
-    poll(f"no lend views on {node}", lambda: not lending(published(kube, node)), 90)
+    poll("no lend views on any node", lambda: every_node_publishes(kube, nodes, no_lend_views), 90)
+
+
+def no_lend_views(devices: dict[str, dict[str, Any]]) -> bool:
+    return not any(name.endswith("-spot") for name in devices)
 
 
 def delete_class(kube: Kube, name: str) -> None:
