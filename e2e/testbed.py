@@ -34,7 +34,7 @@ from kubernetes.stream import stream
 
 from dra_fake.core.checkpoint import read_claims
 from dra_fake.gpu.nvidia_smi import library_dirs
-from e2e.kindcluster.cluster import HELM, RELEASE
+from e2e.kindcluster.cluster import RELEASE, helm_binary
 from e2e.kube import Kube, poll
 from e2e.localcluster import LocalCluster
 from e2e.localcluster.cluster import CD_NAMESPACE
@@ -445,7 +445,7 @@ class KindBed(TestBed):
 
     def _helm(self, *args: str) -> str:
         proc = subprocess.run(
-            [str(HELM), "--kubeconfig", str(self.kubeconfig), "-n", self.driver_namespace, *args],
+            [str(helm_binary()), "--kubeconfig", str(self.kubeconfig), "-n", self.driver_namespace, *args],
             capture_output=True,
             text=True,
             timeout=400,
