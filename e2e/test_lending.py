@@ -3,9 +3,10 @@ pod through its lend view, the owner getting busy reclaims it through kube-contr
 own NoExecute device-taint eviction while the owner runs on, and a spot pod is admitted again once
 the owner has been idle for the hold time.
 
-The node's plugin runs with `--gpu-lending` (restarted through e2e/pluginflags.py, as
-e2e/test_sharing.py does), so these run on the harness only; the DeviceClass `spot.gpu.nvidia.com`
-is created for the module.
+The first worker's plugin runs with the chart values `gpuLending` (TestBed.plugin_values, as
+e2e/test_sharing.py does: on kind a `helm upgrade`, which also creates the DeviceClass
+`spot.gpu.nvidia.com`; the local cluster does not, so the module creates it there), on Kubernetes
+1.36+ (docs/sharing.md).
 """
 
 from __future__ import annotations
@@ -21,18 +22,12 @@ from dra_fake.gpu.lending import NOT_LENDABLE_TAINT, SPOT_TAINT
 from dra_fake.gpu.workloads import ANNOTATION_UTILIZATION
 from e2e.conftest import published
 from e2e.kube import Kube, pod_with_claim_template, poll
-from e2e.localcluster import LocalCluster
-from e2e.pluginflags import start_gpu_plugin
 from e2e.testbed import GPU_DRIVER, TestBed
 
-pytestmark = pytest.mark.needs("harness")
+pytestmark = pytest.mark.needs("node", "gpu-lending")
 
 IDLE_FOR = 10  # seconds: short, so a test waits little for (re-)admission
-LENDING_FLAGS = (
-    "--gpu-lending=true",
-    f"--gpu-lending-idle-for={IDLE_FOR}",
-    "--gpu-lending-idle-threshold=10",
-)
+LENDING_VALUES = {"gpuLending": {"enabled": True, "idleFor": IDLE_FOR, "idleThreshold": 10}}
 
 
 def lending(slices: dict[str, dict[str, Any]]) -> bool:
@@ -40,29 +35,29 @@ def lending(slices: dict[str, dict[str, Any]]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def lending_node(local_cluster: LocalCluster | None, kube: Kube) -> Iterator[str]:
+def lending_node(bed: TestBed, kube: Kube) -> Iterator[str]:
     """The first node with lending on for the module (and the spot class), then as it was."""
-    assert local_cluster is not None, "a harness test was not deselected"
-    node = local_cluster.state.nodes[0]
+    node = bed.workers[0]
     spot = spot_class(GPU_DRIVER)
-    if kube.device_class(spot["metadata"]["name"]) is None:
-        kube.create(spot)
-    local_cluster.stop_plugin(node)
-    start_gpu_plugin(local_cluster, node, (), LENDING_FLAGS)
-    poll(f"lend views published on {node}", lambda: lending(published(kube, node)), 60)
-    try:
-        yield node
-    finally:
-        local_cluster.stop_plugin(node)
-        local_cluster.start_plugin(node)
-        poll(f"no lend views on {node}", lambda: not lending(published(kube, node)), 60)
+    with bed.plugin_values(node, LENDING_VALUES):
+        created = kube.device_class(spot["metadata"]["name"]) is None  # the chart creates it
+        if created:
+            kube.create(spot)
+        poll(f"lend views published on {node}", lambda: lending(published(kube, node)), 90)
         try:
-            kube.custom.delete_cluster_custom_object(
-                *kube.resource, "deviceclasses", spot["metadata"]["name"]
-            )
-        except ApiException as err:
-            if err.status != 404:
-                raise
+            yield node
+        finally:
+            if created:
+                delete_class(kube, spot["metadata"]["name"])
+    poll(f"no lend views on {node}", lambda: not lending(published(kube, node)), 90)
+
+
+def delete_class(kube: Kube, name: str) -> None:
+    try:
+        kube.custom.delete_cluster_custom_object(*kube.resource, "deviceclasses", name)
+    except ApiException as err:
+        if err.status != 404:
+            raise
 
 
 def template(
