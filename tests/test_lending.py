@@ -13,7 +13,9 @@ import yaml
 from crash_helper import make_claim, make_devices, make_state, result
 from prometheus_client import REGISTRY
 
+from dra_fake.core.claims import ClaimError, PermanentClaimError
 from dra_fake.core.resourceapi import ServerInfo
+from dra_fake.core.serving import PluginContext
 from dra_fake.gpu import lendinggate
 from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.deviceclasses import spot_class
@@ -39,6 +41,8 @@ from dra_fake.gpu.profiles import load_profiles
 from dra_fake.gpu.runtime import Host, Node, NodeSettings
 from dra_fake.gpu.services.lending import Lending as LendingService
 from dra_fake.gpu.slices import desired_slices
+from dra_fake.gpu.state import DeviceState
+from dra_fake.kubelet.device_health import DeviceHealthBoard
 
 DRIVER = "gpu.nvidia.com"
 T0 = 1_800_000_000.0
@@ -236,3 +240,74 @@ def test_the_service_moves_states_from_samples_publishes_taints_and_counts_recla
         REGISTRY.get_sample_value("dra_fake_gpu_lending_state", {"device": "gpu-0", "state": "lendable"}) == 0
     )
     assert REGISTRY.get_sample_value("dra_fake_gpu_reclaims_total", {"device": "gpu-0"}) == reclaims + 1
+
+
+def spot_devices() -> dict[str, Any]:
+    devices = make_devices()
+    return {**devices, "gpu-0-spot": dataclasses.replace(devices["gpu-0"], name="gpu-0-spot", lends="gpu-0")}
+
+
+@pytest.mark.parametrize(
+    ("state", "why"),
+    [
+        (BUSY, "its owners are busy"),
+        (UNOWNED, "no claim is prepared on it"),
+        (UNKNOWN, "its owners have not been seen idle since the plugin started"),
+    ],
+)
+def test_a_spot_claim_on_a_gpu_that_is_not_lendable_is_refused_naming_why(
+    tmp_path: Path, state: str, why: str
+) -> None:
+    """The scheduler may have allocated the lend view from an older slice (or the claim tolerates
+    the taint): prepare refuses it, retryably, in NVIDIA's wording, and changes nothing else."""
+    lend_states = {"gpu-0-spot": state}
+    prepared = make_state(tmp_path, devices=spot_devices(), lend_state=lend_states.get)
+    prepared.prepare(make_claim(UID_OWNER, [result("gpu", "gpu-0")], name="owner"))
+    with pytest.raises(ClaimError) as refused:
+        prepared.prepare(make_claim(UID_SPOT, [result("gpu", "gpu-0-spot")], name="spot"))
+    assert not isinstance(refused.value, PermanentClaimError)  # the kubelet retries: it may be lent later
+    assert str(refused.value) == (
+        f"error preparing devices for claim default/spot:{UID_SPOT}: prepare devices failed: "
+        f"requested device gpu-0-spot is not lendable now: GPU gpu-0 is {state} "
+        f"(dra-fake.dev/not-lendable={state}: {why})"
+    )
+    assert prepared.prepared_claims().keys() == {UID_OWNER}
+    assert not prepared.cdi.path(UID_SPOT).exists()
+    # lendable again: the kubelet's retry prepares it; a later reclaim leaves the prepared claim be
+    # (idempotent: kube-controller-manager's eviction unprepares it)
+    lend_states["gpu-0-spot"] = None  # type: ignore[assignment]
+    devices = prepared.prepare(make_claim(UID_SPOT, [result("gpu", "gpu-0-spot")], name="spot"))
+    lend_states["gpu-0-spot"] = BUSY
+    again = prepared.prepare(make_claim(UID_SPOT, [result("gpu", "gpu-0-spot")], name="spot"))
+    assert [d.device_name for d in again] == [d.device_name for d in devices] == ["gpu-0-spot"]
+
+
+def test_a_spot_claim_where_lending_is_off_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    prepared = make_state(tmp_path)  # no lend views: the plugin runs without --gpu-lending
+    with pytest.raises(PermanentClaimError, match="not allocatable: gpu-0-spot") as refused:
+        prepared.prepare(make_claim(UID_SPOT, [result("gpu", "gpu-0-spot")], name="spot"))
+    assert "(the lend view of gpu-0: idle-GPU lending is off on this node, --gpu-lending=false)" in str(
+        refused.value
+    )
+
+
+def plugin_context(root: Path) -> PluginContext:
+    for sub in ("plugin", "cdi"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    return PluginContext("", "node-a", root / "plugin", root / "cdi", threading.Event(), DeviceHealthBoard())
+
+
+def test_the_plugin_prepares_spot_claims_by_its_published_lend_view_taints(tmp_path: Path) -> None:
+    """The plugin's answer is what its slice says: before the service's first sample every lend
+    view is `unknown`, so a spot claim is refused from the first call the kubelet makes."""
+    settings = NodeSettings(DRIVER, lending=LendingSettings())
+    driver = GpuDriver(
+        DRIVER, inventory(), FeatureGates.of(), DeviceNodePolicy("never"), node_settings=settings
+    )
+    state = driver.create_state(plugin_context(tmp_path))
+    assert isinstance(state, DeviceState) and state.lend_state is not None
+    assert state.lend_state("gpu-0-spot") == UNKNOWN
+    assert driver.lend_state("gpu-9-spot") == UNKNOWN  # no such lend view: never lent
+    off = GpuDriver(DRIVER, inventory(), FeatureGates.of(), DeviceNodePolicy("never"))
+    off_state = off.create_state(plugin_context(tmp_path / "off"))
+    assert isinstance(off_state, DeviceState) and off_state.lend_state is None

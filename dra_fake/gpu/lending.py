@@ -33,6 +33,12 @@ STATES = (LENDABLE, BUSY, UNOWNED, UNKNOWN)
 EFFECT = {BUSY: "NoExecute", UNOWNED: "NoExecute", UNKNOWN: "NoSchedule"}
 DEFAULT_THRESHOLD = 10  # percent
 DEFAULT_IDLE_FOR = 60.0  # seconds
+# Why a GPU in each state is not lent, as a refused prepare names it.
+WHY_NOT = {
+    BUSY: "its owners are busy",
+    UNOWNED: "no claim is prepared on it",
+    UNKNOWN: "its owners have not been seen idle since the plugin started",
+}
 
 
 class LendingSettingError(ValueError):
@@ -165,6 +171,29 @@ def event(gpu: str, new: str, owners: Owners, settings: LendingSettings) -> tupl
     if new == UNOWNED:
         return "GpuNotLendable", f"{gpu} not lendable: no claim is prepared on it"
     return None
+
+
+def not_lendable(taints: list[dict[str, str]]) -> str | None:
+    """The state a lend view's taints say its GPU is in when it may not be lent; None: lendable."""
+    return next((t.get("value", UNKNOWN) for t in taints if t.get("key") == NOT_LENDABLE_TAINT), None)
+
+
+def refusal(view: str, gpu: str, state: str) -> str:
+    """Why a spot claim on `view` is not prepared (the kubelet retries; the scheduler allocated it
+    from an older slice, or the claim tolerates the taint), in NVIDIA's wording of a prepare error."""
+    why = WHY_NOT.get(state, "its state is not known")
+    return (
+        f"prepare devices failed: requested device {view} is not lendable now: GPU {gpu} is {state} "
+        f"({NOT_LENDABLE_TAINT}={state}: {why})"
+    )
+
+
+def lending_off(view: str, gpu: str) -> str:
+    """Why a spot claim is not prepared where lending is off (the lend view is not published)."""
+    return (
+        f"prepare devices failed: requested device is not allocatable: {view} "
+        f"(the lend view of {gpu}: idle-GPU lending is off on this node, --gpu-lending=false)"
+    )
 
 
 def lent_gpus(devices: Mapping[str, AllocatableDevice]) -> list[str]:

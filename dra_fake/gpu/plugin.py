@@ -22,7 +22,7 @@ from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
 from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, servable_taints
 from dra_fake.gpu.gfd import MIG_STRATEGIES
 from dra_fake.gpu.inventory import Inventory, InventoryError, SharesSetting, load_inventory
-from dra_fake.gpu.lending import Lending, LendingSettings, lent_gpus, with_lend_views
+from dra_fake.gpu.lending import UNKNOWN, Lending, LendingSettings, lent_gpus, not_lendable, with_lend_views
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.gpu.runtime import Host, Node, NodeSettings
 from dra_fake.gpu.shares import FLAG, GATE_CONSUMABLE_SHARES, SharesMode, SharesSettingError, node_mode
@@ -114,6 +114,7 @@ class GpuDriver:
             on_checkpoint_error=ctx.checkpoint_error_hook(self.driver),
             consumable_shares=self.consumable_shares,
             memory_view=self.shared_memory_view == "share",
+            lend_state=None if self.node_settings.lending is None else self.lend_state,
         )
         if not self.device_status:
             return self.state
@@ -127,6 +128,13 @@ class GpuDriver:
             lambda: ctx.resources.info.resource_version,
             ctx.stop,
         )
+
+    def lend_state(self, view: str) -> str | None:
+        """What keeps a lend view's GPU from being lent, as its published taints say now; None:
+        lendable. Prepare asks it for each spot claim (dra_fake.gpu.plan)."""
+        with self._lock:
+            taints = self._lend_taints.get(view)
+        return UNKNOWN if taints is None else not_lendable(taints)
 
     def device_data(self, claim: Mapping[str, Any], prepared: PreparedDevice) -> dict[str, Any]:
         """A prepared device's `data` in the claim's status: its UUID, and a MIG device's parent
