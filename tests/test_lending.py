@@ -316,8 +316,11 @@ def test_the_plugin_prepares_spot_claims_by_its_published_lend_view_taints(tmp_p
     assert state.lend_state("gpu-0-spot") == UNKNOWN
     assert driver.lend_state("gpu-9-spot") == UNKNOWN  # no such lend view: never lent
     off = GpuDriver(DRIVER, inventory(), FeatureGates.of(), DeviceNodePolicy("never"))
-    off_state = off.create_state(plugin_context(tmp_path / "off"))
+    off_ctx = plugin_context(tmp_path / "off")
+    (off_ctx.data_dir / FILE_NAME).write_text("{}")  # kept by an earlier run with lending on
+    off_state = off.create_state(off_ctx)
     assert isinstance(off_state, DeviceState) and off_state.lend_state is None
+    assert not (off_ctx.data_dir / FILE_NAME).exists()  # stale when lending is on again: dropped
 
 
 def round_trip(state: Lending, now: float) -> Lending:

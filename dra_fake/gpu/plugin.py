@@ -103,10 +103,13 @@ class GpuDriver:
 
     def create_state(self, ctx: PluginContext) -> ClaimState:
         self._ctx = ctx
+        kept = ctx.data_dir / LENDING_FILE
         if self.node_settings.lending is not None:  # before the first prepare and the first slice
-            self.lending = KeptLending(self.node_settings.lending, time.time(), ctx.data_dir / LENDING_FILE)
+            self.lending = KeptLending(self.node_settings.lending, time.time(), kept)
             with self._lock:
                 self._lend_taints = self.lending.state.taints(lent_gpus(self.inventory.devices))
+        else:  # what a run with lending kept is stale by the time lending is on again
+            kept.unlink(missing_ok=True)
         self.nvidia_smi = NvidiaSmi.from_inventory(ctx.data_dir, self.inventory)
         self.state = DeviceState(
             self.driver,
