@@ -10,6 +10,8 @@ is created for the module.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,11 +20,13 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_fake.gpu.deviceclasses import spot_class
 from dra_fake.gpu.lending import NOT_LENDABLE_TAINT, SPOT_TAINT
+from dra_fake.gpu.lendingfile import FILE_NAME
 from dra_fake.gpu.workloads import ANNOTATION_UTILIZATION
 from e2e.conftest import published
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.localcluster import LocalCluster
 from e2e.pluginflags import start_gpu_plugin
+from e2e.test_prepare import prepare_failure
 from e2e.testbed import GPU_DRIVER, TestBed
 
 pytestmark = pytest.mark.needs("harness")
@@ -177,5 +181,81 @@ def test_an_idle_gpu_is_lent_reclaimed_by_eviction_and_lent_again_while_the_owne
     set_utilization(kube, ns, "owner", "3")
     poll("gpu-0 lendable again", lambda: reclaim_taint(kube, node) is None, IDLE_FOR + 40)
     kube.wait_running(ns, "spot-2", timeout=120)
+    owner = kube.pod(ns, "owner")
+    assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+
+
+# Added for the spot-claim refusal and restart cases (docs/sharing.md, Limits).
+# Both effects, forever; each named: the eviction controller of 1.37.2 ignores a toleration without
+# an explicit NoExecute effect (docs/sharing-design.md, 2.2).
+NOT_LENDABLE_TOLERATIONS = [
+    {"key": NOT_LENDABLE_TAINT, "operator": "Exists", "effect": e} for e in ("NoSchedule", "NoExecute")
+]
+
+
+def test_a_spot_claim_on_a_busy_gpu_is_refused_at_prepare_naming_why(
+    kube: Kube, ns: str, lending_node: str
+) -> None:
+    """A spot claim that tolerates the not-lendable taint gets a busy GPU's lend view from the
+    scheduler; the plugin still does not prepare it, says why, and the owner runs on."""
+    node = lending_node
+    uuid = str(published(kube, node)["gpu-0"]["attributes"]["uuid"]["string"])
+    kube.create(template("owned", GPU_DRIVER, uuid), ns)
+    tolerations = [SPOT_TOLERATION, *NOT_LENDABLE_TOLERATIONS]
+    kube.create(template("spot-anyway", f"spot.{GPU_DRIVER}", uuid, tolerations), ns)
+    pod_on(kube, ns, "owner", "owned", node)  # no simulated load: busy (80-100 %)
+    kube.wait_running(ns, "owner")
+    poll("gpu-0 busy", lambda: reclaim_taint(kube, node) == ("busy", "NoExecute"), 30)
+
+    pod_on(kube, ns, "spot", "spot-anyway", node)
+    message = prepare_failure(kube, ns, "spot", "is not lendable now")
+    assert (
+        "prepare devices failed: requested device gpu-0-spot is not lendable now: GPU gpu-0 is busy "
+        f"({NOT_LENDABLE_TAINT}=busy: its owners are busy)"
+    ) in message, message
+    assert kube.pod(ns, "spot")["status"]["phase"] == "Pending"
+    owner = kube.pod(ns, "owner")
+    assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+
+
+def lending_file(local_cluster: LocalCluster, node: str) -> dict[str, Any] | None:
+    path = local_cluster.node_dir(node) / "plugins" / GPU_DRIVER / FILE_NAME
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def test_a_lent_gpu_stays_lent_through_a_plugin_sigkill_and_is_reclaimed_after_it(
+    kube: Kube, ns: str, local_cluster: LocalCluster | None, lending_node: str
+) -> None:
+    """The plugin is SIGKILLed while a spot pod runs on a lent GPU: the restarted plugin publishes
+    the same taints (no `unknown`, the spot taint's timeAdded kept), the spot pod is not evicted,
+    and a later reclaim still evicts it while the owner runs on."""
+    assert local_cluster is not None
+    node = lending_node
+    uuid = str(published(kube, node)["gpu-0"]["attributes"]["uuid"]["string"])
+    kube.create(template("owned", GPU_DRIVER, uuid), ns)
+    kube.create(template("spot", f"spot.{GPU_DRIVER}", uuid, [SPOT_TOLERATION]), ns)
+    pod_on(kube, ns, "owner", "owned", node, utilization="3")
+    kube.wait_running(ns, "owner")
+    poll("gpu-0 lendable", lambda: reclaim_taint(kube, node) is None, IDLE_FOR + 40)
+    pod_on(kube, ns, "spot-1", "spot", node)
+    kube.wait_running(ns, "spot-1")
+    taints = published(kube, node)["gpu-0-spot"]["taints"]
+
+    local_cluster.stop_plugin(node, kill=True)
+    restarted = time.time()
+    start_gpu_plugin(local_cluster, node, (), LENDING_FLAGS)
+    # the restarted plugin has sampled the owners (their pods listed) and kept what it saw
+    poll(
+        "a sample after the restart",
+        lambda: ((lending_file(local_cluster, node) or {}).get("sampled") or 0) > restarted,
+        30,
+    )
+    assert published(kube, node)["gpu-0-spot"]["taints"] == taints
+    assert lending_file(local_cluster, node)["gpus"]["gpu-0"]["state"] == "lendable"  # type: ignore[index]
+    assert not gone_or_going(kube, ns, "spot-1")
+
+    set_utilization(kube, ns, "owner", "85")
+    assert poll("the reclaim taint", lambda: reclaim_taint(kube, node), 30) == ("busy", "NoExecute")
+    poll("the spot pod evicted", lambda: gone_or_going(kube, ns, "spot-1"), 60)
     owner = kube.pod(ns, "owner")
     assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
