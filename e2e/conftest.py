@@ -6,7 +6,8 @@ Tests declare what they need with `@pytest.mark.needs(...)`: "harness" (the loca
 internals), "kind" (Helm and real containers of our kind cluster), "node" (node files and
 processes: harness or kind), "partitionable" (dynamic MIG: counters in ResourceSlices),
 "counter-rollback" (a scheduler that gives back the counters of a device a constraint rejected:
-not 1.34 and 1.35, docs/reference/kubernetes-dra.md#counter-leak-in-the-134-and-135-allocator). Tests a
+not 1.34 and 1.35, docs/reference/kubernetes-dra.md#counter-leak-in-the-134-and-135-allocator),
+"consumable-shares" and "gpu-lending" (1.36+: docs/sharing.md). Tests a
 cluster cannot run are deselected at collection, with the reason printed, never skipped: in CI
 a skip is a failure.
 """
@@ -90,6 +91,19 @@ class Environment:
                 self.server_minor >= 34,
                 "device taints need resource.k8s.io/v1 with DRADeviceTaints (Kubernetes 1.34+ here)",
             ),
+            # e2e/test_sharing.py, e2e/test_lending.py: run where the features are beta and on by
+            # default; our kind clusters of 1.34 and 1.35 switch the alpha gates on, but the tests
+            # were never run there (docs/sharing.md#which-releases-run-the-tests).
+            "consumable-shares": (
+                self.server_minor >= SHARING_SINCE,
+                "shared GPUs need DRAConsumableCapacity, beta and on from 1.36 (alpha in 1.34 and 1.35, "
+                "where these tests are not run)",
+            ),
+            "gpu-lending": (
+                self.server_minor >= SHARING_SINCE,
+                "GPU lending needs device taints and their eviction (DRADeviceTaints), beta and on from "
+                "1.36 (alpha in 1.33 to 1.35, where these tests are not run)",
+            ),
             "device-taint-rules": (
                 self.server_minor >= 37,
                 "DeviceTaintRules as resource.k8s.io/v1 (Kubernetes 1.37; 1.36 serves v1beta2 behind a gate)",
@@ -136,6 +150,8 @@ class Environment:
 ENVIRONMENT: Environment | None = None
 # kubernetes/kubernetes#140436, fixed in 1.36 and 1.37 (docs/reference/kubernetes-dra.md).
 COUNTER_LEAK_MINORS = (34, 35)
+# Consumable capacity and device taints are beta and on by default from this minor.
+SHARING_SINCE = 36
 
 
 def local_minor() -> int:
@@ -210,7 +226,7 @@ def bed(kube: Kube, kubeconfig: Path, local_cluster: LocalCluster | None) -> Tes
         return HarnessBed(kube, local_cluster)
     cluster = kind_cluster_of(kubeconfig)
     if cluster:
-        return KindBed(kube, cluster)
+        return KindBed(kube, cluster, kubeconfig=kubeconfig)
     return ApiOnlyBed(kube)
 
 

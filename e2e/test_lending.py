@@ -3,9 +3,10 @@ pod through its lend view, the owner getting busy reclaims it through kube-contr
 own NoExecute device-taint eviction while the owner runs on, and a spot pod is admitted again once
 the owner has been idle for the hold time.
 
-The node's plugin runs with `--gpu-lending` (restarted through e2e/pluginflags.py, as
-e2e/test_sharing.py does), so these run on the harness only; the DeviceClass `spot.gpu.nvidia.com`
-is created for the module.
+The first worker's plugin runs with the chart values `gpuLending` (TestBed.plugin_values, as
+e2e/test_sharing.py does: on kind a `helm upgrade`, which also creates the DeviceClass
+`spot.gpu.nvidia.com`; the local cluster does not, so the module creates it there), on Kubernetes
+1.36+ (docs/sharing.md).
 """
 
 from __future__ import annotations
@@ -24,19 +25,13 @@ from dra_fake.gpu.lendingfile import FILE_NAME
 from dra_fake.gpu.workloads import ANNOTATION_UTILIZATION
 from e2e.conftest import published
 from e2e.kube import Kube, pod_with_claim_template, poll
-from e2e.localcluster import LocalCluster
-from e2e.pluginflags import start_gpu_plugin
 from e2e.test_prepare import prepare_failure
-from e2e.testbed import GPU_DRIVER, TestBed
+from e2e.testbed import GPU_DRIVER, NODE_PLUGINS_DIR, TestBed
 
-pytestmark = pytest.mark.needs("harness")
+pytestmark = pytest.mark.needs("node", "gpu-lending")
 
 IDLE_FOR = 10  # seconds: short, so a test waits little for (re-)admission
-LENDING_FLAGS = (
-    "--gpu-lending=true",
-    f"--gpu-lending-idle-for={IDLE_FOR}",
-    "--gpu-lending-idle-threshold=10",
-)
+LENDING_VALUES = {"gpuLending": {"enabled": True, "idleFor": IDLE_FOR, "idleThreshold": 10}}
 
 
 def lending(slices: dict[str, dict[str, Any]]) -> bool:
@@ -44,29 +39,29 @@ def lending(slices: dict[str, dict[str, Any]]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def lending_node(local_cluster: LocalCluster | None, kube: Kube) -> Iterator[str]:
+def lending_node(bed: TestBed, kube: Kube) -> Iterator[str]:
     """The first node with lending on for the module (and the spot class), then as it was."""
-    assert local_cluster is not None, "a harness test was not deselected"
-    node = local_cluster.state.nodes[0]
+    node = bed.workers[0]
     spot = spot_class(GPU_DRIVER)
-    if kube.device_class(spot["metadata"]["name"]) is None:
-        kube.create(spot)
-    local_cluster.stop_plugin(node)
-    start_gpu_plugin(local_cluster, node, (), LENDING_FLAGS)
-    poll(f"lend views published on {node}", lambda: lending(published(kube, node)), 60)
-    try:
-        yield node
-    finally:
-        local_cluster.stop_plugin(node)
-        local_cluster.start_plugin(node)
-        poll(f"no lend views on {node}", lambda: not lending(published(kube, node)), 60)
+    with bed.plugin_values(node, LENDING_VALUES):
+        created = kube.device_class(spot["metadata"]["name"]) is None  # the chart creates it
+        if created:
+            kube.create(spot)
+        poll(f"lend views published on {node}", lambda: lending(published(kube, node)), 90)
         try:
-            kube.custom.delete_cluster_custom_object(
-                *kube.resource, "deviceclasses", spot["metadata"]["name"]
-            )
-        except ApiException as err:
-            if err.status != 404:
-                raise
+            yield node
+        finally:
+            if created:
+                delete_class(kube, spot["metadata"]["name"])
+    poll(f"no lend views on {node}", lambda: not lending(published(kube, node)), 90)
+
+
+def delete_class(kube: Kube, name: str) -> None:
+    try:
+        kube.custom.delete_cluster_custom_object(*kube.resource, "deviceclasses", name)
+    except ApiException as err:
+        if err.status != 404:
+            raise
 
 
 def template(
@@ -185,7 +180,6 @@ def test_an_idle_gpu_is_lent_reclaimed_by_eviction_and_lent_again_while_the_owne
     assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
 
 
-# Added for the spot-claim refusal and restart cases (docs/sharing.md, Limits).
 # Both effects, forever; each named: the eviction controller of 1.37.2 ignores a toleration without
 # an explicit NoExecute effect (docs/sharing-design.md, 2.2).
 NOT_LENDABLE_TOLERATIONS = [
@@ -218,18 +212,18 @@ def test_a_spot_claim_on_a_busy_gpu_is_refused_at_prepare_naming_why(
     assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
 
 
-def lending_file(local_cluster: LocalCluster, node: str) -> dict[str, Any] | None:
-    path = local_cluster.node_dir(node) / "plugins" / GPU_DRIVER / FILE_NAME
-    return json.loads(path.read_text()) if path.exists() else None
+def lending_file(bed: TestBed, node: str) -> dict[str, Any]:
+    """The lending state the node's plugin keeps (dra_fake.gpu.lendingfile); {} while there is none."""
+    kept = bed.read_node_file(node, f"{NODE_PLUGINS_DIR}/{GPU_DRIVER}/{FILE_NAME}")
+    return json.loads(kept) if kept else {}
 
 
 def test_a_lent_gpu_stays_lent_through_a_plugin_sigkill_and_is_reclaimed_after_it(
-    kube: Kube, ns: str, local_cluster: LocalCluster | None, lending_node: str
+    kube: Kube, ns: str, bed: TestBed, lending_node: str
 ) -> None:
     """The plugin is SIGKILLed while a spot pod runs on a lent GPU: the restarted plugin publishes
     the same taints (no `unknown`, the spot taint's timeAdded kept), the spot pod is not evicted,
     and a later reclaim still evicts it while the owner runs on."""
-    assert local_cluster is not None
     node = lending_node
     uuid = str(published(kube, node)["gpu-0"]["attributes"]["uuid"]["string"])
     kube.create(template("owned", GPU_DRIVER, uuid), ns)
@@ -241,17 +235,12 @@ def test_a_lent_gpu_stays_lent_through_a_plugin_sigkill_and_is_reclaimed_after_i
     kube.wait_running(ns, "spot-1")
     taints = published(kube, node)["gpu-0-spot"]["taints"]
 
-    local_cluster.stop_plugin(node, kill=True)
-    restarted = time.time()
-    start_gpu_plugin(local_cluster, node, (), LENDING_FLAGS)
+    crashed = time.time()
+    bed.crash_plugin(node)
     # the restarted plugin has sampled the owners (their pods listed) and kept what it saw
-    poll(
-        "a sample after the restart",
-        lambda: ((lending_file(local_cluster, node) or {}).get("sampled") or 0) > restarted,
-        30,
-    )
+    poll("a sample after the restart", lambda: (lending_file(bed, node).get("sampled") or 0) > crashed, 30)
     assert published(kube, node)["gpu-0-spot"]["taints"] == taints
-    assert lending_file(local_cluster, node)["gpus"]["gpu-0"]["state"] == "lendable"  # type: ignore[index]
+    assert lending_file(bed, node)["gpus"]["gpu-0"]["state"] == "lendable"
     assert not gone_or_going(kube, ns, "spot-1")
 
     set_utilization(kube, ns, "owner", "85")

@@ -195,14 +195,14 @@ def test_merged_keeps_what_the_driver_set_before() -> None:
 
 
 def test_server_check() -> None:
-    assert "1.34" in (attachgate.version_refusal((1, 33), "v1.33.4") or "")
-    assert attachgate.version_refusal((1, 36), "v1.36.0") is None
+    assert "1.34" in (attachgate.GATE.version_refusal(attachgate.SETTING, (1, 33), "v1.33.4") or "")
+    assert attachgate.GATE.version_refusal(attachgate.SETTING, (1, 36), "v1.36.0") is None
     kept = {"spec": {"devices": [attachgate.PROBE_DEVICE]}}
     dropped = {"spec": {"devices": [{"name": "binding-conditions-probe"}]}}
     nested = {"spec": {"devices": [{"name": "p", "basic": attachgate.PROBE_DEVICE}]}}
-    assert attachgate.fields_kept(kept) and attachgate.fields_kept(nested)
-    assert not attachgate.fields_kept(dropped)
-    assert "DRADeviceBindingConditions" in attachgate.dropped_refusal()
+    assert attachgate.GATE.fields_kept(kept) and attachgate.GATE.fields_kept(nested)
+    assert not attachgate.GATE.fields_kept(dropped)
+    assert "DRADeviceBindingConditions" in attachgate.GATE.dropped_refusal(attachgate.SETTING)
 
 
 def test_the_plugin_refuses_attach_without_device_status(

@@ -187,17 +187,19 @@ def test_each_move_but_into_unknown_has_its_node_event() -> None:
 
 def test_a_server_without_device_taints_is_refused_naming_the_gate() -> None:
     """Lending without taints would oversell with no reclaim: the plugin refuses such a server."""
-    refusal = lendinggate.version_refusal((1, 32), "v1.32.5")
+    refusal = lendinggate.GATE.version_refusal(lendinggate.SETTING, (1, 32), "v1.32.5")
     assert refusal == (
         "--gpu-lending needs device taints (feature gate DRADeviceTaints, Kubernetes 1.33+); "
         "the API server is v1.32.5"
     )
-    assert lendinggate.version_refusal((1, 33), "v1.33.4") is None
+    assert lendinggate.GATE.version_refusal(lendinggate.SETTING, (1, 33), "v1.33.4") is None
     kept = {"spec": {"devices": [lendinggate.PROBE_DEVICE]}}
-    assert lendinggate.taints_kept(kept)
-    assert lendinggate.taints_kept({"spec": {"devices": [{"basic": lendinggate.PROBE_DEVICE}]}})  # v1beta1
-    assert not lendinggate.taints_kept({"spec": {"devices": [{"name": "gpu-lending-probe"}]}})
-    assert "DRADeviceTaints" in lendinggate.dropped_refusal()
+    assert lendinggate.GATE.fields_kept(kept)
+    assert lendinggate.GATE.fields_kept(
+        {"spec": {"devices": [{"basic": lendinggate.PROBE_DEVICE}]}}
+    )  # v1beta1
+    assert not lendinggate.GATE.fields_kept({"spec": {"devices": [{"name": "gpu-lending-probe"}]}})
+    assert "DRADeviceTaints" in lendinggate.GATE.dropped_refusal(lendinggate.SETTING)
 
 
 def test_the_plugins_first_slice_already_keeps_spot_claims_off_the_lend_views() -> None:

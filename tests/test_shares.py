@@ -15,6 +15,7 @@ import yaml
 from crash_helper import GIB, NODE, P1_0, make_claim, make_state, opaque, result
 
 from dra_fake.cli import build_parser
+from dra_fake.core import fieldgate
 from dra_fake.core.claims import ClaimError, PermanentClaimError, parse_claim
 from dra_fake.core.resourceapi import ServerInfo
 from dra_fake.gpu import sharesgate
@@ -217,20 +218,20 @@ def test_a_group_key_needs_the_feature_gate() -> None:
 def test_versions_that_cannot_serve_shares_are_refused(
     version: tuple[int, int], git: str, expected: str | None
 ) -> None:
-    assert sharesgate.version_refusal("--consumable-shares=memory", version, git) == expected
+    assert sharesgate.GATE.version_refusal("--consumable-shares=memory", version, git) == expected
 
 
 @pytest.mark.parametrize("api", ["v1", "v1beta2", "v1beta1"])
 def test_the_probe_slice_and_what_a_server_without_the_gate_returns(api: str) -> None:
-    manifest = sharesgate.probe_manifest(ServerInfo((1, 35), (api,)), "gpu.nvidia.com", "node-a")  # type: ignore[arg-type]
+    manifest = sharesgate.GATE.probe_manifest(ServerInfo((1, 35), (api,)), "gpu.nvidia.com", "node-a")  # type: ignore[arg-type]
     assert manifest["apiVersion"] == f"resource.k8s.io/{api}" and manifest["spec"]["nodeName"] == "node-a"
-    assert sharesgate.fields_kept(manifest)  # what a server with the gate returns
+    assert sharesgate.GATE.fields_kept(manifest)  # what a server with the gate returns
     stripped = yaml.safe_load(yaml.safe_dump(manifest))
     device = stripped["spec"]["devices"][0]
     fields = device["basic"] if api == "v1beta1" else device
     del fields["allowMultipleAllocations"]  # what a server with DRAConsumableCapacity off does
     del fields["capacity"]["memory"]["requestPolicy"]
-    assert not sharesgate.fields_kept(stripped)
+    assert not sharesgate.GATE.fields_kept(stripped)
 
 
 def test_a_server_dropping_the_fields_is_refused_after_the_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -245,16 +246,18 @@ def test_a_server_dropping_the_fields_is_refused_after_the_dry_run(monkeypatch: 
     def refusal() -> str | None:
         server = ServerInfo((1, 35), ("v1",))
         api: Any = None  # the dry run is replaced
-        return sharesgate.server_refusal("--consumable-shares=4", api, server, DRIVER, "n", threading.Event())
+        return sharesgate.GATE.server_refusal(
+            "--consumable-shares=4", api, server, DRIVER, "n", threading.Event()
+        )
 
-    monkeypatch.setattr(sharesgate, "dry_run_create", dry_run)
+    monkeypatch.setattr(fieldgate, "dry_run_create", dry_run)
     assert refusal() == (
         "--consumable-shares=4: the API server dropped allowMultipleAllocations from a ResourceSlice: "
         "turn on the feature gate DRAConsumableCapacity on kube-apiserver and kube-scheduler (alpha and "
         "off in Kubernetes 1.34 and 1.35, on by default from 1.36)"
     )
     assert len(sent) == 1
-    monkeypatch.setattr(sharesgate, "dry_run_create", lambda api, manifest: manifest)
+    monkeypatch.setattr(fieldgate, "dry_run_create", lambda api, manifest: manifest)
     assert refusal() is None
 
 

@@ -122,7 +122,7 @@ class GpuMonitor:
             saved = self.nvidia_smi.read_live(gpu.uuid)
             try:
                 energy = int(saved.get("energy_mj", ""))
-                at = (self.nvidia_smi.live_dir / gpu.uuid).stat().st_mtime
+                at = self.nvidia_smi.live_path(gpu.uuid).stat().st_mtime
             except (ValueError, OSError):
                 continue
             self.simulator.restore(gpu.uuid, energy, at)

@@ -191,7 +191,7 @@ class GpuDriver:
                 "serve a node's GPUs through the device plugin or through DRA, not both "
                 "(--allow-device-plugin=true to run anyway)"
             )
-        return self._shares_refusal() or self._attach_refusal() or self._lending_refusal()
+        return self._gate_refusal()
 
     def shares_setting(self) -> str | None:
         """What turns consumable shares on for this node, as refusals name it; None: nothing."""
@@ -200,55 +200,39 @@ class GpuDriver:
         modes = sorted({str(g.shares) for g in self.inventory.gpus if g.shares is not None})
         return f"the inventory's consumableShares={','.join(modes)}" if modes else None
 
-    def _shares_refusal(self) -> str | None:
-        """A server that cannot honour shared devices: refused before the first slice, with a
-        Warning Node event (dra_fake.gpu.sharesgate)."""
-        setting = self.shares_setting()
-        if setting is None or self._ctx is None:
+    def _gate_refusal(self) -> str | None:
+        """A server that cannot honour what this node turns on (consumable shares, fabric-attached
+        GPUs, lending): refused before the first slice, also as a Warning event on the Node (the
+        probe in dra_fake.core.fieldgate, each feature's data in gpu/sharesgate, attachgate,
+        lendinggate)."""
+        if self._ctx is None:
             return None
-        from dra_fake.gpu import sharesgate
+        from dra_fake.core.events import post_node_event
+        from dra_fake.gpu import attachgate, lendinggate, sharesgate
 
-        ctx = self._ctx
-        reason = sharesgate.server_refusal(
-            setting, ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop
+        wanted = (
+            (self.shares_setting(), sharesgate.GATE),
+            (attachgate.SETTING if self.inventory.attachable else None, attachgate.GATE),
+            (lendinggate.SETTING if self.node_settings.lending is not None else None, lendinggate.GATE),
         )
-        return self._refused(reason, sharesgate.EVENT_REASON)
-
-    def _attach_refusal(self) -> str | None:
-        """Fabric-attached GPUs on a server that drops binding conditions (dra_fake.gpu.attachgate)."""
-        if not self.inventory.attachable or self._ctx is None:
-            return None
-        from dra_fake.gpu import attachgate
-
         ctx = self._ctx
-        reason = attachgate.server_refusal(ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop)
-        return self._refused(reason, attachgate.EVENT_REASON)
-
-    def _refused(self, reason: str | None, event_reason: str) -> str | None:
-        """A refusal, also as a Warning event on the Node."""
-        if reason is not None and self._ctx is not None:
-            from dra_fake.core.events import post_node_event
-
-            ctx = self._ctx
-            post_node_event(
-                ctx.api,
-                ctx.node,
-                ctx.node_uid,
-                reason=event_reason,
-                message=reason,
-                component=f"{self.driver}-kubelet-plugin",
+        for setting, gate in wanted:
+            if setting is None:
+                continue
+            reason = gate.server_refusal(
+                setting, ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop
             )
-        return reason
-
-    def _lending_refusal(self) -> str | None:
-        """Lending on a server that would drop the lend views' taints (dra_fake.gpu.lendinggate)."""
-        if self.node_settings.lending is None or self._ctx is None:
-            return None
-        from dra_fake.gpu import lendinggate
-
-        ctx = self._ctx
-        reason = lendinggate.server_refusal(ctx.api, ctx.resources.info, self.driver, ctx.node, ctx.stop)
-        return self._refused(reason, lendinggate.EVENT_REASON)
+            if reason is not None:
+                post_node_event(
+                    ctx.api,
+                    ctx.node,
+                    ctx.node_uid,
+                    reason=gate.event_reason,
+                    message=reason,
+                    component=f"{self.driver}-kubelet-plugin",
+                )
+                return reason
+        return None
 
     def start_background(self, ctx: PluginContext, server: ServerInfo) -> None:
         """The node's services (dra_fake.gpu.runtime): the telemetry (nvidia-smi's live files,

@@ -165,6 +165,14 @@ class DRAServicer:
                 extra={"driver": self._driver, "method": method, "uids": extra},
             )
 
+    def _no_result(self, verb: str, claim: ClaimRef) -> str:
+        """The claim's error when the handler returned nothing for it (logged: a driver's bug)."""
+        log.error(
+            f"driver returned no {verb} result for a claim",
+            extra={"driver": self._driver, "claim": _claim_names([claim])[0]},
+        )
+        return f"driver {self._driver} returned no result for claim {claim.namespace}/{claim.name}"
+
     def _fill_prepare(
         self, response: Any, claims: Sequence[ClaimRef], results: dict[str, PrepareResult]
     ) -> int:
@@ -173,13 +181,7 @@ class DRAServicer:
             entry = response.claims[claim.uid]
             result = results.get(claim.uid)
             if result is None:
-                entry.error = (
-                    f"driver {self._driver} returned no result for claim {claim.namespace}/{claim.name}"
-                )
-                log.error(
-                    "driver returned no prepare result for a claim",
-                    extra={"driver": self._driver, "claim": _claim_names([claim])[0]},
-                )
+                entry.error = self._no_result("prepare", claim)
             elif result.error:
                 entry.error = result.error
             else:
@@ -204,16 +206,7 @@ class DRAServicer:
         for claim in claims:
             entry = response.claims[claim.uid]
             error = results.get(claim.uid)
-            if error is None:
-                entry.error = (
-                    f"driver {self._driver} returned no result for claim {claim.namespace}/{claim.name}"
-                )
-                log.error(
-                    "driver returned no unprepare result for a claim",
-                    extra={"driver": self._driver, "claim": _claim_names([claim])[0]},
-                )
-            else:
-                entry.error = error
+            entry.error = self._no_result("unprepare", claim) if error is None else error
             failed += bool(entry.error)
         self._warn_unrequested("NodeUnprepareResources", claims, results)
         return failed

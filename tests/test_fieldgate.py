@@ -1,0 +1,137 @@
+"""The one start-up probe of the ResourceSlice fields a feature needs (dra_fake.core.fieldgate),
+with each feature's data (dra_fake.gpu.sharesgate, attachgate, lendinggate): refused by version,
+by a 4xx answer to the dry run, or because the dry run dropped the fields; the texts are pinned."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from dra_fake.core import fieldgate
+from dra_fake.core.fieldgate import FieldGate
+from dra_fake.core.resourceapi import ServerInfo
+from dra_fake.gpu import attachgate, lendinggate, sharesgate
+
+DRIVER = "gpu.nvidia.com"
+NEW = ServerInfo((1, 36), ("v1",))
+GATES = {
+    "shares": (sharesgate.GATE, "--consumable-shares=memory"),
+    "attach": (attachgate.GATE, attachgate.SETTING),
+    "lending": (lendinggate.GATE, lendinggate.SETTING),
+}
+DROPPED = {
+    "shares": "--consumable-shares=memory: the API server dropped allowMultipleAllocations from a "
+    "ResourceSlice: turn on the feature gate DRAConsumableCapacity on kube-apiserver and kube-scheduler "
+    "(alpha and off in Kubernetes 1.34 and 1.35, on by default from 1.36)",
+    "attach": "the inventory's attach (fabric-attached GPUs): the API server dropped bindingConditions from "
+    "a ResourceSlice: turn on the feature gates DRADeviceBindingConditions and DRAResourceClaimDeviceStatus "
+    "on kube-apiserver and kube-scheduler (alpha and off in Kubernetes 1.34 and 1.35, beta and on from 1.36)",
+    "lending": "--gpu-lending: the API server dropped the taints of a ResourceSlice device: turn on the "
+    "feature gate DRADeviceTaints on kube-apiserver, kube-scheduler and kube-controller-manager (alpha and "
+    "off before 1.36)",
+}
+REFUSED = {
+    "shares": "--consumable-shares=memory: the API server refused a dry-run ResourceSlice with a shared "
+    "device: 422 Unprocessable Entity",
+    "attach": "the inventory's attach (fabric-attached GPUs): the API server refused a dry-run ResourceSlice "
+    "with binding conditions: 422 Unprocessable Entity",
+    "lending": "--gpu-lending: the API server refused a dry-run ResourceSlice with a tainted device: "
+    "422 Unprocessable Entity",
+}
+TOO_OLD = {
+    "shares": (
+        (1, 33),
+        "--consumable-shares=memory needs consumable capacity (resource.k8s.io fields added in "
+        "Kubernetes 1.34, feature gate DRAConsumableCapacity); the API server is v1.33.4",
+    ),
+    "attach": (
+        (1, 33),
+        "the inventory's attach (fabric-attached GPUs) needs binding conditions (resource.k8s.io fields "
+        "added in Kubernetes 1.34, feature gates DRADeviceBindingConditions and "
+        "DRAResourceClaimDeviceStatus); the API server is v1.33.4",
+    ),
+    "lending": (
+        (1, 32),
+        "--gpu-lending needs device taints (feature gate DRADeviceTaints, Kubernetes 1.33+); the API "
+        "server is v1.33.4",
+    ),
+}
+
+
+def refusal(gate: FieldGate, setting: str, server: ServerInfo = NEW) -> str | None:
+    api: Any = None  # every call is replaced
+    return gate.server_refusal(setting, api, server, DRIVER, "node-a", threading.Event())
+
+
+def stripped(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a server with the feature gate off stores: the device without the probe's fields."""
+    stored: dict[str, Any] = yaml.safe_load(yaml.safe_dump(manifest))
+    stored["spec"]["devices"] = [{"name": stored["spec"]["devices"][0]["name"]}]
+    return stored
+
+
+@pytest.mark.parametrize("feature", sorted(GATES))
+def test_a_server_keeping_the_fields_passes_and_one_dropping_them_is_refused_naming_the_gate(
+    feature: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate, setting = GATES[feature]
+    sent: list[dict[str, Any]] = []
+
+    def keeps(api: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+        sent.append(manifest)
+        return manifest
+
+    monkeypatch.setattr(fieldgate, "dry_run_create", keeps)
+    assert refusal(gate, setting) is None
+    assert [m["spec"]["devices"][0]["name"] for m in sent] == [gate.probe_device["name"]]
+    assert sent[0]["spec"]["nodeName"] == "node-a" and sent[0]["spec"]["driver"] == DRIVER
+    monkeypatch.setattr(fieldgate, "dry_run_create", lambda api, manifest: stripped(manifest))
+    assert refusal(gate, setting) == DROPPED[feature]
+
+
+@pytest.mark.parametrize("feature", sorted(GATES))
+def test_a_dry_run_answered_with_a_client_error_is_the_reason(
+    feature: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate, setting = GATES[feature]
+
+    def refuses(api: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+        raise ApiException(status=422, reason="Unprocessable Entity")
+
+    monkeypatch.setattr(fieldgate, "dry_run_create", refuses)
+    assert refusal(gate, setting) == REFUSED[feature]
+
+
+@pytest.mark.parametrize("feature", sorted(GATES))
+def test_a_server_too_old_is_refused_by_its_version_without_a_dry_run(
+    feature: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate, setting = GATES[feature]
+    version, expected = TOO_OLD[feature]
+
+    def no_dry_run(api: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError("a server refused by its version gets no dry run")
+
+    monkeypatch.setattr(fieldgate, "dry_run_create", no_dry_run)
+    monkeypatch.setattr(fieldgate, "git_version", lambda api: "v1.33.4")
+    assert refusal(gate, setting, ServerInfo(version, ("v1beta1",))) == expected
+
+
+def test_a_busy_server_is_asked_again() -> None:
+    """429 and 5xx are retried (with_backoff), not taken as the answer."""
+    answers: list[Exception | None] = [ApiException(status=429), ApiException(status=503), None]
+
+    def dry_run(api: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+        return manifest
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fieldgate, "dry_run_create", dry_run)
+        assert refusal(lendinggate.GATE, lendinggate.SETTING) is None  # after 0.5 s and 1 s of backoff
+    assert answers == []
