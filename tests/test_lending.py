@@ -362,6 +362,7 @@ def test_a_restart_restores_states_taints_and_idle_runs_without_the_time_nobody_
             "lending.json: gpus.gpu-0.state",
         ),
         ({"version": 1, "started": "soon", "sampled": None, "gpus": {}}, "lending.json: started"),
+        ({"version": 1, "started": 1e20, "sampled": None, "gpus": {}}, "lending.json: started"),
         ([], "lending.json"),
     ],
 )
