@@ -104,9 +104,12 @@ class Environment:
                 "GPU lending needs device taints and their eviction (DRADeviceTaints), beta and on from "
                 "1.36 (alpha in 1.33 to 1.35, where these tests are not run)",
             ),
+            # 1.36 serves DeviceTaintRule in v1beta2, off by default: a 1.36 server that serves
+            # v1beta2 is ours with DRADeviceTaintRules on too (e2e/kindcluster/versions.py).
             "device-taint-rules": (
-                self.server_minor >= 37,
-                "DeviceTaintRules as resource.k8s.io/v1 (Kubernetes 1.37; 1.36 serves v1beta2 behind a gate)",
+                self.server_minor >= 37 or (self.server_minor == 36 and "v1beta2" in self.resource_versions),
+                "DeviceTaintRules need resource.k8s.io/v1 (Kubernetes 1.37) or, on 1.36, the gate "
+                "DRADeviceTaintRules and resource.k8s.io/v1beta2",
             ),
             "binding-conditions": (
                 self.server_minor >= 36 and self.bed == "harness",
