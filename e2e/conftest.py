@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -234,7 +234,7 @@ def bed(kube: Kube, kubeconfig: Path, local_cluster: LocalCluster | None) -> Tes
         return HarnessBed(kube, local_cluster)
     cluster = kind_cluster_of(kubeconfig)
     if cluster:
-        return KindBed(kube, cluster, kubeconfig=kubeconfig)
+        return KindBed(kube, cluster, kubeconfig)
     return ApiOnlyBed(kube)
 
 
@@ -274,6 +274,17 @@ def published(kube: Kube, node: str) -> dict[str, dict[str, Any]]:
     re-creates them, so right after start-up they may be briefly absent."""
     slices = poll(f"ResourceSlices of {node}", lambda: kube.slices(node=node), 30)
     return {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
+
+
+def every_node_publishes(
+    kube: Kube, nodes: list[str], condition: Callable[[dict[str, dict[str, Any]]], bool]
+) -> bool:
+    """Each of the nodes publishes GPU devices, and each node's devices meet the condition: after a
+    change that restarted every node's plugin (a helm upgrade on kind, TestBed.plugin_values)."""
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for s in kube.slices():
+        found.setdefault(s["spec"]["nodeName"], {}).update({d["name"]: d for d in s["spec"]["devices"]})
+    return set(nodes) <= set(found) and all(condition(found[node]) for node in nodes)
 
 
 @pytest.fixture

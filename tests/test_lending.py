@@ -362,6 +362,7 @@ def test_a_restart_restores_states_taints_and_idle_runs_without_the_time_nobody_
             "lending.json: gpus.gpu-0.state",
         ),
         ({"version": 1, "started": "soon", "sampled": None, "gpus": {}}, "lending.json: started"),
+        ({"version": 1, "started": 1e20, "sampled": None, "gpus": {}}, "lending.json: started"),
         ([], "lending.json"),
     ],
 )
@@ -384,11 +385,13 @@ def test_the_kept_state_survives_a_new_process_and_a_bad_file_starts_unknown(
     cut_short.write_text("{")
     assert KeptLending(settings, T0 + 60, path).state.states() == {"gpu-0": LENDABLE}
     assert not cut_short.exists()
-    path.write_text("{not json")
-    with caplog.at_level(logging.WARNING):
-        fresh = KeptLending(settings, T0 + 60, path)
-    assert fresh.state.state("gpu-0") == UNKNOWN
-    assert "GPU lending state not restored" in caplog.text
+    for bad in ("{not json", "[" * 100_000):  # the second nested past the decoder's recursion limit
+        path.write_text(bad)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            fresh = KeptLending(settings, T0 + 60, path)
+        assert fresh.state.state("gpu-0") == UNKNOWN
+        assert "GPU lending state not restored" in caplog.text
     assert KeptLending(settings, T0, None).state.state("gpu-0") == UNKNOWN  # not kept: nothing read
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -95,12 +95,16 @@ class Owners:
     utilization: int  # percent, the owners' pods together (spot pods are not counted)
 
 
+# A kept time (Unix seconds): one a taint's timeAdded can show (up to the year 9999).
+Seconds = Annotated[float, Field(ge=0, le=253_402_300_799, allow_inf_nan=False)]
+
+
 class _Gpu(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     state: str = UNKNOWN  # one of STATES
-    since: float = 0.0  # when the state began (the taint's timeAdded)
-    idle_since: float | None = Field(default=None, alias="idleSince")  # first of an unbroken idle run
+    since: Seconds = 0.0  # when the state began (the taint's timeAdded)
+    idle_since: Seconds | None = Field(default=None, alias="idleSince")  # first of an unbroken idle run
 
     @field_validator("state")
     @classmethod
@@ -116,8 +120,8 @@ class _Saved(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: Literal[1]
-    started: float  # the spot taint's timeAdded
-    sampled: float | None  # the last sample observed
+    started: Seconds  # the spot taint's timeAdded
+    sampled: Seconds | None  # the last sample observed
     gpus: dict[str, _Gpu]
 
 
