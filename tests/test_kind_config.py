@@ -127,3 +127,17 @@ def test_a_users_kind_config_names_its_release_and_a_gpu_worker(minor: int) -> N
     assert {n["image"] for n in nodes} == {f"kindest/node:{PUBLIC_NODE_IMAGES[minor]}"}
     assert PUBLIC_NODE_IMAGES[minor].startswith(f"v1.{minor}.")
     assert "networking" not in config  # kindnetd: the public images' CNI
+
+
+def test_the_kwok_image_the_bed_loads_is_the_one_the_script_builds() -> None:
+    """e2e/kindcluster/kwok.py and hack/kind/kwok-image.sh read the KWOK version from one go.mod."""
+    from e2e.kindcluster import kwok
+
+    repo = Path(__file__).resolve().parent.parent
+    script = (repo / "hack" / "kind" / "kwok-image.sh").read_text()
+    awk = next(line for line in script.splitlines() if line.startswith("version=$(awk"))
+    out = subprocess.run(
+        ["bash", "-c", f'REPO="{repo}"; {awk}; echo "$version"'], capture_output=True, text=True, check=True
+    )
+    assert kwok.image() == f"dra-fake-kind/kwok:{out.stdout.strip()}"
+    assert out.stdout.strip().startswith("v0.")
