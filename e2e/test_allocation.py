@@ -64,13 +64,7 @@ def devices_of(kube: Kube, ns: str, pod_name: str) -> list[str]:
 
 
 def unschedulable(kube: Kube, ns: str, name: str) -> str:
-    def reason() -> str | None:
-        for cond in kube.pod(ns, name).get("status", {}).get("conditions") or []:
-            if cond["type"] == "PodScheduled" and cond.get("reason") == "Unschedulable":
-                return str(cond.get("message"))
-        return None
-
-    return poll(f"pod {name} Unschedulable", reason, 60)
+    return poll(f"pod {name} Unschedulable", lambda: kube.unschedulable(ns, name), 60)
 
 
 def attr(device: dict[str, Any], name: str) -> Any:

@@ -6,8 +6,6 @@ profile says (dra_fake.fleet.workload); the resourceclaim controller releases th
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +16,8 @@ import pytest
 
 from dra_fake.fleet.core import FLEET_LABEL, FLEET_TOLERATION
 from dra_fake.fleet.workload import OUTCOME_ANNOTATION, WorkloadProfile
-from e2e.kube import Kube, pod_with_claim_template, poll
+from e2e.fleetrun import running_fleet
+from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll
 from e2e.localcluster import LocalCluster
 
 NODES, GPUS, PER_POD = 20, 8, 4
@@ -30,64 +29,20 @@ pytestmark = pytest.mark.needs("harness")
 def kwok_fleet(harness: LocalCluster, kube: Kube, tmp_path: Path, profile: WorkloadProfile) -> Iterator[str]:
     """A fleet of NODES nodes with their slices published, and KWOK playing `profile` on them."""
     name = f"kwok{uuid.uuid4().hex[:5]}"
-    log = open(tmp_path / "fleet.log", "wb")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dra_fake",
-            "fleet",
-            f"--nodes={NODES}",
-            f"--kubeconfig={harness.kubeconfig}",
-            f"--node-prefix={name}-",
-            f"--fleet-name={name}",
-            "--workers=4",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
+    with running_fleet(kube, harness.kubeconfig, tmp_path / "fleet.log", name, NODES):
         harness.start_kwok(profile)
+        try:
 
-        def published() -> bool:
-            nodes = {s["spec"]["nodeName"] for s in kube.slices() if s["spec"]["nodeName"].startswith(name)}
-            return len(nodes) == NODES
-
-        poll(f"slices of the {NODES} fleet nodes", published, 120, 0.5)
-        yield name
-        assert proc.poll() is None, f"fleet exited: {(tmp_path / 'fleet.log').read_text()[-3000:]}"
-    finally:
-        harness.stop_kwok()
-        proc.terminate()
-        proc.wait(30)
-        log.close()
-        kube.core.delete_collection_node(label_selector=f"{FLEET_LABEL}={name}")
-        # Other tests count GPUs: wait until the garbage collector removed the fleet's slices.
-        poll(
-            "fleet slices garbage-collected",
-            lambda: not [s for s in kube.slices() if s["spec"]["nodeName"].startswith(f"{name}-")],
-            120,
-        )
-
-
-def gpu_template(kube: Kube, ns: str, count: int) -> None:
-    kube.create(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "gpus"},
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [
-                            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}
-                        ]
-                    }
+            def published() -> bool:
+                nodes = {
+                    s["spec"]["nodeName"] for s in kube.slices() if s["spec"]["nodeName"].startswith(name)
                 }
-            },
-        },
-        ns,
-    )
+                return len(nodes) == NODES
+
+            poll(f"slices of the {NODES} fleet nodes", published, 120, 0.5)
+            yield name
+        finally:
+            harness.stop_kwok()
 
 
 def fleet_pod(
@@ -120,7 +75,7 @@ def test_kwok_runs_fleet_pods_with_claims_to_completion(
     reserved for it while it is Running; after the profile's 20 s each Succeeded (exit code 0), and
     the resourceclaim controller deletes their claims."""
     with kwok_fleet(harness, kube, tmp_path, WorkloadProfile(start_seconds=1, run_seconds=20)) as fleet:
-        gpu_template(kube, ns, PER_POD)
+        kube.create(gpu_claim_template("gpus", PER_POD), ns)
         for i in range(PODS):
             kube.create(fleet_pod(f"job-{i:02d}", fleet), ns)
         seen_running: dict[str, str] = {}  # pod -> its node, with the claim allocated and reserved there
@@ -162,7 +117,7 @@ def test_kwok_failure_profile(harness: LocalCluster, kube: Kube, ns: str, tmp_pa
     succeed; a restartPolicy Always pod keeps running."""
     profile = WorkloadProfile(start_seconds=0.5, run_seconds=2, failure_fraction=1.0, exit_code=3)
     with kwok_fleet(harness, kube, tmp_path, profile) as fleet:
-        gpu_template(kube, ns, 1)
+        kube.create(gpu_claim_template("gpus", 1), ns)
         failing = [f"fail-{i}" for i in range(4)]
         for name in failing:
             kube.create(fleet_pod(name, fleet), ns)

@@ -23,7 +23,7 @@ from dra_fake.gpu.deviceclasses import spot_class
 from dra_fake.gpu.lending import NOT_LENDABLE_TAINT, SPOT_TAINT
 from dra_fake.gpu.lendingfile import FILE_NAME
 from dra_fake.gpu.workloads import ANNOTATION_UTILIZATION
-from e2e.conftest import published
+from e2e.conftest import every_node_publishes, published
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.test_prepare import prepare_failure
 from e2e.testbed import GPU_DRIVER, NODE_PLUGINS_DIR, TestBed
@@ -39,9 +39,10 @@ def lending(slices: dict[str, dict[str, Any]]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def lending_node(bed: TestBed, kube: Kube) -> Iterator[str]:
-    """The first node with lending on for the module (and the spot class), then as it was."""
-    node = bed.workers[0]
+def lending_node(bed: TestBed, kube: Kube, nodes: list[str]) -> Iterator[str]:
+    """The first node with lending on for the module (and the spot class), then as it was (on kind
+    every node's plugin restarted: no lend view on any node)."""
+    node = nodes[0]
     spot = spot_class(GPU_DRIVER)
     with bed.plugin_values(node, LENDING_VALUES):
         created = kube.device_class(spot["metadata"]["name"]) is None  # the chart creates it
@@ -53,7 +54,11 @@ def lending_node(bed: TestBed, kube: Kube) -> Iterator[str]:
         finally:
             if created:
                 delete_class(kube, spot["metadata"]["name"])
-    poll(f"no lend views on {node}", lambda: not lending(published(kube, node)), 90)
+    poll("no lend views on any node", lambda: every_node_publishes(kube, nodes, no_lend_views), 90)
+
+
+def no_lend_views(devices: dict[str, dict[str, Any]]) -> bool:
+    return not any(name.endswith("-spot") for name in devices)
 
 
 def delete_class(kube: Kube, name: str) -> None:
@@ -99,9 +104,9 @@ def set_utilization(kube: Kube, ns: str, pod: str, value: str) -> None:
     kube.core.patch_namespaced_pod(pod, ns, {"metadata": {"annotations": {ANNOTATION_UTILIZATION: value}}})
 
 
-def reclaim_taint(kube: Kube, node: str) -> tuple[str, str] | None:
-    """(value, effect) of the lend view's not-lendable taint; None: lendable."""
-    for taint in published(kube, node)["gpu-0-spot"].get("taints") or []:
+def reclaim_taint(kube: Kube, node: str, gpu: str = "gpu-0") -> tuple[str, str] | None:
+    """(value, effect) of the GPU's lend view's not-lendable taint; None: lendable."""
+    for taint in published(kube, node)[f"{gpu}-spot"].get("taints") or []:
         if taint["key"] == NOT_LENDABLE_TAINT:
             return taint.get("value", ""), taint["effect"]
     return None
@@ -178,6 +183,36 @@ def test_an_idle_gpu_is_lent_reclaimed_by_eviction_and_lent_again_while_the_owne
     kube.wait_running(ns, "spot-2", timeout=120)
     owner = kube.pod(ns, "owner")
     assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+
+
+def test_claims_that_do_not_opt_in_or_a_gpu_without_owners_get_no_lend_view(
+    kube: Kube, ns: str, lending_node: str
+) -> None:
+    """Bad inputs: a spot claim for a GPU nobody owns pends (not lent); once the GPU is owned and
+    lendable, a claim of the spot class that does not tolerate dra-fake.dev/spot still pends (the
+    opt-in), and the owner's claim got the GPU itself, never its lend view."""
+    node = lending_node
+    uuid = str(published(kube, node)["gpu-1"]["attributes"]["uuid"]["string"])
+    kube.create(template("spot", f"spot.{GPU_DRIVER}", uuid, [SPOT_TOLERATION]), ns)
+    pod_on(kube, ns, "unowned", "spot", node)
+    assert "cannot allocate all claims" in poll(
+        "a spot pod for an unowned GPU unschedulable", lambda: unschedulable(kube, ns, "unowned"), 60
+    )
+    kube.delete_pod(ns, "unowned")
+
+    kube.create(template("owned", GPU_DRIVER, uuid), ns)
+    pod_on(kube, ns, "owner", "owned", node, utilization="3")
+    kube.wait_running(ns, "owner")
+    poll("gpu-1 lendable", lambda: reclaim_taint(kube, node, "gpu-1") is None, IDLE_FOR + 40)
+    kube.create(template("no-opt-in", f"spot.{GPU_DRIVER}", uuid), ns)
+    pod_on(kube, ns, "no-opt-in", "no-opt-in", node)
+    assert "cannot allocate all claims" in poll(
+        "a spot pod without the toleration unschedulable", lambda: unschedulable(kube, ns, "no-opt-in"), 60
+    )
+    claim = kube.pod(ns, "owner")["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    assert [r["device"] for r in kube.claim(ns, claim)["status"]["allocation"]["devices"]["results"]] == [
+        "gpu-1"
+    ]
 
 
 # Both effects, each named: the eviction controller of 1.37.2 ignores a toleration without an

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_fake.gpu.workloads import ANNOTATION_MEMORY, ANNOTATION_UTILIZATION
-from e2e.conftest import published
+from e2e.conftest import every_node_publishes, published
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.nvmlview import CONSUMERS, printed
 from e2e.test_nvml import consumer_pod
@@ -35,18 +35,27 @@ SHARES_VALUES = {
 H100_MIB = 81559  # what the shared H100's memory capacity says
 
 
-def shared(slices: dict[str, dict[str, Any]]) -> bool:
-    return all(d.get("allowMultipleAllocations") for d in slices.values())
+def shared_device(device: dict[str, Any]) -> bool:
+    return bool(device.get("allowMultipleAllocations"))
+
+
+def shared(devices: dict[str, dict[str, Any]]) -> bool:
+    return all(map(shared_device, devices.values()))
+
+
+def exclusive(devices: dict[str, dict[str, Any]]) -> bool:
+    return not any(map(shared_device, devices.values()))
 
 
 @pytest.fixture(scope="module")
-def shared_node(bed: TestBed, kube: Kube) -> Iterator[str]:
-    """The first node (8 x H100) with its GPUs shared for the module, then as it was."""
-    node = bed.workers[0]
+def shared_node(bed: TestBed, kube: Kube, nodes: list[str]) -> Iterator[str]:
+    """The first node (8 x H100) with its GPUs shared for the module, then as it was (on kind every
+    node's plugin restarted: each node's devices exclusive again)."""
+    node = nodes[0]
     with bed.plugin_values(node, SHARES_VALUES):
         poll(f"shared GPUs published on {node}", lambda: shared(published(kube, node)), 90)
         yield node
-    poll(f"exclusive GPUs published on {node}", lambda: not shared(published(kube, node)), 90)
+    poll("exclusive devices on every node", lambda: every_node_publishes(kube, nodes, exclusive), 90)
 
 
 def gpu_uuid(kube: Kube, node: str, device: str) -> str:

@@ -34,7 +34,7 @@ from kubernetes.stream import stream
 
 from dra_fake.core.checkpoint import read_claims
 from dra_fake.gpu.nvidia_smi import library_dirs
-from e2e.kindcluster.cluster import HELM, RELEASE
+from e2e.kindcluster.cluster import RELEASE, helm_binary
 from e2e.kube import Kube, poll
 from e2e.localcluster import LocalCluster
 from e2e.localcluster.cluster import CD_NAMESPACE
@@ -351,9 +351,7 @@ class KindBed(TestBed):
     name = "kind"
     capabilities = frozenset({"kind", "node"})
 
-    def __init__(
-        self, kube: Kube, cluster: str, namespace: str = "dra-fake", kubeconfig: Path | None = None
-    ) -> None:
+    def __init__(self, kube: Kube, cluster: str, kubeconfig: Path, namespace: str = "dra-fake") -> None:
         super().__init__(kube)
         self.cluster = cluster
         self.driver_namespace = namespace
@@ -446,9 +444,8 @@ class KindBed(TestBed):
         poll(f"{container} on {node} restarted and ready", serving_again, 120)
 
     def _helm(self, *args: str) -> str:
-        assert self.kubeconfig, "KindBed without a kubeconfig runs no helm"
         proc = subprocess.run(
-            [str(HELM), "--kubeconfig", str(self.kubeconfig), "-n", self.driver_namespace, *args],
+            [str(helm_binary()), "--kubeconfig", str(self.kubeconfig), "-n", self.driver_namespace, *args],
             capture_output=True,
             text=True,
             timeout=400,
