@@ -6,7 +6,8 @@ Tests declare what they need with `@pytest.mark.needs(...)`: "harness" (the loca
 internals), "kind" (Helm and real containers of our kind cluster), "node" (node files and
 processes: harness or kind), "partitionable" (dynamic MIG: counters in ResourceSlices),
 "counter-rollback" (a scheduler that gives back the counters of a device a constraint rejected:
-not 1.34 and 1.35, docs/reference/kubernetes-dra.md#counter-leak-in-the-134-and-135-allocator). Tests a
+not 1.34 and 1.35, docs/reference/kubernetes-dra.md#counter-leak-in-the-134-and-135-allocator),
+"consumable-shares" and "gpu-lending" (1.36+: docs/sharing.md). Tests a
 cluster cannot run are deselected at collection, with the reason printed, never skipped: in CI
 a skip is a failure.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,9 +91,25 @@ class Environment:
                 self.server_minor >= 34,
                 "device taints need resource.k8s.io/v1 with DRADeviceTaints (Kubernetes 1.34+ here)",
             ),
+            # e2e/test_sharing.py, e2e/test_lending.py: run where the features are beta and on by
+            # default; our kind clusters of 1.34 and 1.35 switch the alpha gates on, but the tests
+            # were never run there (docs/sharing.md#which-releases-run-the-tests).
+            "consumable-shares": (
+                self.server_minor >= SHARING_SINCE,
+                "shared GPUs need DRAConsumableCapacity, beta and on from 1.36 (alpha in 1.34 and 1.35, "
+                "where these tests are not run)",
+            ),
+            "gpu-lending": (
+                self.server_minor >= SHARING_SINCE,
+                "GPU lending needs device taints and their eviction (DRADeviceTaints), beta and on from "
+                "1.36 (alpha in 1.33 to 1.35, where these tests are not run)",
+            ),
+            # 1.36 serves DeviceTaintRule in v1beta2, off by default: a 1.36 server that serves
+            # v1beta2 is ours with DRADeviceTaintRules on too (e2e/kindcluster/versions.py).
             "device-taint-rules": (
-                self.server_minor >= 37,
-                "DeviceTaintRules as resource.k8s.io/v1 (Kubernetes 1.37; 1.36 serves v1beta2 behind a gate)",
+                self.server_minor >= 37 or (self.server_minor == 36 and "v1beta2" in self.resource_versions),
+                "DeviceTaintRules need resource.k8s.io/v1 (Kubernetes 1.37) or, on 1.36, the gate "
+                "DRADeviceTaintRules and resource.k8s.io/v1beta2",
             ),
             "binding-conditions": (
                 self.server_minor >= 36 and self.bed == "harness",
@@ -136,6 +153,8 @@ class Environment:
 ENVIRONMENT: Environment | None = None
 # kubernetes/kubernetes#140436, fixed in 1.36 and 1.37 (docs/reference/kubernetes-dra.md).
 COUNTER_LEAK_MINORS = (34, 35)
+# Consumable capacity and device taints are beta and on by default from this minor.
+SHARING_SINCE = 36
 
 
 def local_minor() -> int:
@@ -210,7 +229,7 @@ def bed(kube: Kube, kubeconfig: Path, local_cluster: LocalCluster | None) -> Tes
         return HarnessBed(kube, local_cluster)
     cluster = kind_cluster_of(kubeconfig)
     if cluster:
-        return KindBed(kube, cluster)
+        return KindBed(kube, cluster, kubeconfig)
     return ApiOnlyBed(kube)
 
 
@@ -250,6 +269,17 @@ def published(kube: Kube, node: str) -> dict[str, dict[str, Any]]:
     re-creates them, so right after start-up they may be briefly absent."""
     slices = poll(f"ResourceSlices of {node}", lambda: kube.slices(node=node), 30)
     return {d["name"]: d for s in slices for d in s["spec"].get("devices", [])}
+
+
+def every_node_publishes(
+    kube: Kube, nodes: list[str], condition: Callable[[dict[str, dict[str, Any]]], bool]
+) -> bool:
+    """Each of the nodes publishes GPU devices, and each node's devices meet the condition: after a
+    change that restarted every node's plugin (a helm upgrade on kind, TestBed.plugin_values)."""
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for s in kube.slices():
+        found.setdefault(s["spec"]["nodeName"], {}).update({d["name"]: d for d in s["spec"]["devices"]})
+    return set(nodes) <= set(found) and all(condition(found[node]) for node in nodes)
 
 
 @pytest.fixture

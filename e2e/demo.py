@@ -56,7 +56,7 @@ def main() -> int:
             print(f"==> creating kind cluster {kind.name}: 2 GPU workers, chart installed with Helm")
             kind.up(workers=2, values=args.values, feature_gates=args.feature_gates)
         kube = Kube(kind.kubeconfig)
-        bed: TestBed = KindBed(kube, kind.name)
+        bed: TestBed = KindBed(kube, kind.name, kind.kubeconfig)
         stop, where = kind.down, f"export KUBECONFIG={kind.kubeconfig}; delete it with `make kind-down`"
     else:
         # Without CONFIG, node-2 shows MIG: two H100s with pre-created instances, one with dynamic MIG.

@@ -1,10 +1,10 @@
 """A local-cluster node's GPU plugin started with extra feature gates, flags or another inventory.
 
-A stand-in: the local cluster starts each plugin with fixed flags (LocalCluster.plugin_args), and
-until it takes plugin flags itself (`make cluster-up` knobs), the tests that need shared GPUs
-(e2e/test_sharing.py) and the kill soak (e2e/soak.py) restart a node's plugin through here, the
-way e2e/test_rbac.py does. The process keeps the cluster's name for it (`gpu-plugin-<node>`), so
-LocalCluster.stop_plugin and start_plugin still work on it.
+For what chart values cannot say: another inventory file for one node (e2e/test_attach.py, the
+kill soak e2e/soak.py) and the sharing demo's flags. A test that needs other chart values on a
+node uses TestBed.plugin_values instead (e2e/testbed.py), which kind runs too. The process keeps
+the cluster's name for it (`gpu-plugin-<node>`), so LocalCluster.stop_plugin and start_plugin
+still work on it.
 """
 
 from __future__ import annotations

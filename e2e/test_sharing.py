@@ -2,9 +2,10 @@
 memory of a shared GPU until it is full, rounds what they ask, and the plugin prepares each share
 on its own (docs/sharing-design.md).
 
-The node's plugin runs with `--consumable-shares=memory` and the gates for the module (restarted
-through e2e/pluginflags.py, the stand-in until the local cluster takes plugin flags), so these run
-on the harness only. Each test pins its claims to one GPU by UUID, so they fill that GPU.
+The first worker's plugin runs with the chart values `consumableShares: memory` and the gates for
+the module (TestBed.plugin_values: on the harness that node's plugin restarted, on kind a `helm
+upgrade` of the release and a `helm rollback` after), on Kubernetes 1.36+ (docs/sharing.md). Each
+test pins its claims to one GPU by UUID, so they fill that GPU.
 """
 
 from __future__ import annotations
@@ -15,40 +16,46 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dra_fake.core.checkpoint import read_claims
 from dra_fake.gpu.workloads import ANNOTATION_MEMORY, ANNOTATION_UTILIZATION
-from e2e.conftest import published
+from e2e.conftest import every_node_publishes, published
 from e2e.kube import Kube, pod_with_claim_template, poll
-from e2e.localcluster import LocalCluster
 from e2e.nvmlview import CONSUMERS, printed
-from e2e.pluginflags import SHARES_GATES, start_gpu_plugin
+from e2e.test_nvml import consumer_pod
 from e2e.testbed import GPU_DRIVER, NODE_CDI_ROOT, TestBed, assert_sees_its_gpus
 
-pytestmark = pytest.mark.needs("harness")
+pytestmark = pytest.mark.needs("node", "consumable-shares")
 
 MIB, GIB = 1 << 20, 1 << 30
-SHARES_FLAGS = ("--consumable-shares=memory",)
+# What a node with shared GPUs needs (docs/sharing-design.md#11-switches-nvidias-names);
+# TimeSlicingSettings for the time slice shares have to agree on.
+SHARES_VALUES = {
+    "featureGates": {"ConsumableShares": True, "TimeSlicingSettings": True},
+    "consumableShares": "memory",
+}
 H100_MIB = 81559  # what the shared H100's memory capacity says
 
 
-def shared(slices: dict[str, dict[str, Any]]) -> bool:
-    return all(d.get("allowMultipleAllocations") for d in slices.values())
+def shared_device(device: dict[str, Any]) -> bool:
+    return bool(device.get("allowMultipleAllocations"))
+
+
+def shared(devices: dict[str, dict[str, Any]]) -> bool:
+    return all(map(shared_device, devices.values()))
+
+
+def exclusive(devices: dict[str, dict[str, Any]]) -> bool:
+    return not any(map(shared_device, devices.values()))
 
 
 @pytest.fixture(scope="module")
-def shared_node(local_cluster: LocalCluster | None, kube: Kube) -> Iterator[str]:
-    """The first node (8 x H100) with its GPUs shared for the module, then as it was."""
-    assert local_cluster is not None, "a harness test was not deselected"
-    node = local_cluster.state.nodes[0]
-    local_cluster.stop_plugin(node)
-    start_gpu_plugin(local_cluster, node, SHARES_GATES, SHARES_FLAGS)
-    poll(f"shared GPUs published on {node}", lambda: shared(published(kube, node)), 60)
-    try:
+def shared_node(bed: TestBed, kube: Kube, nodes: list[str]) -> Iterator[str]:
+    """The first node (8 x H100) with its GPUs shared for the module, then as it was (on kind every
+    node's plugin restarted: each node's devices exclusive again)."""
+    node = nodes[0]
+    with bed.plugin_values(node, SHARES_VALUES):
+        poll(f"shared GPUs published on {node}", lambda: shared(published(kube, node)), 90)
         yield node
-    finally:
-        local_cluster.stop_plugin(node)
-        local_cluster.start_plugin(node)
-        poll(f"exclusive GPUs published on {node}", lambda: not shared(published(kube, node)), 60)
+    poll("exclusive devices on every node", lambda: every_node_publishes(kube, nodes, exclusive), 90)
 
 
 def gpu_uuid(kube: Kube, node: str, device: str) -> str:
@@ -93,8 +100,18 @@ def time_slicing(interval: str) -> list[dict[str, Any]]:
 
 
 def pod_on(
-    kube: Kube, ns: str, name: str, template: str, node: str, annotations: dict[str, str] | None = None
+    kube: Kube,
+    ns: str,
+    name: str,
+    template: str,
+    node: str,
+    annotations: dict[str, str] | None = None,
+    nvml: bool = False,
 ) -> None:
+    """nvml: a pod of the NVML consumers image (e2e/test_nvml.py)."""
+    if nvml:
+        kube.create(consumer_pod(name, template, node, annotations or {}), ns)
+        return
     pod = pod_with_claim_template(name, template)
     pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     if annotations:
@@ -163,7 +180,7 @@ def test_shares_pack_a_gpu_until_it_is_full_and_the_next_pends_with_the_schedule
         assert env["DRA_FAKE_GPU_0_UUID"] == uuid
         assert env["DRA_FAKE_GPU_0_SHARE_ID"] == results[pod]["shareID"]
         assert env["DRA_FAKE_GPU_0_SHARE_MEMORY_BYTES"] == str(20 * GIB)
-        assert kube.cdi_devices(kube.pod(ns, pod)) == {
+        assert bed.cdi_devices(ns, pod) == {
             "ctr": [f"k8s.gpu.nvidia.com/claim={claim['metadata']['uid']}-gpu-0"]
         }
 
@@ -238,11 +255,10 @@ def test_conflicting_time_slicing_on_one_gpu_is_refused_with_nvidias_text(
 
 
 def test_one_shares_unprepare_through_a_plugin_sigkill_leaves_the_other(
-    kube: Kube, ns: str, bed: TestBed, local_cluster: LocalCluster | None, shared_node: str
+    kube: Kube, ns: str, bed: TestBed, shared_node: str
 ) -> None:
     """Two pods share a GPU; the plugin is SIGKILLed, one pod deleted meanwhile, the plugin back:
     that share is unprepared, the other's claim, spec and container are as they were."""
-    assert local_cluster is not None
     kube.create(
         share_template("pair", gpu_uuid(kube, shared_node, "gpu-4"), "30Gi", time_slicing("Long")), ns
     )
@@ -252,15 +268,13 @@ def test_one_shares_unprepare_through_a_plugin_sigkill_leaves_the_other(
         kube.wait_running(ns, pod)
     stay, go = claim_of(kube, ns, "stay"), claim_of(kube, ns, "go")
     stay_spec = bed.read_node_file(shared_node, spec_path(stay))
-    local_cluster.stop_plugin(shared_node, kill=True)
-    kube.delete_pod(ns, "go", wait=False)
-    start_gpu_plugin(local_cluster, shared_node, SHARES_GATES, SHARES_FLAGS)
+    bed.crash_plugin(shared_node, meanwhile=lambda: kube.delete_pod(ns, "go", wait=False))
     poll(
         "the deleted pod's share unprepared",
         lambda: bed.read_node_file(shared_node, spec_path(go)) is None,
         90,
     )
-    checkpoint = read_claims(local_cluster.node_dir(shared_node) / "plugins" / GPU_DRIVER)
+    checkpoint = bed.plugin_checkpoint(shared_node)
     assert go["metadata"]["uid"] not in checkpoint
     assert checkpoint[stay["metadata"]["uid"]]["state"] == "PrepareCompleted"
     assert bed.read_node_file(shared_node, spec_path(stay)) == stay_spec
@@ -325,8 +339,12 @@ def test_nvml_consumers_in_each_share_see_the_gpu_with_its_own_limit_and_usage(
     uuid = gpu_uuid(kube, shared_node, "gpu-6")
     kube.create(share_template("n20", uuid, "20Gi"), ns)
     kube.create(share_template("n30", uuid, "30Gi"), ns)
-    pod_on(kube, ns, "small", "n20", shared_node, {ANNOTATION_MEMORY: "25%", ANNOTATION_UTILIZATION: "35"})
-    pod_on(kube, ns, "large", "n30", shared_node, {ANNOTATION_MEMORY: "6144", ANNOTATION_UTILIZATION: "15"})
+    load = {
+        "small": {ANNOTATION_MEMORY: "25%", ANNOTATION_UTILIZATION: "35"},
+        "large": {ANNOTATION_MEMORY: "6144", ANNOTATION_UTILIZATION: "15"},
+    }
+    pod_on(kube, ns, "small", "n20", shared_node, load["small"], nvml=True)
+    pod_on(kube, ns, "large", "n30", shared_node, load["large"], nvml=True)
     for pod in ("small", "large"):
         kube.wait_running(ns, pod)
 

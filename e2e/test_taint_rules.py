@@ -2,7 +2,8 @@
 DeviceTaintRule selecting one of our devices; Kubernetes alone acts on it: with NoSchedule the
 scheduler allocates the device to no new claim, with NoExecute kube-controller-manager's
 device-taint-eviction-controller deletes the pod using it; `undrain` removes the rule and the device
-is allocatable again. DeviceTaintRules: resource.k8s.io/v1 in 1.37 (the local control plane)."""
+is allocatable again. DeviceTaintRules: resource.k8s.io/v1 in 1.37 (the local control plane), v1beta2
+in 1.36 with the gate DRADeviceTaintRules (our kind clusters: e2e/kindcluster/versions.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.gpu.taintrules import Drain
+from dra_fake.gpu.taintrules import Drain, Rules
 from e2e.conftest import published
 from e2e.kube import Kube, poll
 from e2e.test_allocation import devices_of, pod, template, unschedulable
@@ -23,8 +24,7 @@ pytestmark = pytest.mark.needs("device-taint-rules")
 
 
 def rule_names(kube: Kube) -> list[str]:
-    rules = kube.custom.list_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules")
-    return sorted(r["metadata"]["name"] for r in rules["items"])  # type: ignore[index]
+    return [r["metadata"]["name"] for r in Rules(kube.api).find()]  # in the version the server serves
 
 
 @pytest.fixture

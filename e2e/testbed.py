@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import urllib.request
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,10 +32,13 @@ from typing import Any
 import yaml
 from kubernetes.stream import stream
 
+from dra_fake.core.checkpoint import read_claims
 from dra_fake.gpu.nvidia_smi import library_dirs
+from e2e.kindcluster.cluster import RELEASE, helm_binary
 from e2e.kube import Kube, poll
 from e2e.localcluster import LocalCluster
 from e2e.localcluster.cluster import CD_NAMESPACE
+from e2e.localcluster.values import CHART, Values
 
 GPU_DRIVER = "gpu.nvidia.com"
 CD_DRIVER = "compute-domain.nvidia.com"
@@ -47,6 +50,7 @@ KIND_PLUGINS = {
 # Paths on a real node (kind): the chart's defaults.
 NODE_CDI_ROOT = "/var/run/cdi"
 NODE_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+HELM_WAIT = ("--wait", "--timeout", "5m")
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,10 @@ class TestBed(ABC):
     def container(self, ns: str, pod: str, container: str = "ctr") -> Container: ...
 
     @abstractmethod
+    def cdi_devices(self, ns: str, pod: str) -> dict[str, list[str]]:
+        """Per container with any, the CDI device IDs the kubelet gave the runtime (GetResources)."""
+
+    @abstractmethod
     def read_node_file(self, node: str, path: str) -> str | None:
         """A file on the node, by its path there (NODE_CDI_ROOT, NODE_PLUGINS_DIR); None if absent."""
 
@@ -100,8 +108,22 @@ class TestBed(ABC):
         """Names in a directory of the node."""
 
     @abstractmethod
-    def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
-        """SIGKILL the driver's kubelet plugin on the node and wait until it serves again."""
+    def crash_plugin(
+        self, node: str, driver: str = GPU_DRIVER, meanwhile: Callable[[], None] | None = None
+    ) -> None:
+        """SIGKILL the driver's kubelet plugin on the node, run `meanwhile` (e.g. delete a pod while
+        it is down: on kind the kubelet may have restarted it by then), wait until it serves again."""
+
+    @abstractmethod
+    def plugin_values(self, node: str, values: Values) -> contextlib.AbstractContextManager[None]:
+        """For the block, the node's GPU plugin runs with these chart values on top of the bed's, then
+        as before. The harness restarts that node's plugin; on kind the chart's values are the
+        release's, so `helm upgrade --reuse-values` rolls every node's plugins, `helm rollback`
+        after. Returns once the new plugins are Ready; their slices may still be on the way."""
+
+    @abstractmethod
+    def plugin_checkpoint(self, node: str, driver: str = GPU_DRIVER) -> dict[str, Any]:
+        """Claim UID -> entry of the driver's checkpoint on the node, its journal applied."""
 
     @abstractmethod
     def gpu_metrics(self, node: str) -> str:
@@ -211,6 +233,9 @@ class HarnessBed(TestBed):
         )
         return HarnessContainer(record["containers"].get(container) or {})
 
+    def cdi_devices(self, ns: str, pod: str) -> dict[str, list[str]]:
+        return self.kube.cdi_devices(self.kube.pod(ns, pod))  # the harness's record of them
+
     def _host_path(self, node: str, path: str) -> Path:
         for prefix, local in ((NODE_CDI_ROOT, "cdi"), (NODE_PLUGINS_DIR, "plugins")):
             if path == prefix or path.startswith(prefix + "/"):
@@ -241,13 +266,35 @@ class HarnessBed(TestBed):
                 statuses.append((task / "status").read_text())
         return [_cpus_allowed(status) for status in statuses]
 
-    def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
+    def crash_plugin(
+        self, node: str, driver: str = GPU_DRIVER, meanwhile: Callable[[], None] | None = None
+    ) -> None:
         if driver == GPU_DRIVER:
             self.cluster.stop_plugin(node, kill=True)
+            if meanwhile:
+                meanwhile()
             self.cluster.start_plugin(node)
         else:
             self.cluster.stop_cd_plugin(node, kill=True)
+            if meanwhile:
+                meanwhile()
             self.cluster.start_cd_plugin(node)
+
+    @contextlib.contextmanager
+    def plugin_values(self, node: str, values: Values) -> Iterator[None]:
+        self._restart_plugin(node, values)
+        try:
+            yield
+        finally:
+            self._restart_plugin(node, {})
+
+    def _restart_plugin(self, node: str, values: Values) -> None:
+        self.cluster.stop_plugin(node)
+        self.cluster.set_node_values(node, values)
+        self.cluster.start_plugin(node)
+
+    def plugin_checkpoint(self, node: str, driver: str = GPU_DRIVER) -> dict[str, Any]:
+        return read_claims(self._host_path(node, f"{NODE_PLUGINS_DIR}/{driver}"))
 
     def crash_imex_daemon(self, node: str, cd_uid: str) -> None:
         import glob
@@ -304,10 +351,11 @@ class KindBed(TestBed):
     name = "kind"
     capabilities = frozenset({"kind", "node"})
 
-    def __init__(self, kube: Kube, cluster: str, namespace: str = "dra-fake") -> None:
+    def __init__(self, kube: Kube, cluster: str, kubeconfig: Path, namespace: str = "dra-fake") -> None:
         super().__init__(kube)
         self.cluster = cluster
         self.driver_namespace = namespace
+        self.kubeconfig = kubeconfig  # for helm (plugin_values)
 
     def _order(self, node: str) -> tuple[int, str]:
         suffix = node.rsplit("worker", 1)[-1]
@@ -320,6 +368,21 @@ class KindBed(TestBed):
         return subprocess.run(
             ["docker", "exec", "-i", node, *cmd], input=input, capture_output=True, text=True, timeout=60
         )
+
+    def cdi_devices(self, ns: str, pod: str) -> dict[str, list[str]]:
+        """What containerd holds in each running container's CRI config (crictl inspect)."""
+        node = self.kube.pod(ns, pod)["spec"]["nodeName"]
+        labels = ("--label", f"io.kubernetes.pod.namespace={ns}", "--label", f"io.kubernetes.pod.name={pod}")
+        listing = self._docker(node, "crictl", "ps", "-o", "json", *labels)
+        assert listing.returncode == 0, listing.stderr
+        found = {}
+        for container in json.loads(listing.stdout)["containers"]:
+            inspect = self._docker(node, "crictl", "inspect", container["id"])
+            assert inspect.returncode == 0, inspect.stderr
+            devices = json.loads(inspect.stdout)["info"]["config"].get("CDI_devices") or []
+            if devices:
+                found[container["metadata"]["name"]] = [d["name"] for d in devices]
+        return found
 
     def read_node_file(self, node: str, path: str) -> str | None:
         proc = self._docker(node, "cat", path)
@@ -363,11 +426,15 @@ class KindBed(TestBed):
         assert proc.returncode == 0, f"no {command} process on {node}: {proc.stderr}"
         return [_cpus_allowed(status) for status in proc.stdout.split("Name:")[1:]]
 
-    def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
+    def crash_plugin(
+        self, node: str, driver: str = GPU_DRIVER, meanwhile: Callable[[], None] | None = None
+    ) -> None:
         command, container = KIND_PLUGINS[driver]
         before = self._restarts(node, container)
         proc = self._docker(node, "pkill", "-KILL", "-f", f"dra-fake {command}")
         assert proc.returncode == 0, f"no {command} process on {node}: {proc.stderr}"
+        if meanwhile:
+            meanwhile()
 
         def serving_again() -> bool:
             statuses = self._plugin_pod(node)["status"].get("containerStatuses") or []
@@ -375,6 +442,40 @@ class KindBed(TestBed):
             return bool(status["restartCount"] > before and status.get("ready"))
 
         poll(f"{container} on {node} restarted and ready", serving_again, 120)
+
+    def _helm(self, *args: str) -> str:
+        proc = subprocess.run(
+            [str(helm_binary()), "--kubeconfig", str(self.kubeconfig), "-n", self.driver_namespace, *args],
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+        assert proc.returncode == 0, f"helm {' '.join(args[:2])}: {proc.stderr}"
+        return proc.stdout
+
+    @contextlib.contextmanager
+    def plugin_values(self, node: str, values: Values) -> Iterator[None]:
+        revision = json.loads(self._helm("status", RELEASE, "-o", "json"))["version"]
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as extra:
+            yaml.safe_dump(values, extra)
+            extra.flush()
+            self._helm("upgrade", RELEASE, str(CHART), "--reuse-values", "--values", extra.name, *HELM_WAIT)
+        try:
+            yield
+        finally:
+            self._helm("rollback", RELEASE, str(revision), *HELM_WAIT)
+
+    def plugin_checkpoint(self, node: str, driver: str = GPU_DRIVER) -> dict[str, Any]:
+        """The plugin's directory copied out of the node (the journal is binary)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = subprocess.run(
+                ["docker", "cp", f"{node}:{NODE_PLUGINS_DIR}/{driver}/.", tmp],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert copy.returncode == 0, copy.stderr
+            return read_claims(Path(tmp))
 
     def crash_imex_daemon(self, node: str, cd_uid: str) -> None:
         proc = self._docker(node, "pkill", "-KILL", "-f", "dra-fake imex-daemon run")
@@ -420,6 +521,9 @@ class ApiOnlyBed(TestBed):
     def container(self, ns: str, pod: str, container: str = "ctr") -> Container:
         return KindContainer(self.kube, ns, pod, container)
 
+    def cdi_devices(self, ns: str, pod: str) -> dict[str, list[str]]:
+        raise NotImplementedError
+
     def read_node_file(self, node: str, path: str) -> str | None:
         raise NotImplementedError
 
@@ -429,7 +533,15 @@ class ApiOnlyBed(TestBed):
     def node_files(self, node: str, directory: str) -> list[str]:
         raise NotImplementedError
 
-    def crash_plugin(self, node: str, driver: str = GPU_DRIVER) -> None:
+    def crash_plugin(
+        self, node: str, driver: str = GPU_DRIVER, meanwhile: Callable[[], None] | None = None
+    ) -> None:
+        raise NotImplementedError
+
+    def plugin_values(self, node: str, values: Values) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def plugin_checkpoint(self, node: str, driver: str = GPU_DRIVER) -> dict[str, Any]:
         raise NotImplementedError
 
     def gpu_metrics(self, node: str) -> str:

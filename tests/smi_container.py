@@ -80,6 +80,8 @@ def container_root(tmp_path: Path, specs: list[dict[str, Any]], name: str = "ctr
                 target = root / m["containerPath"].lstrip("/")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 if Path(m["hostPath"]).is_dir():
+                    if target.is_symlink():  # two devices name one directory (CDI keeps one mount)
+                        target.unlink()
                     target.symlink_to(m["hostPath"])
                 else:
                     shutil.copy2(m["hostPath"], target)

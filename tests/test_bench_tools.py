@@ -165,3 +165,20 @@ def test_the_kwok_table_shows_both_runs_and_no_claim_rate_without_claims() -> No
         "| dra | 9.50 [9.50-9.50] | 9.8 [9.8-9.8] | 9.7 [9.7-9.7] | 9.1 [9.1-9.1] |",
         "| plain | 8.00 [8.00-8.00] | 40.0 [40.0-40.0] | n/a | 35.0 [35.0-35.0] |",
     ]
+
+
+def test_the_sharing_benchmarks_shares_fit_their_gpu_as_the_scheduler_would_allocate_them() -> None:
+    """The bench writes allocations itself: 8 shares of one GPU must fit its memory capacity, or
+    the run measures claims kube-scheduler could never have allocated (8 x 10Gi did not)."""
+    from bench.sharing import CONFIG, SHARE_MEMORY, SHARED_GPUS, SHARES_PER_GPU, share_claim
+    from dra_fake.gpu.configs import Quantity
+    from dra_fake.gpu.inventory import SharesSetting, load_inventory
+
+    inventory = load_inventory(CONFIG, "bench-shares", (), SharesSetting(None, True))
+    for i in range(SHARED_GPUS):
+        device = inventory.devices[f"gpu-{i}"]
+        assert device.shares is not None and device.shares.kind == "memory"
+        assert SHARES_PER_GPU * Quantity.parse(SHARE_MEMORY).value <= device.memory_bytes
+    _, status = share_claim("c", "bench-shares", "gpu-0")
+    [result] = status["status"]["allocation"]["devices"]["results"]
+    assert result["consumedCapacity"] == {"memory": SHARE_MEMORY} and result["shareID"]

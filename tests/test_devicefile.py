@@ -194,10 +194,10 @@ def test_sample_writes_gpu_and_mig_live_files(tmp_path: Path) -> None:
     monitor = GpuMonitor(inventory, list, smi, "node-a", "gpu.nvidia.com", clock=lambda: 2e9)
     monitor.set_faults({inventory.gpu(0).uuid: {"xid": 13, "xid_seq": 5}})
     monitor.sample()
-    gpu = read_keys((smi.live_dir / inventory.gpu(0).uuid).read_text())
+    gpu = read_keys((smi.live_path(inventory.gpu(0).uuid)).read_text())
     [mig] = [d for d in inventory.devices.values() if d.kind == "mig"]
     assert mig.uuid is not None
-    assert read_keys((smi.live_dir / mig.uuid).read_text()) == {"mig_memory_used": "0"}
+    assert read_keys((smi.live_path(mig.uuid)).read_text()) == {"mig_memory_used": "0"}
     assert gpu.keys() <= LIVE
     assert (gpu["fault_xid"], gpu["fault_xid_seq"], gpu["video_clock"], gpu["memory_temperature"]) == (
         "13",
@@ -283,17 +283,17 @@ def test_sample_writes_each_shares_own_usage(tmp_path: Path) -> None:
     monitor = GpuMonitor(inventory, lambda: holdings, smi, "node-a", "gpu.nvidia.com", clock=lambda: 2e9)
     monitor.set_pods([pod("a", "50%", "30"), pod("b", "4096", "20")])
     monitor.sample()
-    a = read_keys((smi.live_dir / f"share-{first}").read_text())
-    b = read_keys((smi.live_dir / f"share-{second}").read_text())
+    a = read_keys(smi.live_path(f"share-{first}").read_text())
+    b = read_keys(smi.live_path(f"share-{second}").read_text())
     assert a.keys() <= SHARES and b.keys() <= SHARES
     assert (a["memory_used"], a["utilization"]) == ("10240", "30")  # 50 % of its 20480 MiB
     assert (b["memory_used"], b["utilization"]) == ("4096", "20")
-    gpu = read_keys((smi.live_dir / inventory.gpu(0).uuid).read_text())
+    gpu = read_keys((smi.live_path(inventory.gpu(0).uuid)).read_text())
     assert (gpu["memory_used"], gpu["utilization"]) == ("14336", "50")
     monitor.set_pods([pod("a", "30Gi", "30")])  # more than its view; b's pod is gone
     monitor.sample()
-    assert read_keys((smi.live_dir / f"share-{first}").read_text())["memory_used"] == "20480"
-    assert not (smi.live_dir / f"share-{second}").exists()
+    assert read_keys(smi.live_path(f"share-{first}").read_text())["memory_used"] == "20480"
+    assert not smi.live_path(f"share-{second}").exists()
 
 
 @pytest.mark.parametrize(("memory_view", "mib"), [(True, "20480"), (False, None)], ids=["share", "device"])

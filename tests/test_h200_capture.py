@@ -154,7 +154,7 @@ def h200(tmp_path_factory: pytest.TempPathFactory) -> tuple[Inventory, Keys]:
     gpu = inventory.gpu(0)
     smi.write_info(inventory.devices["gpu-0"], gpu.uuid)
     GpuMonitor(inventory, list, smi, "node-a", "gpu.nvidia.com", clock=lambda: 1e9).sample()
-    keys = read_keys(smi.info_path("gpu-0", gpu.uuid)) | read_keys(smi.live_dir / gpu.uuid)
+    keys = read_keys(smi.info_path("gpu-0", gpu.uuid)) | read_keys(smi.live_path(gpu.uuid))
     return inventory, keys
 
 

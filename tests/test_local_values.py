@@ -29,7 +29,8 @@ KUBE = ["--kube-version", (REPO / "e2e" / "cluster" / "K8S_VERSION").read_text()
 KUBE += ["--api-versions", "resource.k8s.io/v1/DeviceClass"]
 # Every value CHART_ENV follows, away from its default; pools as in docs/chart.md.
 KNOBS: dict[str, Any] = {
-    "featureGates": {"MPSSupport": True},
+    "featureGates": {"MPSSupport": True, "ConsumableShares": True},
+    "consumableShares": "memory",
     "deviceNodes": "never",
     "deviceOrder": "shuffled",
     "logLevel": "debug",
@@ -175,7 +176,10 @@ def test_the_plugin_command_lines_carry_the_values(tmp_path: Path) -> None:
         tmp_path / "root", values=user_values(write(tmp_path, NO_POOLS), "TimeSlicingSettings=true")
     )
     gpu = build_parser().parse_args(cluster.plugin_args("node-1")[3:])
-    assert gpu.feature_gates == "MPSSupport=true,NVMLDeviceHealthCheck=true,TimeSlicingSettings=true"
+    assert gpu.feature_gates == (
+        "ConsumableShares=true,MPSSupport=true,NVMLDeviceHealthCheck=true,TimeSlicingSettings=true"
+    )
+    assert gpu.consumable_shares == "memory"
     assert (gpu.device_nodes, gpu.device_order, gpu.log_level, gpu.log_format) == (
         "never",
         "shuffled",
@@ -200,6 +204,27 @@ def test_the_plugin_command_lines_carry_the_values(tmp_path: Path) -> None:
         chart_values.CD_CLIQUE_ID,
     )
     assert (cd.cpu_affinity, cd.log_level, cd.log_format) == ("one", "debug", "json")
+
+
+def test_a_nodes_own_values_go_to_its_plugins_only(tmp_path: Path) -> None:
+    """set_node_values: one node's GPU plugin gets more values (a module's shared GPUs or lending),
+    the other nodes' keep theirs, and {} takes them back."""
+    cluster = LocalCluster(tmp_path / "root", nodes=2)
+    before = cluster.plugin_args("node-1")
+    cluster.set_node_values(
+        "node-1", {"featureGates": {"ConsumableShares": True}, "consumableShares": "memory"}
+    )
+    shared = build_parser().parse_args(cluster.plugin_args("node-1")[3:])
+    assert (shared.consumable_shares, shared.feature_gates) == (
+        "memory",
+        "ConsumableShares=true,NVMLDeviceHealthCheck=true",
+    )
+    other = build_parser().parse_args(cluster.plugin_args("node-2")[3:])
+    assert (other.consumable_shares, other.feature_gates) == ("disabled", "NVMLDeviceHealthCheck=true")
+    with pytest.raises(ValuesError, match="consumableShares"):
+        cluster.set_node_values("node-1", {"consumableShares": "all"})
+    cluster.set_node_values("node-1", {})
+    assert cluster.plugin_args("node-1") == before
 
 
 def test_without_values_the_plugins_run_as_before(tmp_path: Path) -> None:

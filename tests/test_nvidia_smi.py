@@ -130,10 +130,7 @@ def test_spec_mounts_tools_and_one_info_file_per_device(a100: tuple[DeviceState,
     migs = mig_names(inventory)
     state.prepare(claim(UID1, [*migs, "gpu-1"]))
     spec = read_spec(state, UID1)
-    [binary, *libraries, live] = spec["containerEdits"]["mounts"]
-    assert live["containerPath"] == "/var/run/dra-fake/nvidia-smi/live"
-    assert live["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/live") and Path(live["hostPath"]).is_dir()
-    assert live["options"] == binary["options"]
+    [binary, *libraries] = spec["containerEdits"]["mounts"]
     assert binary["containerPath"] == "/usr/bin/nvidia-smi"
     assert binary["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/nvidia-smi")
     assert Path(binary["hostPath"]).read_bytes() == binary_bytes()
@@ -151,10 +148,33 @@ def test_spec_mounts_tools_and_one_info_file_per_device(a100: tuple[DeviceState,
         binary["hostPath"].replace("nvidia-smi/nvidia-smi", "nvidia-smi/libnvidia-ml.so.1")
     }
     assert Path(libraries[0]["hostPath"]).read_bytes() == library_bytes()
+    live_mounts: dict[str, list[str]] = {}
     for dev in spec["devices"]:
-        [mount] = dev["containerEdits"]["mounts"]
+        [mount, *live] = dev["containerEdits"]["mounts"]
         assert mount["containerPath"].startswith("/var/run/dra-fake/nvidia-smi/devices/")
         assert Path(mount["hostPath"]).is_file()
+        # each device its own live directory (and a MIG device its GPU's), made before any
+        # container mounts it: never the node's whole live directory (docs/security.md)
+        for m in live:
+            name = m["containerPath"].removeprefix("/var/run/dra-fake/nvidia-smi/live/")
+            assert "/" not in name and m["hostPath"].endswith(f"plugins/{DRIVER}/nvidia-smi/live/{name}")
+            assert Path(m["hostPath"]).is_dir() and m["options"] == binary["options"]
+        live_mounts[dev["name"].removeprefix(f"{UID1}-")] = [
+            m["containerPath"].rsplit("/", 1)[1] for m in live
+        ]
+    device = inventory.devices
+    assert live_mounts["gpu-1"] == [device["gpu-1"].uuid]
+    for name in migs:
+        assert live_mounts[name] == [device[name].uuid, device[name].gpu_uuid]
+    # a claim of gpu-1 alone mounts no live directory of gpu-0 or its MIG devices
+    state.unprepare(UID1)
+    state.prepare(claim(UID2, ["gpu-1"]))
+    mounts = [
+        m["containerPath"] for d in read_spec(state, UID2)["devices"] for m in d["containerEdits"]["mounts"]
+    ]
+    assert [p for p in mounts if "/live" in p] == [
+        f"/var/run/dra-fake/nvidia-smi/live/{device['gpu-1'].uuid}"
+    ]
     paths = [d["containerEdits"]["mounts"][0]["containerPath"] for d in spec["devices"]]
     assert len(set(paths)) == len(paths)
     # mounts without `type` need no newer version: 0.5.0 only because the claim UID starts with a digit
@@ -451,15 +471,16 @@ def test_nvidia_smi_shows_the_sample_the_metrics_serve(tmp_path: Path) -> None:
 def test_start_up_removes_temp_files_of_interrupted_live_writes(tmp_path: Path) -> None:
     """A plugin killed while rewriting a live file leaves its temp file; the next start removes it
     (the kill soak checks the plugin directory for temp files)."""
-    state, _ = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  count: 1\n")
+    state, inventory = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  count: 1\n")
     smi = state.nvidia_smi
     assert smi is not None
     smi.ensure_tools()
-    leftover = smi.live_dir / ".GPU-x.0123456789ab.tmp"
+    uuid = inventory.gpu(0).uuid
+    smi.write_live({uuid: {"utilization": 5}})
+    leftover = smi.live_dir / uuid / ".state.0123456789ab.tmp"
     leftover.write_text("partial")
-    (smi.live_dir / "GPU-x").write_text("utilization=5\n")
     assert state.startup().driver_files_removed == 1
-    assert sorted(p.name for p in smi.live_dir.iterdir()) == ["GPU-x"]
+    assert sorted(p.name for p in (smi.live_dir / uuid).iterdir()) == ["state"]
 
 
 def test_mig_instances_of_the_container(a100: tuple[DeviceState, Any], tmp_path: Path) -> None:
@@ -526,3 +547,24 @@ def test_q_shows_the_mig_devices(a100: tuple[DeviceState, Any], tmp_path: Path) 
     text = run_smi(root, "-q").stdout
     assert "    MIG Devices\n        MIG Device\n            Index" + " " * 38 + ": 0\n" in text
     assert text.count("        MIG Device\n") == 2
+
+
+def test_live_directories_outlive_their_files_and_replace_the_old_layout(tmp_path: Path) -> None:
+    """write_live keeps a device's live directory when its file goes (a running container mounts the
+    directory: a new one would not show in it); a live file of the layout before per-device
+    directories (live/<uuid> a file) is replaced by the directory, its counters still read once;
+    the start-up sweep removes directories of devices that no longer exist (a destroyed dynamic MIG
+    device, a share) that no claim mounts."""
+    state, inventory = make_state(tmp_path, "gpus:\n- profile: h100-sxm5-80gb\n  count: 2\n")
+    smi = state.nvidia_smi
+    assert smi is not None
+    first, second = (gpu.uuid for gpu in inventory.gpus)
+    smi.ensure_tools()
+    (smi.live_dir / first).write_text("energy_mj=42\n")  # what an older plugin left
+    assert smi.read_live(first) == {"energy_mj": "42"}
+    smi.write_live({first: {"utilization": 5}, second: {"utilization": 7}, "share-gone": {"utilization": 1}})
+    assert smi.read_live(first) == {"utilization": "5"} and (smi.live_dir / first).is_dir()
+    smi.write_live({first: {"utilization": 6}})
+    assert (smi.live_dir / second).is_dir() and not smi.live_path(second).exists()
+    assert state.startup().driver_files_removed == 1  # share-gone: no device, no claim
+    assert sorted(p.name for p in smi.live_dir.iterdir()) == sorted([first, second])

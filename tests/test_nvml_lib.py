@@ -153,7 +153,12 @@ class Bed:
         write_kv(self.devices / name, fields)
 
     def set_live(self, uuid: str, fields: dict[str, str | int]) -> None:
-        write_kv(self.live / uuid, fields)
+        write_kv(self.live_file(uuid), fields)
+
+    def live_file(self, name: str) -> Path:
+        """A device's live file, in the directory the plugin mounts for that device alone."""
+        (self.live / name).mkdir(exist_ok=True)
+        return self.live / name / "state"
 
 
 def mig_gpu_fields() -> dict[str, str | int]:
@@ -397,7 +402,7 @@ def test_legacy_pci_info_fills_only_the_52_byte_layout(nvml: Any) -> None:
 def test_absent_keys_are_not_supported(nvml: Any, bed: Bed) -> None:
     shutdown_all()
     bare = {k: H200[k] for k in ("kind", "gpu_uuid", "bus_id", "name")}
-    for path in [*bed.devices.iterdir(), *bed.live.iterdir()]:
+    for path in [*bed.devices.iterdir(), *bed.live.glob("*/state")]:
         path.unlink()
     bed.device("00000000-00-06.0_gpu", bare)
     N.nvmlInit()
@@ -624,7 +629,7 @@ def test_malformed_files_count_as_absent_and_never_crash(nvml: Any, bed: Bed) ->
         "kind=gpu\ngpu_uuid=GPU-../../etc\nbus_id=00000000:15:00.0\n"
     )
     bed.set_live(H200_UUID, H200_LIVE)
-    (bed.live / MIG_GPU_UUID).write_text("temperature='35\n")  # a bad live file: no live values
+    bed.live_file(MIG_GPU_UUID).write_text("temperature='35\n")  # a bad live file: no live values
     N.nvmlInit()
     assert N.nvmlDeviceGetCount() == 3
     h = N.nvmlDeviceGetHandleByIndex(0)
@@ -749,7 +754,7 @@ def test_live_values_override_the_idle_ones(nvml: Any, bed: Bed) -> None:
     # busy and hot: no idle reason; the hardware's thermal slowdown
     assert N.nvmlDeviceGetCurrentClocksEventReasons(h) == 0x48
     # the live file goes away: the device file's idle values come back
-    (bed.live / H200_UUID).unlink()
+    bed.live_file(H200_UUID).unlink()
     poll(lambda: N.nvmlDeviceGetTemperature(h, 0) == 33, "the idle temperature")
     assert N.nvmlDeviceGetPowerUsage(h) == 77450
     assert N.nvmlDeviceGetUtilizationRates(h).gpu == 0

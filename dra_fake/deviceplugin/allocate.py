@@ -109,8 +109,11 @@ def container_response(
         # what the NVIDIA container runtime would add: nvidia-smi, for exactly these devices (with
         # a CDI strategy the CDI spec brings them)
         edits = nvidia_smi.spec_mounts()
-        edits += [nvidia_smi.device_mount(d.device, d.uuid) for d in devices]
-        out.mounts += [Mount(e["containerPath"], e["hostPath"]) for e in edits]
+        for d in devices:
+            edits += [nvidia_smi.device_mount(d.device, d.uuid), *nvidia_smi.live_mounts(d.device, d.uuid)]
+        # MIG devices of one GPU name its live directory each: one mount per container path
+        unique = {e["containerPath"]: e["hostPath"] for e in edits}
+        out.mounts += [Mount(path, host) for path, host in unique.items()]
     return out
 
 

@@ -128,17 +128,18 @@ def spec_env(claim_uid: str, devices: Sequence[SpecDevice]) -> list[str]:
 def gpu_edits(
     device: AllocatableDevice, uuid: str, nvidia_smi: NvidiaSmi | None, device_nodes: DeviceNodes | None
 ) -> dict[str, Any]:
-    """A device's own edits, whichever API hands it out: its GPU's device node, its nvidia-smi file."""
+    """A device's own edits, whichever API hands it out: its GPU's device node, its nvidia-smi file
+    and live directories."""
     edits: dict[str, Any] = {}
     if device_nodes is not None:
         edits["deviceNodes"] = [device_nodes.gpu(device.minor)]
     if nvidia_smi is not None:
-        edits["mounts"] = [nvidia_smi.device_mount(device, uuid)]
+        edits["mounts"] = [nvidia_smi.device_mount(device, uuid), *nvidia_smi.live_mounts(device, uuid)]
     return edits
 
 
 def common_edits(nvidia_smi: NvidiaSmi | None, device_nodes: DeviceNodes | None) -> dict[str, Any]:
-    """What any GPU brings once: the control and uvm nodes, nvidia-smi, the NVML library and live files."""
+    """What any GPU brings once: the control and uvm nodes, nvidia-smi and the NVML library."""
     edits: dict[str, Any] = {}
     if device_nodes is not None:
         edits["deviceNodes"] = device_nodes.common()
@@ -179,6 +180,7 @@ def device_edits(
         mount = nvidia_smi.device_mount(d.device, d.uuid, d.share.share_id, mib)
         here = mount["containerPath"]
         share["mounts"] = [mount if m["containerPath"] == here else m for m in edits["mounts"]]
+        share["mounts"].append(nvidia_smi.share_live_mount(d.share.share_id))
     return share
 
 

@@ -16,12 +16,17 @@ the lend views' taints.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from dra_fake.core.claims import Toleration
 from dra_fake.gpu.devices import AllocatableDevice
 from dra_fake.gpu.faults import rfc3339
 from dra_fake.gpu.inventory import Inventory
+from dra_fake.gpu.profiles import format_validation_error
 
 SPOT_SUFFIX = "-spot"
 SPOT_TYPE = "spot"
@@ -33,10 +38,20 @@ STATES = (LENDABLE, BUSY, UNOWNED, UNKNOWN)
 EFFECT = {BUSY: "NoExecute", UNOWNED: "NoExecute", UNKNOWN: "NoSchedule"}
 DEFAULT_THRESHOLD = 10  # percent
 DEFAULT_IDLE_FOR = 60.0  # seconds
+# Why a GPU in each state is not lent, as a refused prepare names it.
+WHY_NOT = {
+    BUSY: "its owners are busy",
+    UNOWNED: "no claim is prepared on it",
+    UNKNOWN: "its owners have not been seen idle since the plugin started",
+}
 
 
 class LendingSettingError(ValueError):
     """A lending flag out of range; the message names it."""
+
+
+class LendingStateError(ValueError):
+    """A saved lending state that cannot be restored; the message names the field."""
 
 
 @dataclass(frozen=True)
@@ -81,24 +96,74 @@ class Owners:
     utilization: int  # percent, the owners' pods together (spot pods are not counted)
 
 
-@dataclass
-class _Gpu:
-    state: str = UNKNOWN
-    since: float = 0.0  # when the state began (the taint's timeAdded)
-    idle_since: float | None = None  # first of an unbroken run of idle samples
+# A kept time (Unix seconds): one a taint's timeAdded can show (up to the year 9999).
+Seconds = Annotated[float, Field(ge=0, le=253_402_300_799, allow_inf_nan=False)]
+
+
+class _Gpu(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    state: str = UNKNOWN  # one of STATES
+    since: Seconds = 0.0  # when the state began (the taint's timeAdded)
+    idle_since: Seconds | None = Field(default=None, alias="idleSince")  # first of an unbroken idle run
+
+    @field_validator("state")
+    @classmethod
+    def _known(cls, state: str) -> str:
+        if state not in STATES:
+            raise ValueError(f"{state!r} is not one of {', '.join(STATES)}")
+        return state
+
+
+class _Saved(BaseModel):
+    """What a plugin keeps of its lending state across restarts (`Lending.saved`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1]
+    started: Seconds  # the spot taint's timeAdded
+    sampled: Seconds | None  # the last sample observed
+    gpus: dict[str, _Gpu]
 
 
 @dataclass
 class Lending:
     """Each lendable GPU's state, moved by samples (`observe`); `taints` is what its lend view
-    carries now."""
+    carries now; `saved` and `restored` carry it through a plugin restart."""
 
     settings: LendingSettings
     started: float
     _gpus: dict[str, _Gpu] = field(default_factory=dict)
+    sampled: float | None = None  # when the last sample was observed
+
+    def saved(self) -> dict[str, Any]:
+        """The state as JSON, for `restored` in the next process of the plugin."""
+        gpus = {name: gpu.model_dump(by_alias=True) for name, gpu in sorted(self._gpus.items())}
+        return {"version": 1, "started": self.started, "sampled": self.sampled, "gpus": gpus}
+
+    @classmethod
+    def restored(cls, settings: LendingSettings, now: float, saved: object, source: str) -> Lending:
+        """The state an earlier process saved (`saved`), restarted at `now`: each GPU's state and
+        its taint's timeAdded as they were, so a restart neither evicts spot pods nor lends a GPU
+        it had reclaimed; an idle run goes on from where it stopped, the time nobody sampled not
+        counted (an owner may have been busy meanwhile). LendingStateError naming the field."""
+        try:
+            kept = _Saved.model_validate(saved)
+        except ValidationError as error:
+            raise LendingStateError(format_validation_error(source, error)) from None
+        if kept.sampled is None:  # never sampled: no idle run to go on with
+            return cls(settings, kept.started, dict(kept.gpus))
+        paused = max(0.0, now - kept.sampled)
+        for gpu in kept.gpus.values():
+            if gpu.idle_since is not None:
+                gpu.idle_since += paused
+        return cls(settings, kept.started, dict(kept.gpus), now)  # paused until now
 
     def state(self, gpu: str) -> str:
         return self._gpu(gpu).state
+
+    def states(self) -> dict[str, str]:
+        return {name: gpu.state for name, gpu in sorted(self._gpus.items())}
 
     def _gpu(self, gpu: str) -> _Gpu:
         return self._gpus.setdefault(gpu, _Gpu(since=self.started))
@@ -110,6 +175,7 @@ class Lending:
         GPU becomes lendable only after `idle_for` of idle samples, from any state, so a GPU that
         was just reclaimed is not lent again at the next idle sample (hysteresis)."""
         changed = {}
+        self.sampled = now
         for name, seen in owners.items():
             gpu = self._gpu(name)
             if not seen.owned:
@@ -165,6 +231,49 @@ def event(gpu: str, new: str, owners: Owners, settings: LendingSettings) -> tupl
     if new == UNOWNED:
         return "GpuNotLendable", f"{gpu} not lendable: no claim is prepared on it"
     return None
+
+
+def not_lendable(taints: list[dict[str, str]]) -> str | None:
+    """The state a lend view's taints say its GPU is in when it may not be lent; None: lendable."""
+    return next((t.get("value", UNKNOWN) for t in taints if t.get("key") == NOT_LENDABLE_TAINT), None)
+
+
+def refusal(view: str, gpu: str, state: str) -> str:
+    """Why a spot claim on `view` is not prepared (the kubelet retries; the scheduler allocated it
+    from an older slice, or the claim tolerates the taint), in NVIDIA's wording of a prepare error."""
+    why = WHY_NOT.get(state, "its state is not known")
+    return (
+        f"prepare devices failed: requested device {view} is not lendable now: GPU {gpu} is {state} "
+        f"({NOT_LENDABLE_TAINT}={state}: {why})"
+    )
+
+
+def tolerated_forever(tolerations: Sequence[Toleration]) -> str | None:
+    """The reclaim state (`busy`, `unowned`) whose NoExecute taint a spot result tolerates without
+    tolerationSeconds: kube-controller-manager would never evict it, so it could never be
+    reclaimed. Kubernetes' matching: an empty key or effect tolerates every key or effect."""
+    forever = [t for t in tolerations if t.seconds is None]
+    return next(
+        (s for s in (BUSY, UNOWNED) if any(t.tolerates(NOT_LENDABLE_TAINT, s, EFFECT[s]) for t in forever)),
+        None,
+    )
+
+
+def unreclaimable(view: str, state: str) -> str:
+    """Why a spot claim that tolerates a reclaim forever is not prepared (permanent: the claim)."""
+    return (
+        f"prepare devices failed: requested device {view}: the spot claim tolerates "
+        f"{NOT_LENDABLE_TAINT}={state}:NoExecute forever, so it could never be reclaimed "
+        "(give that toleration tolerationSeconds)"
+    )
+
+
+def lending_off(view: str, gpu: str) -> str:
+    """Why a spot claim is not prepared where lending is off (the lend view is not published)."""
+    return (
+        f"prepare devices failed: requested device is not allocatable: {view} "
+        f"(the lend view of {gpu}: idle-GPU lending is off on this node, --gpu-lending=false)"
+    )
 
 
 def lent_gpus(devices: Mapping[str, AllocatableDevice]) -> list[str]:

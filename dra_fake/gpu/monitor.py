@@ -105,6 +105,9 @@ class GpuMonitor:
         self.hostname, self.driver, self.clock = hostname, driver, clock
         self.simulator = Simulator(inventory, boot_time())
         self._pods: dict[str, dict[str, Any]] = {}
+        # Until the pod informer's first list, a GPU's owners look idle (their pods are not known
+        # yet): samples go to `on_sample` only after it, or a restarted plugin could lend a busy GPU.
+        self._pods_listed = False
         self._faults: dict[str, dict[str, int]] = {}
         self._reported: dict[str, str] = {}  # pod -> load annotation error already logged
         self._api: client.ApiClient | None = None  # for the Events on pods with a bad annotation
@@ -119,7 +122,7 @@ class GpuMonitor:
             saved = self.nvidia_smi.read_live(gpu.uuid)
             try:
                 energy = int(saved.get("energy_mj", ""))
-                at = (self.nvidia_smi.live_dir / gpu.uuid).stat().st_mtime
+                at = self.nvidia_smi.live_path(gpu.uuid).stat().st_mtime
             except (ValueError, OSError):
                 continue
             self.simulator.restore(gpu.uuid, energy, at)
@@ -135,6 +138,7 @@ class GpuMonitor:
     def set_pods(self, pods: list[dict[str, Any]]) -> None:
         with self._lock:
             self._pods = {p["metadata"]["uid"]: p for p in pods}
+            self._pods_listed = True
         self._poke.set()
 
     def pod_event(self, kind: str, pod: dict[str, Any]) -> None:
@@ -150,7 +154,7 @@ class GpuMonitor:
     def sample(self) -> str:
         """Take one sample: write the nvidia-smi live files, render and keep the /metrics body."""
         with self._lock:
-            pods, faults = list(self._pods.values()), dict(self._faults)
+            pods, faults, listed = list(self._pods.values()), dict(self._faults), self._pods_listed
         holdings = self.holdings()
         users, errors = users_by_device(pods, holdings)
         for pod, error in errors.items():
@@ -174,7 +178,7 @@ class GpuMonitor:
         for share in shares:
             live[f"{SHARE_LIVE_PREFIX}{share.share_id}"] = share_live_state(share)
         self.nvidia_smi.write_live(live)
-        if self.on_sample is not None:  # a lend view's users are not its GPU's: owners only
+        if self.on_sample is not None and listed:  # a lend view's users are not its GPU's: owners only
             held = {d.name for c in holdings for d in c.devices}
             self.on_sample(
                 now,
@@ -212,7 +216,9 @@ class GpuMonitor:
 
     def start(self, stop: threading.Event, api: client.ApiClient | None, node: str, port: int) -> None:
         """The sampler, the pod informer (with `api`) and the /metrics server (port >= 0)."""
-
+        if api is None:  # no pods to list: what set_pods says is all there is
+            with self._lock:
+                self._pods_listed = True
         threading.Thread(
             target=run_forever,
             args=("GPU telemetry", self.sample, stop, SAMPLE_INTERVAL, self._poke),

@@ -27,6 +27,7 @@ from dra_fake.gpu.claimdata import (
 from dra_fake.gpu.configs import Quantity
 from dra_fake.gpu.devices import AllocatableDevice, mig_uuid
 from dra_fake.gpu.devnodes import DeviceNodes
+from dra_fake.gpu.lending import SPOT_SUFFIX, lending_off, refusal, tolerated_forever, unreclaimable
 from dra_fake.gpu.shares import MPS_REFUSED
 from dra_fake.kubelet.api import PreparedDevice
 
@@ -195,10 +196,20 @@ def plan_claim(
                 f"prepare devices failed: requested device is not allocatable: {r.device} "
                 f"(pool {r.pool}; this node's pool is {state.pool})"
             )
-        if r.device not in state.devices:
+        device = state.devices.get(r.device)
+        if device is None:
+            lender = r.device.removesuffix(SPOT_SUFFIX)
+            if state.lend_state is None and lender != r.device and lender in state.devices:
+                raise PermanentClaimError(lending_off(r.device, lender))  # allocated before a restart
             raise PermanentClaimError(
                 f"prepare devices failed: requested device is not allocatable: {r.device}"
             )
+        if device.lends is not None and not r.admin_access:  # a spot claim borrows the GPU now
+            busy = None if state.lend_state is None else state.lend_state(r.device)
+            if busy is not None:
+                raise ClaimError(refusal(r.device, device.lends, busy))  # retried: it may be lent later
+            if (forever := tolerated_forever(r.tolerations)) is not None:
+                raise PermanentClaimError(unreclaimable(r.device, forever))
     held = state.holdings_of(data)
 
     uuids: list[str] = []

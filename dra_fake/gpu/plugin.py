@@ -22,7 +22,9 @@ from dra_fake.gpu.devnodes import MODES, DeviceNodePolicy
 from dra_fake.gpu.faults import DEFAULT_IGNORED_XIDS, MAX_XID, Effects, servable_taints
 from dra_fake.gpu.gfd import MIG_STRATEGIES
 from dra_fake.gpu.inventory import Inventory, InventoryError, SharesSetting, load_inventory
-from dra_fake.gpu.lending import Lending, LendingSettings, lent_gpus, with_lend_views
+from dra_fake.gpu.lending import UNKNOWN, Lending, LendingSettings, lent_gpus, not_lendable, with_lend_views
+from dra_fake.gpu.lendingfile import FILE_NAME as LENDING_FILE
+from dra_fake.gpu.lendingfile import KeptLending
 from dra_fake.gpu.nvidia_smi import NvidiaSmi
 from dra_fake.gpu.runtime import Host, Node, NodeSettings
 from dra_fake.gpu.shares import FLAG, GATE_CONSUMABLE_SHARES, SharesMode, SharesSettingError, node_mode
@@ -92,6 +94,7 @@ class GpuDriver:
         # The lend views' taints (dra_fake.gpu.lending): from the first slice on, every lend view is
         # `unknown` (nothing lent) until the lending service's samples say otherwise.
         self._lend_taints: dict[str, list[dict[str, str]]] = {}
+        self.lending: KeptLending | None = None  # set by create_state: restored from the data dir
         if self.node_settings.lending is not None:
             first = Lending(self.node_settings.lending, time.time())
             self._lend_taints = first.taints(lent_gpus(inventory.devices))
@@ -100,6 +103,13 @@ class GpuDriver:
 
     def create_state(self, ctx: PluginContext) -> ClaimState:
         self._ctx = ctx
+        kept = ctx.data_dir / LENDING_FILE
+        if self.node_settings.lending is not None:  # before the first prepare and the first slice
+            self.lending = KeptLending(self.node_settings.lending, time.time(), kept)
+            with self._lock:
+                self._lend_taints = self.lending.state.taints(lent_gpus(self.inventory.devices))
+        else:  # what a run with lending kept is stale by the time lending is on again
+            kept.unlink(missing_ok=True)
         self.nvidia_smi = NvidiaSmi.from_inventory(ctx.data_dir, self.inventory)
         self.state = DeviceState(
             self.driver,
@@ -114,6 +124,7 @@ class GpuDriver:
             on_checkpoint_error=ctx.checkpoint_error_hook(self.driver),
             consumable_shares=self.consumable_shares,
             memory_view=self.shared_memory_view == "share",
+            lend_state=None if self.node_settings.lending is None else self.lend_state,
         )
         if not self.device_status:
             return self.state
@@ -127,6 +138,13 @@ class GpuDriver:
             lambda: ctx.resources.info.resource_version,
             ctx.stop,
         )
+
+    def lend_state(self, view: str) -> str | None:
+        """What keeps a lend view's GPU from being lent, as its published taints say now; None:
+        lendable. Prepare asks it for each spot claim (dra_fake.gpu.plan)."""
+        with self._lock:
+            taints = self._lend_taints.get(view)
+        return UNKNOWN if taints is None else not_lendable(taints)
 
     def device_data(self, claim: Mapping[str, Any], prepared: PreparedDevice) -> dict[str, Any]:
         """A prepared device's `data` in the claim's status: its UUID, and a MIG device's parent
@@ -223,7 +241,13 @@ class GpuDriver:
         health_check = self.gates.enabled(GATE_HEALTH_CHECK)
         if self.nvidia_smi is None or self.state is None:
             raise RuntimeError("start_background before create_state")
-        node = Node(ctx.node, self.inventory, holdings=self.state.holdings, nvidia_smi=self.nvidia_smi)
+        node = Node(
+            ctx.node,
+            self.inventory,
+            holdings=self.state.holdings,
+            nvidia_smi=self.nvidia_smi,
+            lending=self.lending,
+        )
         runtime = Host(self.node_settings, lambda: ctx.api, ctx.stop).node(node)
 
         def apply(effects: Effects) -> None:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from dra_fake.gpu.inventory import Inventory
     from dra_fake.gpu.lending import LendingSettings, Owners
+    from dra_fake.gpu.lendingfile import KeptLending
     from dra_fake.gpu.nvidia_smi import NvidiaSmi
     from dra_fake.gpu.workloads import ClaimHolding
 
@@ -60,6 +61,7 @@ class Node:
         *,
         holdings: Callable[[], list[ClaimHolding]] | None = None,
         nvidia_smi: NvidiaSmi | None = None,
+        lending: KeptLending | None = None,
     ) -> None:
         self.name = name
         # A callable is called on first use: a fleet node's inventory is built only if a service
@@ -70,6 +72,8 @@ class Node:
         # plugin: the kubelet allocates), so pods say nothing about the load of a device.
         self.holdings = holdings
         self.nvidia_smi = nvidia_smi  # the in-container nvidia-smi's files; None: no containers
+        # Idle-GPU lending's state as the node's owner restored it (None: the service starts afresh).
+        self.lending = lending
 
     @property
     def inventory(self) -> Inventory:

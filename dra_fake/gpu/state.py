@@ -80,6 +80,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         device_nodes: Callable[[], DeviceNodes | None] | None = None,
         consumable_shares: SharesMode | None = None,
         memory_view: bool = True,
+        lend_state: Callable[[str], str | None] | None = None,
     ) -> None:
         super().__init__(
             driver_name,
@@ -102,6 +103,10 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         self.consumable_shares = consumable_shares
         # --shared-memory-view=share: a share's nvidia-smi shows its memory as the total (ours)
         self.memory_view = memory_view
+        # Idle-GPU lending (dra_fake.gpu.lending): a lend view -> the state that keeps its GPU from
+        # being lent now (None: lendable); a spot claim is prepared only while its GPU is lendable.
+        # None: lending is off here.
+        self.lend_state = lend_state
         self._prepares = self.group(self._prepare_batch)
         self._held = Holdings()
 

@@ -99,6 +99,14 @@ def run(*cmd: str | Path, timeout: float = 600, input: bytes | None = None, chec
     return out
 
 
+def helm_binary() -> Path | str:
+    """Ours (make tools builds it into .tools/bin), else one on PATH."""
+    helm = HELM if HELM.exists() else shutil.which("helm")
+    if not helm:
+        raise RuntimeError("helm not found: make tools (builds it into .tools/bin)")
+    return helm
+
+
 def mig_inventory(release: Release) -> dict[str, Any]:
     """The MIG worker's inventory: without partitionable devices (1.32), its static-MIG GPUs only."""
     doc: dict[str, Any] = yaml.safe_load(MIG_INVENTORY.read_text())
@@ -299,11 +307,8 @@ class KindCluster:
         )
 
     def helm(self, *args: str, timeout: float = 600) -> str:
-        helm = HELM if HELM.exists() else shutil.which("helm")
-        if not helm:
-            raise RuntimeError("helm not found: make tools (builds it into .tools/bin)")
         log.info("helm %s", " ".join(a for a in args[:3]))
-        return run(helm, "--kubeconfig", self.kubeconfig, *args, timeout=timeout)
+        return run(helm_binary(), "--kubeconfig", self.kubeconfig, *args, timeout=timeout)
 
     def wait_slices(self, timeout: float = 180) -> None:
         """Every DRA worker has published its GPU ResourceSlices (the classic one registers with its

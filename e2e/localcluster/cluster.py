@@ -88,6 +88,22 @@ class LocalCluster(ControlPlane):
         """The chart values the plugins run with: the chart's defaults, the test bed's, the user's."""
         return chart_values.effective(self.state.values)
 
+    def node_values(self, node: str) -> Values:
+        """The values the node's GPU plugin runs with: `values`, then the node's own (set_node_values)."""
+        return chart_values.effective(
+            chart_values.coalesce(self.state.values, self.state.node_values.get(node, {}))
+        )
+
+    def set_node_values(self, node: str, values: Values) -> None:
+        """Values for the node's GPU plugin from its next start on ({}: none); checked as the user's
+        are (ValuesError, naming the value)."""
+        chart_values.check(chart_values.coalesce(self.state.values, values))
+        if values:
+            self.state.node_values[node] = dict(values)
+        else:
+            self.state.node_values.pop(node, None)
+        self.state.save()
+
     # ---- lifecycle ---------------------------------------------------------------------
     def up(self) -> None:
         if self.is_up():
@@ -217,7 +233,7 @@ class LocalCluster(ControlPlane):
         """The GPU plugin's command line: the node's paths and ports, then what the chart's values
         set (e2e/localcluster/values.py)."""
         nd = self.node_dir(node)
-        values = self.values
+        values = self.node_values(node)
         dcgm = (
             self.state.ports.setdefault(f"dcgm-{node}", free_port())
             if values["dcgmExporter"]["enabled"]

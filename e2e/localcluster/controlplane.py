@@ -87,6 +87,9 @@ class State:
     # The user's chart values (VALUES, FEATURE_GATES) for the plugins, on top of the chart's
     # defaults and the test bed's (e2e/localcluster/values.py).
     values: Values = field(default_factory=dict)
+    # More values for one node's GPU plugin, on top of those (set_node_values): a node with shared
+    # GPUs or lending for a test module (e2e/testbed.py, plugin_values).
+    node_values: dict[str, Values] = field(default_factory=dict)
     admin_token: str = ""
 
     @classmethod

@@ -99,6 +99,8 @@ def lending(key: str | None) -> Env:
 CHART_ENV: dict[str, dict[str, Env]] = {
     "gpus": {
         "FEATURE_GATES": GATES,
+        # set only when non-empty, as the chart renders it
+        "CONSUMABLE_SHARES": Env(("consumableShares",), lambda v: helm_str(v["consumableShares"]) or None),
         "SHARED_MEMORY_VIEW": value("sharedMemoryView"),
         "GPU_LENDING": lending(None),
         "GPU_LENDING_IDLE_THRESHOLD": lending("idleThreshold"),

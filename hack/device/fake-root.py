@@ -34,13 +34,11 @@ def main(out: Path) -> None:
             (out / "root" / mount["containerPath"].lstrip("/")).write_text(smi.info_text(device, device.uuid))
         GpuMonitor(inventory, list, smi, "node-a", "gpu.nvidia.com").sample()  # an idle GPU's live file
         live = out / "root" / CONTAINER_LIVE_DIR.lstrip("/")
-        shutil.copytree(smi.live_dir, live, dirs_exist_ok=True)
+        shutil.copytree(smi.live_dir, live, dirs_exist_ok=True)  # live/<uuid>/state
         (out / "lib").mkdir(exist_ok=True)
         (out / "bin").mkdir(exist_ok=True)
         for mount in smi.spec_mounts():
             name = Path(mount["containerPath"]).name
-            if Path(mount["hostPath"]).is_dir():  # the live directory, laid out above
-                continue
             target = out / ("bin" if name == "nvidia-smi" else "lib") / name
             shutil.copy2(mount["hostPath"], target)
 

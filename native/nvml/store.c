@@ -718,18 +718,19 @@ int dn_static_uint(const struct nvmlDevice_st *dev, const char *key, unsigned *o
 }
 
 #define LIVE_DIR "/var/run/dra-fake/nvidia-smi/live/"
+#define LIVE_FILE "/state" /* each device's own directory, mounted alone (docs/nvml.md) */
 
-/* a live file (<dir><name>) re-read when older than DN_LIVE_TTL_NS; caller holds the lock */
+/* a live file (<dir><name>/state) re-read when older than DN_LIVE_TTL_NS; caller holds the lock */
 static void refresh(struct dn_kv *kv, long long *read_ns, const char *dir, const char *name)
 {
-    char path[DN_PATH_MAX];
+    char path[DN_PATH_MAX], file[DN_PATH_MAX];
     long long now = dn_now_ns();
     if (*read_ns != 0 && now - *read_ns < DN_LIVE_TTL_NS)
         return;
     dn_kv_free(kv);
     *read_ns = now != 0 ? now : 1;
-    if (join(path, g_root, dir, name))
-        read_kv(path, kv); /* absent or bad: no live values */
+    if (join(path, g_root, dir, name) && join(file, path, LIVE_FILE, ""))
+        read_kv(file, kv); /* absent or bad: no live values */
 }
 
 static void refresh_live(struct nvmlDevice_st *dev)

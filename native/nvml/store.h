@@ -1,7 +1,7 @@
 /*
  * The device store of dra-fake's NVML: the device files a container was given
  * ($DRA_FAKE_ROOT/var/run/dra-fake/nvidia-smi/devices, written by the plugin) grouped into GPUs
- * and their MIG devices, and the live files (.../live/<uuid>) re-read at most every
+ * and their MIG devices, and the live files (.../live/<uuid>/state) re-read at most every
  * DN_LIVE_TTL_NS. docs/nvml.md is the interface: its keys, quoting, and what an absent key means.
  *
  * Static data is immutable between a load and the next one, so getters read it without a lock;
@@ -64,10 +64,10 @@ struct nvmlDevice_st {
     struct dn_kv file;              /* the device file (a GPU with only MIG files: its first one) */
     const char *uuid;               /* gpu_uuid or mig_uuid, in file */
     unsigned domain, bus, device, function;
-    /* live/<uuid>: read under the store lock */
+    /* live/<uuid>/state: read under the store lock */
     struct dn_kv live;
     long long live_read_ns;         /* CLOCK_MONOTONIC of the last read; 0: never */
-    /* a share of a shared device (share_id in its own file): live/share-<share_id> */
+    /* a share of a shared device (share_id in its own file): live/share-<share_id>/state */
     const char *share_id;           /* in file; NULL: not a share */
     struct dn_kv share_live;
     long long share_live_read_ns;
@@ -111,7 +111,7 @@ int dn_lost(struct nvmlDevice_st *dev); /* the GPU's live file says fault_lost=1
 /* ---- shares (docs/nvml.md, "Shares") ---- */
 /* 1 with the share's memory (MiB) when the device is a share with its own memory view */
 int dn_share_view(const struct nvmlDevice_st *dev, unsigned long long *memory_mib);
-/* a live key of the share's own file (live/share-<share_id>); 0 when absent */
+/* a live key of the share's own file (live/share-<share_id>/state); 0 when absent */
 int dn_share_live_u64(struct nvmlDevice_st *dev, const char *key, unsigned long long *out);
 
 /* ---- parsing helpers ---- */

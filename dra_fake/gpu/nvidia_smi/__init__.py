@@ -9,10 +9,11 @@ Host side (the plugin's data dir, `<kubelet plugins dir>/<driver>/nvidia-smi/`):
   UUID per claim): the static keys of docs/nvml.md (dra_fake.gpu.devicefile), which the library
   reads; a share of a shared device has its own, `devices/<device>_<uuid>_<shareID>[_<MiB>]`,
   with the share keys (its ID and, when its view is its own memory, that many MiB);
-- `live/<GPU or MIG UUID>`: the device's readings now (the live keys of docs/nvml.md:
+- `live/<GPU or MIG UUID>/state`: the device's readings now (the live keys of docs/nvml.md:
   dra_fake.gpu.monitor.live_state, the numbers the metrics endpoint serves) and what active
   GpuFaults change (lost, ECC counters, Xid; docs/faults.md), rewritten while the containers run;
-  `live/share-<shareID>`: a share's own usage (docs/nvml.md#shares).
+  `live/share-<shareID>/state`: a share's own usage (docs/nvml.md#shares). One directory per
+  device, so a container mounts its own devices' readings and no other's (docs/security.md).
 
 Container side (CDI mounts of the claim's spec, read-only bind mounts):
 
@@ -21,9 +22,11 @@ Container side (CDI mounts of the claim's spec, read-only bind mounts):
   device of the claim brings them; <arch> is this machine's: x86_64, aarch64);
 - `/var/run/dra-fake/nvidia-smi/devices/<bus id>_<gpu|mig-<GI id>>` per device (device edit), so a
   container lists exactly the devices it was given; names sort in nvidia-smi's order;
-- `/var/run/dra-fake/nvidia-smi/live` (spec-level edit): the whole live directory, a directory
-  mount so files replaced on the host show in running containers (a file mount would keep the old
-  inode); the library reads only the files of its own devices.
+- `/var/run/dra-fake/nvidia-smi/live/<name>` per device (device edit): the device's live
+  directory, and for a MIG device its parent GPU's (faults and the GPU's readings), for a share
+  also the share's own; directory mounts, so files replaced on the host show in running
+  containers (a file mount would keep the old inode). The directories are made at prepare,
+  before any container mounts them, and live until their device's last claim goes.
 
 The file names of the info files carry their own identity (device name and UUID), so any spec can
 be made whole again from its mounts alone (`ensure_files`), e.g. after a restart.
@@ -59,6 +62,7 @@ _INFO_NAME = re.compile(
     r"^(?P<device>[a-z0-9-]+)_(?P<uuid>(GPU|MIG)-[0-9a-f-]+)(?:_(?P<share>[A-Za-z0-9-]+)(?:_(?P<mib>[0-9]+))?)?$"
 )
 SHARE_LIVE_PREFIX = "share-"
+LIVE_FILE = "state"  # live/<name>/state: the file inside each device's live directory
 
 
 class NativeArtifactsMissing(RuntimeError):
@@ -108,6 +112,7 @@ class NvidiaSmi:
         self.library_path = self.dir / LIBRARY
         self.live_dir = self.dir / "live"
         self._info_prefix = f"{self.dir / 'devices'}/"  # of a spec's info file mounts
+        self._live_prefix = f"{self.live_dir}/"  # of a spec's live directory mounts
         self.devices = dict(devices)
         self.gpus = {gpu.minor: gpu for gpu in gpus}
         versions = sorted({gpu.profile.driver_version for gpu in self.gpus.values()})
@@ -143,10 +148,23 @@ class NvidiaSmi:
         mounts = [_mount(self.binary_path, CONTAINER_BINARY)]
         names = [LIBRARY] + ([f"libnvidia-ml.so.{self.driver_version}"] if self.driver_version else [])
         mounts += [_mount(self.library_path, f"{d}/{n}") for d in library_dirs() for n in names]
-        return [*mounts, self.live_mount()]
+        return mounts
 
-    def live_mount(self) -> dict[str, Any]:
-        return _mount(self.live_dir, CONTAINER_LIVE_DIR)
+    def live_path(self, name: str) -> Path:
+        """The live file of a device (its UUID) or share (`share-<shareID>`)."""
+        return self.live_dir / name / LIVE_FILE
+
+    def live_mounts(self, device: AllocatableDevice, uuid: str) -> list[dict[str, Any]]:
+        """The live directories a device's container reads: its own, and a MIG device's parent
+        GPU's (the library reads a GPU's faults and readings for its MIG devices)."""
+        names = [uuid] if device.gpu_uuid == uuid else [uuid, device.gpu_uuid]
+        return [self.live_mount(name) for name in names]
+
+    def live_mount(self, name: str) -> dict[str, Any]:
+        return _mount(self.live_dir / name, f"{CONTAINER_LIVE_DIR}/{name}")
+
+    def share_live_mount(self, share_id: str) -> dict[str, Any]:
+        return self.live_mount(SHARE_LIVE_PREFIX + share_id)
 
     def device_mount(
         self, device: AllocatableDevice, uuid: str, share_id: str | None = None, share_mib: int | None = None
@@ -179,10 +197,13 @@ class NvidiaSmi:
         return text
 
     def write_info(self, device: AllocatableDevice, uuid: str) -> None:
-        """Write the device's file (the device-plugin mode writes every device's at start)."""
+        """Write the device's file and make its live directories (the device-plugin mode does so
+        for every device at start)."""
         path = self.info_path(device.name, uuid)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._write(path, self.info_text(device, uuid).encode(), 0o644)
+        for mount in self.live_mounts(device, uuid):
+            self._ensure_live_dir(Path(mount["hostPath"]))
 
     def ensure_tools(self) -> None:
         """nvidia-smi, the library and the (maybe empty) live directory every spec mounts."""
@@ -193,22 +214,40 @@ class NvidiaSmi:
         if not os.path.isdir(self.live_dir):
             self.live_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
 
-    def write_live(self, states: Mapping[str, Mapping[str, int | float | str]]) -> None:
-        """GPU or MIG UUID -> its current values (the live keys of docs/nvml.md); files of devices
-        not named are removed. Only changed files are rewritten."""
-        self.live_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-        for uuid, state in states.items():
-            text = devicefile.render(dict(sorted(state.items())), f"dra-fake live state: {uuid}").encode()
-            path = self.live_dir / uuid
-            if _read(path) != text:
-                atomic_write(path, text, 0o644, durable=False)  # rewritten every few seconds
-        for path in self.live_dir.iterdir():
-            if path.name not in states and path.is_file():
-                path.unlink(missing_ok=True)
+    def _ensure_live_dir(self, directory: Path) -> None:
+        """A device's live directory, before a container mounts it; a file there is a live file of
+        the layout before per-device directories (one shared directory), replaced."""
+        if os.path.isdir(directory):
+            return
+        if directory.is_file():
+            directory.unlink()
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
 
-    def read_live(self, uuid: str) -> dict[str, str]:
+    def write_live(self, states: Mapping[str, Mapping[str, int | float | str]]) -> None:
+        """Device UUID or `share-<shareID>` -> its current values (the live keys of docs/nvml.md);
+        the files of devices not named are removed, their directories kept (a running container
+        may mount one: a new directory would not show in it). Only changed files are rewritten."""
+        self.live_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        for name, state in states.items():
+            text = devicefile.render(dict(sorted(state.items())), f"dra-fake live state: {name}").encode()
+            path = self.live_path(name)
+            if _read(path) != text:
+                self._ensure_live_dir(path.parent)
+                atomic_write(path, text, 0o644, durable=False)  # rewritten every few seconds
+        for entry in self.live_dir.iterdir():
+            if entry.name in states:
+                continue
+            if entry.is_dir():
+                (entry / LIVE_FILE).unlink(missing_ok=True)
+            elif entry.is_file():
+                entry.unlink(missing_ok=True)
+
+    def read_live(self, name: str) -> dict[str, str]:
         """What write_live wrote for the device (e.g. the counters an earlier process left)."""
-        text = (_read(self.live_dir / uuid) or b"").decode(errors="replace")
+        raw = _read(self.live_path(name))
+        if raw is None:  # the layout before per-device directories: live/<name> a file
+            raw = _read(self.live_dir / name) if (self.live_dir / name).is_file() else None
+        text = (raw or b"").decode(errors="replace")
         out = {}
         for line in text.splitlines():
             key, sep, value = line.partition("=")
@@ -222,6 +261,9 @@ class NvidiaSmi:
         for edits in _edits(spec):
             for mount in edits.get("mounts") or []:
                 host_path = str(mount.get("hostPath", ""))
+                if host_path.startswith(self._live_prefix):
+                    self._ensure_live_dir(Path(host_path))
+                    continue
                 if self._unchanged(host_path):  # a file this process wrote or read: its text follows
                     continue  # from its name (an info file) or is a tool
                 name = host_path.removeprefix(self._info_prefix)
@@ -268,7 +310,17 @@ class NvidiaSmi:
         self._verified[str(path)] = (file_identity(path), text)
 
     def remove_info(self, device: str, uuid: str) -> None:
+        """A destroyed dynamic MIG device's file and live directory (its UUID is never used again)."""
         self.remove_file(self.info_path(device, uuid))
+        self.remove_live_dir(uuid)
+
+    def remove_live_dir(self, name: str) -> None:
+        directory = self.live_dir / name
+        if not directory.is_dir():
+            return
+        for path in directory.iterdir():
+            path.unlink(missing_ok=True)
+        directory.rmdir()
 
     def remove_file(self, path: Path, durable: bool = True) -> None:
         self._verified.pop(str(path), None)  # dynamic MIG UUIDs are new per claim: keep the map bounded
@@ -288,27 +340,39 @@ class NvidiaSmi:
                 match = _INFO_NAME.match(name) if name != host_path else None
                 if match is not None and match["share"]:
                     self.remove_file(Path(host_path), durable=False)
+                live = host_path.removeprefix(self._live_prefix)
+                if live != host_path and live.startswith(SHARE_LIVE_PREFIX):
+                    self.remove_live_dir(live)
 
     def remove_stale_live_files(self) -> int:
         """Temp files of live writes a killed process left (the live files are rewritten anyway)."""
         if not self.live_dir.is_dir():
             return 0
-        return sum(remove_durably(p) for p in sorted(self.live_dir.iterdir()) if p.name.endswith(TEMP_SUFFIX))
+        return sum(
+            remove_durably(p) for p in sorted(self.live_dir.glob("*/*")) if p.name.endswith(TEMP_SUFFIX)
+        )
 
     def sweep(self, specs: Iterable[Mapping[str, Any]]) -> int:
-        """Remove the info files none of `specs` mounts (a dynamic MIG device's file outlives its
-        device when the plugin dies between destroying it and dropping the claim), and the temp
-        files of interrupted live writes."""
+        """Remove the info files and the live directories of dynamic MIG devices and shares that
+        none of `specs` mounts (they outlive their device when the plugin dies between destroying
+        it and dropping the claim), and the temp files of interrupted live writes. A GPU's or
+        static MIG device's live directory stays: its name never changes, and the monitor writes it."""
         removed = self.remove_stale_live_files()
-        devices = self.dir / "devices"
-        if not devices.is_dir():
-            return removed
         keep = {
             Path(str(mount.get("hostPath", "")))
             for spec in specs
             for edits in _edits(spec)
             for mount in edits.get("mounts") or []
         }
+        if self.live_dir.is_dir():
+            stable = {d.uuid for d in self.devices.values()}
+            for directory in sorted(self.live_dir.iterdir()):
+                if directory.is_dir() and directory not in keep and directory.name not in stable:
+                    self.remove_live_dir(directory.name)
+                    removed += 1
+        devices = self.dir / "devices"
+        if not devices.is_dir():
+            return removed
         for path in sorted(devices.iterdir()):
             if path not in keep and path.is_file():
                 self._verified.pop(str(path), None)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import REGISTRY, Counter, Gauge
 
 from dra_fake.gpu import lending
+from dra_fake.gpu.lendingfile import KeptLending
 
 if TYPE_CHECKING:
     from dra_fake.gpu.runtime import Host, NodeRuntime, NodeService, SharedPart
@@ -61,7 +62,8 @@ class _Lender:
     def __init__(self, runtime: NodeRuntime, settings: lending.LendingSettings) -> None:
         self.runtime = runtime
         self.gpus = lending.lent_gpus(runtime.node.inventory.devices)
-        self.state = lending.Lending(settings, time.time())
+        self.kept = runtime.node.lending or KeptLending(settings, time.time())
+        self.state = self.kept.state
         self._node_uid = ""
         runtime.on_sample(self._sample)
 
@@ -74,7 +76,8 @@ class _Lender:
                 "idleFor": self.state.settings.idle_for,
             },
         )
-        self.runtime.lending_changed(self.state.taints(self.gpus))  # every lend view starts `unknown`
+        # as restored, else every lend view starts `unknown`
+        self.runtime.lending_changed(self.state.taints(self.gpus))
         for gpu in self.gpus:
             record(gpu, self.state.state(gpu))
 
@@ -83,6 +86,7 @@ class _Lender:
 
     def _sample(self, now: float, owners: Mapping[str, lending.Owners]) -> None:
         changed = self.state.observe(now, {g: owners[g] for g in self.gpus if g in owners})
+        self.kept.save()  # every sample: a restart resumes the idle runs where they stopped
         if not changed:
             return
         events = []

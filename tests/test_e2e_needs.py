@@ -1,0 +1,43 @@
+"""Which release runs which e2e tests: e2e/conftest.py's Environment.missing deselects a test whose
+`needs` marker the server or test bed cannot meet, with the reason it prints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e.conftest import Environment
+from e2e.testbed import HarnessBed, KindBed
+
+
+class Item:
+    """What Environment.missing reads of a collected test: its `needs` markers."""
+
+    def __init__(self, *needs: str) -> None:
+        self.mark = pytest.mark.needs(*needs).mark
+
+    def iter_markers(self, name: str) -> Iterator[Any]:
+        return iter([self.mark] if name == "needs" else [])
+
+
+def kind(minor: int) -> Environment:
+    return Environment("kind", KindBed.capabilities, ("v1",), True, minor, True)
+
+
+@pytest.mark.parametrize(
+    ("need", "reason"),
+    [("consumable-shares", "DRAConsumableCapacity"), ("gpu-lending", "DRADeviceTaints")],
+)
+def test_shared_gpus_and_lending_run_from_1_36_on_kind_and_the_harness(need: str, reason: str) -> None:
+    item: Any = Item("node", need)  # a pytest.Item as far as missing() looks
+    for minor in (34, 35):
+        missing = kind(minor).missing(item)
+        assert missing and reason in missing and "1.36" in missing, missing
+    assert kind(36).missing(item) is None
+    assert kind(37).missing(item) is None
+    harness = Environment("harness", HarnessBed.capabilities, ("v1",), True, 37, True)
+    assert harness.missing(item) is None
+    api = Environment("api", frozenset(), ("v1",), True, 37, True)
+    assert api.missing(item) == "needs the node test bed (this is api)"
