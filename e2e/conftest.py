@@ -7,7 +7,8 @@ internals), "kind" (Helm and real containers of our kind cluster), "node" (node 
 processes: harness or kind), "partitionable" (dynamic MIG: counters in ResourceSlices),
 "counter-rollback" (a scheduler that gives back the counters of a device a constraint rejected:
 not 1.34 and 1.35, docs/reference/kubernetes-dra.md#counter-leak-in-the-134-and-135-allocator),
-"consumable-shares" and "gpu-lending" (1.36+: docs/sharing.md). Tests a
+"consumable-shares" and "gpu-lending" (1.36+: docs/sharing.md), "kwok" (a bed that starts KWOK:
+harness or kind). Tests a
 cluster cannot run are deselected at collection, with the reason printed, never skipped: in CI
 a skip is a failure.
 """
@@ -115,6 +116,10 @@ class Environment:
                 self.server_minor >= 36 and self.bed == "harness",
                 "binding conditions need DRADeviceBindingConditions (on from 1.36) and a plugin started "
                 "with a fabric-attached inventory (the harness)",
+            ),
+            "kwok": (
+                self.bed in ("harness", "kind"),
+                "KWOK fleets need a test bed that starts KWOK (the harness's process, kind's Deployment)",
             ),
             "device-health": (
                 self.server_minor >= 36 and self.bed in ("harness", "kind"),

@@ -1,5 +1,6 @@
 """KWOK fleets: `dra-fake fleet` publishes 20 nodes x 8 GPUs, KWOK's controller (built from its Go
-module, started by the harness) plays the kubelet of those nodes. The real scheduler allocates and
+module; the harness's process, or on kind a Deployment of the offline image: TestBed.start_kwok)
+plays the kubelet of those nodes. The real scheduler allocates and
 reserves the pods' claims on fleet devices; KWOK starts the pods and finishes them as the workload
 profile says (dra_fake.fleet.workload); the resourceclaim controller releases the claims."""
 
@@ -18,19 +19,20 @@ from dra_fake.fleet.core import FLEET_LABEL, FLEET_TOLERATION
 from dra_fake.fleet.workload import OUTCOME_ANNOTATION, WorkloadProfile
 from e2e.fleetrun import running_fleet
 from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll
-from e2e.localcluster import LocalCluster
+from e2e.testbed import TestBed
 
 NODES, GPUS, PER_POD = 20, 8, 4
 PODS = NODES * GPUS // PER_POD  # the whole fleet
-pytestmark = pytest.mark.needs("harness")
+pytestmark = pytest.mark.needs("kwok")
 
 
 @contextmanager
-def kwok_fleet(harness: LocalCluster, kube: Kube, tmp_path: Path, profile: WorkloadProfile) -> Iterator[str]:
-    """A fleet of NODES nodes with their slices published, and KWOK playing `profile` on them."""
-    name = f"kwok{uuid.uuid4().hex[:5]}"
-    with running_fleet(kube, harness.kubeconfig, tmp_path / "fleet.log", name, NODES):
-        harness.start_kwok(profile)
+def kwok_fleet(bed: TestBed, kubeconfig: Path, tmp_path: Path, profile: WorkloadProfile) -> Iterator[str]:
+    """A fleet of NODES nodes with their slices published (`dra-fake fleet` run here, against the
+    bed's API server), and KWOK playing `profile` on them."""
+    kube, name = bed.kube, f"kwok{uuid.uuid4().hex[:5]}"
+    with running_fleet(kube, kubeconfig, tmp_path / "fleet.log", name, NODES):
+        bed.start_kwok(profile)
         try:
 
             def published() -> bool:
@@ -42,7 +44,7 @@ def kwok_fleet(harness: LocalCluster, kube: Kube, tmp_path: Path, profile: Workl
             poll(f"slices of the {NODES} fleet nodes", published, 120, 0.5)
             yield name
         finally:
-            harness.stop_kwok()
+            bed.stop_kwok()
 
 
 def fleet_pod(
@@ -69,12 +71,12 @@ def terminated(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_kwok_runs_fleet_pods_with_claims_to_completion(
-    harness: LocalCluster, kube: Kube, ns: str, tmp_path: Path
+    bed: TestBed, kubeconfig: Path, kube: Kube, ns: str, tmp_path: Path
 ) -> None:
     """40 pods of 4 GPUs fill the fleet: each lands on a fleet node, its claim allocated there and
     reserved for it while it is Running; after the profile's 20 s each Succeeded (exit code 0), and
     the resourceclaim controller deletes their claims."""
-    with kwok_fleet(harness, kube, tmp_path, WorkloadProfile(start_seconds=1, run_seconds=20)) as fleet:
+    with kwok_fleet(bed, kubeconfig, tmp_path, WorkloadProfile(start_seconds=1, run_seconds=20)) as fleet:
         kube.create(gpu_claim_template("gpus", PER_POD), ns)
         for i in range(PODS):
             kube.create(fleet_pod(f"job-{i:02d}", fleet), ns)
@@ -111,12 +113,12 @@ def test_kwok_runs_fleet_pods_with_claims_to_completion(
         poll("claims of the finished pods deleted", lambda: not listed(kube, ns, "claims"), 120, 0.5)
 
 
-def test_kwok_failure_profile(harness: LocalCluster, kube: Kube, ns: str, tmp_path: Path) -> None:
+def test_kwok_failure_profile(bed: TestBed, kubeconfig: Path, kube: Kube, ns: str, tmp_path: Path) -> None:
     """failureFraction 1: every pod that can fail (restartPolicy Never) fails with the profile's exit
     code; an OnFailure pod (the kubelet restarts its failed containers) and a pod annotated to succeed
     succeed; a restartPolicy Always pod keeps running."""
     profile = WorkloadProfile(start_seconds=0.5, run_seconds=2, failure_fraction=1.0, exit_code=3)
-    with kwok_fleet(harness, kube, tmp_path, profile) as fleet:
+    with kwok_fleet(bed, kubeconfig, tmp_path, profile) as fleet:
         kube.create(gpu_claim_template("gpus", 1), ns)
         failing = [f"fail-{i}" for i in range(4)]
         for name in failing:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from dra_fake.core.featuregates import gate_string
-from dra_fake.fleet.core import FLEET_LABEL
+from dra_fake.fleet.kwok import kwok_args
 from dra_fake.fleet.workload import WorkloadProfile, stages_yaml
 from e2e.localcluster import values as chart_values
 from e2e.localcluster.controlplane import BIN_DIR, CONTROLLERS, REPO, STARTUP_TIMEOUT, ControlPlane, State
@@ -353,7 +353,8 @@ class LocalCluster(ControlPlane):
         fleet's; harness nodes have no such label): the pods bound there start, run and finish as
         `workload` says (its Stages, dra_fake.fleet.workload). It holds no Leases: the fleet renews
         its nodes' as a kubelet does (with Leases, KWOK would manage only the nodes whose Lease it
-        holds, and hold none another holder renews). Replaces a running one (another profile)."""
+        holds, and hold none another holder renews); its flags: dra_fake.fleet.kwok, as in a cluster.
+        Replaces a running one (another profile)."""
         self.stop_kwok()
         binary = BIN_DIR / "kwok"
         if not binary.exists():
@@ -362,20 +363,7 @@ class LocalCluster(ControlPlane):
         stages.parent.mkdir(parents=True, exist_ok=True)
         stages.write_text(stages_yaml(workload or WorkloadProfile()))
         proc = self._track(
-            spawn(
-                "kwok",
-                [
-                    str(binary),
-                    f"--kubeconfig={self.kubeconfig}",
-                    f"--config={stages}",
-                    "--manage-all-nodes=false",
-                    f"--manage-nodes-with-label-selector={FLEET_LABEL}",
-                    "--node-lease-duration-seconds=0",
-                    "--cidr=10.0.0.1/16",  # pod IPs (KWOK's default /24 runs out past 254 pods)
-                    "--v=INFO",
-                ],
-                self.logs,
-            )
+            spawn("kwok", [str(binary), *kwok_args(str(stages), str(self.kubeconfig))], self.logs)
         )
         # It logs "Watch nodes" once its flags and Stages are accepted (a bad one: it exits, its error shown).
         wait_for(
