@@ -62,7 +62,7 @@ demo-sharing: venv cluster-build ## shared GPUs and idle-GPU lending on a one-no
 lint: venv ## ruff, mypy, and the import layers (import-linter; docs/architecture.md)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy dra_fake computedomain e2e/localcluster e2e/kindcluster e2e/soak.py
+	$(VENV)/bin/mypy dra_fake computedomain e2e/localcluster e2e/kindcluster e2e/soak.py e2e/soakobjects.py e2e/soakoutages.py e2e/fleetrun.py
 	$(VENV)/bin/lint-imports --no-cache
 
 unit: venv ## unit tests (no cluster)

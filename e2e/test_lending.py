@@ -215,10 +215,11 @@ def test_claims_that_do_not_opt_in_or_a_gpu_without_owners_get_no_lend_view(
     ]
 
 
-# Both effects, forever; each named: the eviction controller of 1.37.2 ignores a toleration without
-# an explicit NoExecute effect (docs/sharing-design.md, 2.2).
+# Both effects, each named: the eviction controller of 1.37.2 ignores a toleration without an
+# explicit NoExecute effect (docs/sharing-design.md, 2.2); NoExecute for an hour (forever is refused).
 NOT_LENDABLE_TOLERATIONS = [
-    {"key": NOT_LENDABLE_TAINT, "operator": "Exists", "effect": e} for e in ("NoSchedule", "NoExecute")
+    {"key": NOT_LENDABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+    {"key": NOT_LENDABLE_TAINT, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 3600},
 ]
 
 
@@ -245,6 +246,30 @@ def test_a_spot_claim_on_a_busy_gpu_is_refused_at_prepare_naming_why(
     assert kube.pod(ns, "spot")["status"]["phase"] == "Pending"
     owner = kube.pod(ns, "owner")
     assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+
+
+def test_a_spot_claim_that_tolerates_reclaim_forever_is_refused_at_prepare(
+    kube: Kube, ns: str, lending_node: str
+) -> None:
+    """The allocation result carries the request's tolerations (1.35+): one that tolerates the
+    reclaim taint without tolerationSeconds could never be evicted, so the plugin refuses it even
+    on a lendable GPU."""
+    node = lending_node
+    uuid = str(published(kube, node)["gpu-0"]["attributes"]["uuid"]["string"])
+    kube.create(template("owned", GPU_DRIVER, uuid), ns)
+    forever = [SPOT_TOLERATION, {"key": NOT_LENDABLE_TAINT, "operator": "Exists", "effect": "NoExecute"}]
+    kube.create(template("spot-forever", f"spot.{GPU_DRIVER}", uuid, forever), ns)
+    pod_on(kube, ns, "owner", "owned", node, utilization="3")
+    kube.wait_running(ns, "owner")
+    poll("gpu-0 lendable", lambda: reclaim_taint(kube, node) is None, IDLE_FOR + 40)
+
+    pod_on(kube, ns, "spot", "spot-forever", node)
+    message = prepare_failure(kube, ns, "spot", "could never be reclaimed")
+    assert (
+        "prepare devices failed: requested device gpu-0-spot: the spot claim tolerates "
+        f"{NOT_LENDABLE_TAINT}=busy:NoExecute forever, so it could never be reclaimed"
+    ) in message, message
+    assert kube.pod(ns, "spot")["status"]["phase"] == "Pending"
 
 
 def lending_file(bed: TestBed, node: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_fake.gpu.taintrules import Drain, Rules
 from e2e.conftest import published
 from e2e.kube import Kube, poll
-from e2e.test_allocation import devices_of, pod, template, unschedulable
+from e2e.test_allocation import pod, running_on_one_gpu, template, unschedulable
 from e2e.test_faults import fault_cli
 
 pytestmark = pytest.mark.needs("device-taint-rules")
@@ -44,10 +44,7 @@ def uuid_template(name: str, uuid: str) -> str:
 def test_a_noexecute_drain_evicts_the_pod_and_undrain_frees_the_device(
     kube: Kube, kubeconfig: Path, ns: str, full_gpu_node: str, drains: list[str]
 ) -> None:
-    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
-    kube.create(pod("holder", "one", full_gpu_node), ns)
-    kube.wait_running(ns, "holder")
-    [device] = devices_of(kube, ns, "holder")
+    device = running_on_one_gpu(kube, ns, full_gpu_node, "holder")
     drains.append(full_gpu_node)
     out = fault_cli(kubeconfig, "drain", "--node", full_gpu_node, "--device", device)
     name = Drain(pool=full_gpu_node, device=device).rule_name()  # kind's node names have dots
@@ -88,9 +85,7 @@ def test_a_noexecute_drain_evicts_the_pod_and_undrain_frees_the_device(
 def test_a_noschedule_drain_of_a_node_keeps_running_pods(
     kube: Kube, kubeconfig: Path, ns: str, full_gpu_node: str, drains: list[str]
 ) -> None:
-    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
-    kube.create(pod("running", "one", full_gpu_node), ns)
-    kube.wait_running(ns, "running")
+    running_on_one_gpu(kube, ns, full_gpu_node, "running")
     drains.append(full_gpu_node)
     fault_cli(
         kubeconfig, "drain", "--node", full_gpu_node, "--effect", "NoSchedule", "--name", f"{ns}-cordon"

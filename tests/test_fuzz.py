@@ -151,6 +151,20 @@ results = st.lists(
             "device": st.sampled_from(DEVICES) | st.text(max_size=10),
             "adminAccess": st.booleans(),
             "shareID": st.uuids().map(str),
+            "tolerations": st.lists(
+                objects(
+                    {
+                        "key": st.sampled_from(["dra-fake.dev/not-lendable", ""]) | json_values,
+                        "operator": st.sampled_from(["Exists", "Equal"]) | json_values,
+                        "value": st.sampled_from(["busy", "unowned"]) | json_values,
+                        "effect": st.sampled_from(["NoExecute", "NoSchedule", ""]) | json_values,
+                        "tolerationSeconds": st.integers() | json_values,
+                    }
+                )
+                | json_values,
+                max_size=2,
+            )
+            | json_values,
         }
     )
     | json_values,

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from dra_fake.core.flags import LOG_LEVELS
 from dra_fake.fleet.core import FLEET_LABEL
 
 
@@ -68,7 +69,7 @@ def add_fleet_parser(sub: Any) -> None:
         action="store_true",
         help="exit once every node is published, printing a JSON summary (wall time, API requests, RSS)",
     )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.add_argument("--log-format", default="text", choices=["text", "json"])
 
 

@@ -16,12 +16,13 @@ the lend views' taints.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from dra_fake.core.claims import Toleration
 from dra_fake.gpu.devices import AllocatableDevice
 from dra_fake.gpu.faults import rfc3339
 from dra_fake.gpu.inventory import Inventory
@@ -244,6 +245,26 @@ def refusal(view: str, gpu: str, state: str) -> str:
     return (
         f"prepare devices failed: requested device {view} is not lendable now: GPU {gpu} is {state} "
         f"({NOT_LENDABLE_TAINT}={state}: {why})"
+    )
+
+
+def tolerated_forever(tolerations: Sequence[Toleration]) -> str | None:
+    """The reclaim state (`busy`, `unowned`) whose NoExecute taint a spot result tolerates without
+    tolerationSeconds: kube-controller-manager would never evict it, so it could never be
+    reclaimed. Kubernetes' matching: an empty key or effect tolerates every key or effect."""
+    forever = [t for t in tolerations if t.seconds is None]
+    return next(
+        (s for s in (BUSY, UNOWNED) if any(t.tolerates(NOT_LENDABLE_TAINT, s, EFFECT[s]) for t in forever)),
+        None,
+    )
+
+
+def unreclaimable(view: str, state: str) -> str:
+    """Why a spot claim that tolerates a reclaim forever is not prepared (permanent: the claim)."""
+    return (
+        f"prepare devices failed: requested device {view}: the spot claim tolerates "
+        f"{NOT_LENDABLE_TAINT}={state}:NoExecute forever, so it could never be reclaimed "
+        "(give that toleration tolerationSeconds)"
     )
 
 
