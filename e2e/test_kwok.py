@@ -144,3 +144,7 @@ def test_kwok_failure_profile(bed: TestBed, kubeconfig: Path, kube: Kube, ns: st
         service = pods["service"]
         assert service["status"]["phase"] == "Running"
         assert service["spec"]["nodeName"].startswith(f"{fleet}-")
+        # Deleted, it is gone at once: KWOK confirms the deletion as a kubelet does (left to the pod
+        # garbage collector once its node is deleted, it would take 40 s more).
+        kube.core.delete_namespaced_pod("service", ns)
+        poll("the deleted pod removed", lambda: not kube.pod_exists(ns, "service"), 15, 0.5)  # grace: 30 s
