@@ -23,7 +23,7 @@ NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 
 .PHONY: help native venv cluster-build cluster-up cluster-down demo demo-sharing test unit fuzz soak e2e lint proto bench bench-smoke clean chart-check chart-lint tools image \
-	kind-host kind-host-reset kind-images kind-up kind-down e2e-kind kind-matrix demo-kind kind-readme generate release
+	kind-host kind-host-reset kind-images kind-up kind-down kind-kwok e2e-kind kind-matrix demo-kind kind-readme generate release
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -62,7 +62,7 @@ demo-sharing: venv cluster-build ## shared GPUs and idle-GPU lending on a one-no
 lint: venv ## ruff, mypy, and the import layers (import-linter; docs/architecture.md)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy dra_fake computedomain e2e/localcluster e2e/kindcluster e2e/soak.py
+	$(VENV)/bin/mypy dra_fake computedomain e2e/localcluster e2e/kindcluster e2e/soak.py e2e/soakobjects.py e2e/soakoutages.py e2e/fleetrun.py
 	$(VENV)/bin/lint-imports --no-cache
 
 unit: venv ## unit tests (no cluster)
@@ -126,6 +126,11 @@ kind-up: kind-images ## kind cluster dra-fake-<minor>, chart installed by Helm: 
 
 kind-down: ## delete the kind cluster of K8S
 	@if [ -x $(PY) ]; then $(PY) -m e2e.kindcluster down --k8s $(K8S); fi
+
+KWOK_DELETE ?=
+kind-kwok: venv ## KWOK in the kind cluster of K8S for dra-fake fleet's nodes, pods run as WORKLOAD=w.yaml says (KWOK_DELETE=1 removes it)
+	hack/kind/kwok-image.sh
+	$(PY) -m e2e.kindcluster kwok --k8s $(K8S) $(if $(WORKLOAD),--workload $(WORKLOAD)) $(if $(KWOK_DELETE),--delete)
 
 e2e-kind: kind-images ## the e2e suite in real containers on the kind cluster of K8S (brought up if not running)
 	hack/install-tools.sh helm

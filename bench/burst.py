@@ -23,8 +23,10 @@ from typing import Any
 
 from kubernetes import client
 
-from bench.common import REPO, ensure_namespace, latency_summary
-from bench.prepare import NAMESPACE, Driver, cluster_api, drabench_prepare, make_claims, start_all
+from bench.claims import NAMESPACE, make_claims
+from bench.common import REPO, cluster_api, ensure_namespace, latency_summary
+from bench.driver import Driver, start_all
+from bench.prepare import drabench_prepare
 from e2e.localcluster import LocalCluster
 
 ROOT = Path("/tmp/lc-bench")

@@ -11,13 +11,16 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.core.kube import get_json
+from dra_fake.core.kube import get_json, kube_configuration
 from dra_fake.fleet.core import NodeTemplate
+
+if TYPE_CHECKING:
+    from e2e.localcluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[1]
 REFDRIVER = REPO / "bench" / "refdriver"
@@ -246,3 +249,14 @@ def ensure_namespace(core: client.CoreV1Api, name: str) -> None:
     except ApiException as err:
         if err.status != 409:
             raise
+
+
+BENCH_CONNECTIONS = 32  # the bench's threads making requests at once (16 creators, watches, pollers)
+
+
+def cluster_api(cluster: LocalCluster) -> client.ApiClient:
+    """The bench's client, with a connection pool for all its threads: past the pool's size each
+    request opened a TLS connection and dropped it, load the API server took from what is measured."""
+    configuration = kube_configuration(str(cluster.kubeconfig))  # no request timeouts: long deletions
+    configuration.connection_pool_maxsize = BENCH_CONNECTIONS
+    return client.ApiClient(configuration)

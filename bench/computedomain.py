@@ -14,8 +14,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from bench.common import BenchError, any_left, ensure_namespace, latency_summary, poll, spread
-from bench.prepare import cluster_api
+from bench.common import BenchError, any_left, cluster_api, ensure_namespace, latency_summary, poll, spread
 from computedomain.api import (
     CD_LABEL,
     CLIQUE_LABEL,

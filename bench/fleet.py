@@ -20,12 +20,12 @@ from bench.common import (
     BenchError,
     any_left,
     children_cpu_seconds,
+    cluster_api,
     poll,
     process_cpu_seconds,
     run_json,
     spread,
 )
-from bench.prepare import cluster_api
 from dra_fake.core.kube import get_json, release, request
 from dra_fake.core.poolsync import slice_name
 from dra_fake.core.slices import slice_manifest, slice_spec

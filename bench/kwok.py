@@ -20,9 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.common import CONFIGS, BenchError, any_left, poll, spread
+from bench.common import CONFIGS, BenchError, any_left, cluster_api, poll, spread
 from bench.fleet import _cleanup
-from bench.prepare import cluster_api
 from dra_fake.core.kube import get_json, release, request, send_json
 from dra_fake.fleet.core import FLEET_LABEL, FLEET_TOLERATION
 from dra_fake.fleet.workload import WorkloadProfile

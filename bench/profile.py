@@ -18,13 +18,16 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from bench.claims import make_claims
 from bench.common import (
     REPO,
     BenchError,
+    cluster_api,
     ensure_namespace,
     tree_facts,
 )
-from bench.prepare import Driver, cluster_api, drabench_prepare, make_claims, start_all
+from bench.driver import Driver, start_all
+from bench.prepare import drabench_prepare
 from e2e.localcluster import LocalCluster
 
 ROOT = Path("/tmp/lc-bench")

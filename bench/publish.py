@@ -11,8 +11,8 @@ from typing import Any
 import grpc
 from kubernetes import client
 
-from bench.common import CONFIGS, BenchError, rss_bytes, spread
-from bench.prepare import Driver, cluster_api, pool_complete
+from bench.common import CONFIGS, BenchError, cluster_api, rss_bytes, spread
+from bench.driver import Driver, pool_complete
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2_grpc as regrpc
 from e2e.localcluster import LocalCluster

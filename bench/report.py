@@ -17,6 +17,11 @@ RESULTS = Path(__file__).resolve().parent / "results"
 HISTORY = RESULTS / "history.jsonl"  # one line per full run of make bench (history_line)
 
 
+def _table(header: str) -> list[str]:
+    """A Markdown table's header (its columns joined by " | ") and separator lines."""
+    return [f"| {header} |", "|" + " --- |" * (header.count(" | ") + 1)]
+
+
 def _lat(s: dict[str, Any]) -> str:
     return f"{s['p50_ms']:.2f} / {s['p95_ms']:.2f} / {s['p99_ms']:.2f}"
 
@@ -37,8 +42,7 @@ def _kwok(kw: dict[str, Any]) -> list[str]:
         "(DRA) or none (plain KWOK), on the same nodes. Rates: pods over the seconds from the first "
         "create until the last is bound (allocated, Running), polled every second: median [min-max].",
         "",
-        "| run | create s | pods scheduled/s | claims allocated/s | pods Running/s |",
-        "| --- | --- | --- | --- | --- |",
+        *_table("run | create s | pods scheduled/s | claims allocated/s | pods Running/s"),
     ]
     for name in ("dra", "plain"):
         r = kw[name]
@@ -68,8 +72,7 @@ def _prepare(prep: dict[str, Any]) -> list[str]:
         "",
         "What each driver does per claim:",
         "",
-        "| call | driver | work | files, fsyncs |",
-        "| --- | --- | --- | --- |",
+        *_table("call | driver | work | files, fsyncs"),
         *(f"| {call} | {driver} | {work} | {cost} |" for call, driver, work, cost in PER_CLAIM_WORK),
         "",
     ]
@@ -80,9 +83,11 @@ def _prepare(prep: dict[str, Any]) -> list[str]:
         )
     out += [
         "",
-        "| storage | devices/claim | callers | driver | prepare p50 ms | prepare p99 ms | unprepare p50 ms "
-        "| unprepare p99 ms | prepare claims/s | unprepare claims/s | CPU ms per claim | checkpoint bytes (claims held) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *_table(
+            "storage | devices/claim | callers | driver | prepare p50 ms | prepare p99 ms | "
+            "unprepare p50 ms | unprepare p99 ms | prepare claims/s | unprepare claims/s | "
+            "CPU ms per claim | checkpoint bytes (claims held)"
+        ),
     ]
     for case in prep["cases"]:
         head = f"| {case['storage']} | {case['devices_per_claim']} | {case['callers']}"
@@ -118,8 +123,9 @@ def _sharing(result: dict[str, Any]) -> list[str]:
         f"times ({result['storage']}): median [min-max]; ratio = share / full of the medians (budget "
         f"{BUDGET}x for the latencies: {'kept' if result['within_budget'] else 'EXCEEDED'}).",
         "",
-        "| claims | prepare p50 ms | prepare p99 ms | unprepare p50 ms | unprepare p99 ms | CPU ms/claim |",
-        "| --- | --- | --- | --- | --- | --- |",
+        *_table(
+            "claims | prepare p50 ms | prepare p99 ms | unprepare p50 ms | unprepare p99 ms | CPU ms/claim"
+        ),
     ]
     for kind, label in (("share", "shares"), ("full", "full GPUs")):
         out.append(f"| {label} | " + " | ".join(_spread(result[kind], key, 2) for key in KEYS) + " |")
@@ -141,8 +147,7 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
         "",
         "## Machine",
         "",
-        "| fact | value |",
-        "| --- | --- |",
+        *_table("fact | value"),
     ]
     for key in (
         "date_utc",
@@ -182,8 +187,7 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
             "",
             "## Floor of this machine",
             "",
-            "| operation | p50 / p95 / p99 (ms) | n |",
-            "| --- | --- | --- |",
+            *_table("operation | p50 / p95 / p99 (ms) | n"),
         ]
         for key, label in (
             (
@@ -215,9 +219,10 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
             f"generation. RSS: 5 s after that. Each plugin started {len(next(iter(pub.values()))['repetitions'])} "
             "times (the plugins alternating): median [min-max].",
             "",
-            "| plugin | slices | devices | registration socket s | registered with kubelet s | "
-            "all slices visible s | RSS at rest MiB |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            *_table(
+                "plugin | slices | devices | registration socket s | registered with kubelet s | "
+                "all slices visible s | RSS at rest MiB"
+            ),
         ]
         for name, r in pub.items():
             registered = (
@@ -243,10 +248,11 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
             "[min-max]; fleet / bare = the ratio of the medians, and the ratios of the single "
             "repetitions beside it.",
             "",
-            "| nodes | fleet wall s | fleet API requests | fleet RSS MiB (max) | bare client wall s | "
-            "bare API requests | fleet / bare wall | per repetition | CPU s fleet / bare | "
-            "API server CPU s fleet / bare |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            *_table(
+                "nodes | fleet wall s | fleet API requests | fleet RSS MiB (max) | bare client wall s | "
+                "bare API requests | fleet / bare wall | per repetition | CPU s fleet / bare | "
+                "API server CPU s fleet / bare"
+            ),
         ]
         for r in fl["runs"]:
             cpu = (
@@ -291,8 +297,9 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
             f"controller has removed them. Each size ran {cd.get('repeat', 1)} times: median [min-max] of "
             "each figure (the percentiles are over the domains of one burst).",
             "",
-            "| CDs | create calls s | p50 ms | p95 ms | p99 ms | mean ms | all reconciled s | all deleted s |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            *_table(
+                "CDs | create calls s | p50 ms | p95 ms | p99 ms | mean ms | all reconciled s | all deleted s"
+            ),
         ]
         for b in cd["bursts"]:
             out.append(
@@ -307,8 +314,7 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
             "binds the daemon pod, sets it Running and Ready as a kubelet would, and writes the clique as the IMEX "
             f"daemon would; status polled every {r['poll_interval_ms']:g} ms):",
             "",
-            "| transition | p50 / p95 / p99 ms | mean ms |",
-            "| --- | --- | --- |",
+            *_table("transition | p50 / p95 / p99 ms | mean ms"),
             f"| clique says the daemon is Ready -> CD status Ready | {_lat(r['clique_ready_to_status_ready'])} | "
             f"{r['clique_ready_to_status_ready']['mean_ms']} |",
             f"| daemon pod Ready=False -> CD status NotReady | {_lat(r['pod_not_ready_to_status_not_ready'])} | "
@@ -368,8 +374,10 @@ def across_runs(history: list[dict[str, Any]]) -> list[str]:
         "socket (at most 0.5 s); 200 ComputeDomains, p99 create -> objects (at most 1000 ms). "
         "`-`: not measured by that run.",
         "",
-        "| date (UTC) | commit | CPU steal % | prepare 1 x 1 | 1 x 16 | 8 x 1 | 8 x 16 | fleet 1000 / bare | start -> socket s | 200 CDs p99 ms |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *_table(
+            "date (UTC) | commit | CPU steal % | prepare 1 x 1 | 1 x 16 | 8 x 1 | 8 x 16 | "
+            "fleet 1000 / bare | start -> socket s | 200 CDs p99 ms"
+        ),
     ]
     for h in lines:
         prepare = " | ".join(_p50_ratio(h, *case) for case in PREPARE_CASES)

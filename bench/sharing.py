@@ -14,8 +14,10 @@ from typing import Any
 
 from kubernetes import client
 
-from bench.common import CONFIGS, ensure_namespace, ensure_node, poll, spread
-from bench.prepare import NAMESPACE, OURS, STORAGE, Driver, _claim, cluster_api, create_allocated, drive
+from bench.claims import NAMESPACE, claim_manifests, create_allocated
+from bench.common import CONFIGS, cluster_api, ensure_namespace, ensure_node, poll, spread
+from bench.driver import OURS, Driver
+from bench.prepare import STORAGE, drive
 from e2e.localcluster import LocalCluster
 
 CONFIG = CONFIGS / "h100x72-shares.yaml"  # gpu-0..7 shared (memory), gpu-8..71 exclusive
@@ -29,7 +31,7 @@ NODE = "bench-shares"
 def share_claim(name: str, node: str, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """A claim of SHARE_MEMORY of a shared GPU, allocated as the scheduler would: a fresh share ID
     and what the share consumes."""
-    spec, status = _claim(name, OURS, node, [device])
+    spec, status = claim_manifests(name, OURS, node, [device])
     spec["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"memory": SHARE_MEMORY}}
     [result] = status["status"]["allocation"]["devices"]["results"]
     result.update(shareID=str(uuid.uuid4()), consumedCapacity={"memory": SHARE_MEMORY})
@@ -49,7 +51,7 @@ def make_claims(custom: client.CustomObjectsApi, node: str) -> dict[str, list[di
         create_allocated(
             custom,
             f"{node}-full-{i:03d}",
-            *_claim(f"{node}-full-{i:03d}", OURS, node, [f"gpu-{SHARED_GPUS + i}"]),
+            *claim_manifests(f"{node}-full-{i:03d}", OURS, node, [f"gpu-{SHARED_GPUS + i}"]),
         )
         for i in range(FULL_CLAIMS)
     ]

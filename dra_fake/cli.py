@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dra_fake.core.flags import EnvDefault, add_plugin_flags, env_flag
+from dra_fake.core.flags import LOG_LEVELS, EnvDefault, add_plugin_flags, env_flag
 
 DEFAULT_DRIVER = "gpu.nvidia.com"
 
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     labels.add_argument("action", choices=["remove"])
     labels.add_argument("--node", action="append", default=[], help="only this node (repeatable)")
     env_flag(labels, "--kubeconfig", default="")
-    labels.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    labels.add_argument("--log-level", default="info", choices=LOG_LEVELS)
 
     from computedomain.cli import add_parsers as add_compute_domain_parsers
 

@@ -7,7 +7,8 @@ internals), "kind" (Helm and real containers of our kind cluster), "node" (node 
 processes: harness or kind), "partitionable" (dynamic MIG: counters in ResourceSlices),
 "counter-rollback" (a scheduler that gives back the counters of a device a constraint rejected:
 not 1.34 and 1.35, docs/reference/kubernetes-dra.md#counter-leak-in-the-134-and-135-allocator),
-"consumable-shares" and "gpu-lending" (1.36+: docs/sharing.md). Tests a
+"consumable-shares" and "gpu-lending" (1.36+: docs/sharing.md), "kwok" (a bed that starts KWOK:
+harness or kind). Tests a
 cluster cannot run are deselected at collection, with the reason printed, never skipped: in CI
 a skip is a failure.
 """
@@ -104,14 +105,21 @@ class Environment:
                 "GPU lending needs device taints and their eviction (DRADeviceTaints), beta and on from "
                 "1.36 (alpha in 1.33 to 1.35, where these tests are not run)",
             ),
+            # 1.36 serves DeviceTaintRule in v1beta2, off by default: a 1.36 server that serves
+            # v1beta2 is ours with DRADeviceTaintRules on too (e2e/kindcluster/versions.py).
             "device-taint-rules": (
-                self.server_minor >= 37,
-                "DeviceTaintRules as resource.k8s.io/v1 (Kubernetes 1.37; 1.36 serves v1beta2 behind a gate)",
+                self.server_minor >= 37 or (self.server_minor == 36 and "v1beta2" in self.resource_versions),
+                "DeviceTaintRules need resource.k8s.io/v1 (Kubernetes 1.37) or, on 1.36, the gate "
+                "DRADeviceTaintRules and resource.k8s.io/v1beta2",
             ),
             "binding-conditions": (
                 self.server_minor >= 36 and self.bed == "harness",
                 "binding conditions need DRADeviceBindingConditions (on from 1.36) and a plugin started "
                 "with a fabric-attached inventory (the harness)",
+            ),
+            "kwok": (
+                self.bed in ("harness", "kind"),
+                "KWOK fleets need a test bed that starts KWOK (the harness's process, kind's Deployment)",
             ),
             "device-health": (
                 self.server_minor >= 36 and self.bed in ("harness", "kind"),

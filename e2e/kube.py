@@ -157,6 +157,17 @@ class Kube:
     def pod(self, ns: str, name: str) -> dict[str, Any]:
         return self.api.sanitize_for_serialization(self.core.read_namespaced_pod(name, ns))  # type: ignore[no-any-return]
 
+    def unschedulable(self, ns: str, name: str) -> str | None:
+        """The scheduler's message while the pod is Unschedulable, else None."""
+        for cond in self.pod(ns, name).get("status", {}).get("conditions") or []:
+            if (
+                cond["type"] == "PodScheduled"
+                and cond["status"] == "False"
+                and cond.get("reason") == "Unschedulable"
+            ):
+                return str(cond.get("message"))
+        return None
+
     def pod_exists(self, ns: str, name: str) -> bool:
         try:
             self.core.read_namespaced_pod(name, ns)
@@ -223,6 +234,19 @@ class Kube:
     def allocated_devices(self, claim: dict[str, Any]) -> list[tuple[str, str, str]]:
         results = claim.get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
         return [(r["request"], r["pool"], r["device"]) for r in results]
+
+
+def gpu_claim_template(name: str, count: int = 1) -> dict[str, Any]:
+    """A ResourceClaimTemplate asking for `count` GPUs of class gpu.nvidia.com, in request `gpu`."""
+    exactly: dict[str, Any] = {"deviceClassName": "gpu.nvidia.com"}
+    if count != 1:
+        exactly["count"] = count
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }
 
 
 def pod_with_claim_template(name: str, template: str, requests: int = 1) -> dict[str, Any]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from e2e.localcluster.cluster import CHECKED_SPECS, REPO, LocalCluster
+from e2e.localcluster.cluster import CHECKED_SPECS, LocalCluster
+from e2e.localcluster.controlplane import REPO
 from e2e.localcluster.processes import Process, spawn, wait_for
 
 GATES_FLAG = "--feature-gates="

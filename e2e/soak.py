@@ -26,7 +26,6 @@ with one time slice; docs/sharing-design.md): one share's unprepare cut off must
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import logging
 import random
@@ -45,19 +44,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from computedomain.api import (
-    API_VERSION,
     CD_LABEL,
     CHANNEL_CLASS,
     CHANNEL_KIND,
-    CLIQUE_LABEL,
-    CLIQUE_PLURAL,
     DAEMON_CLASS,
     DAEMON_KIND,
-    GROUP,
-    PLURAL,
-    STATUS_READY,
-    VERSION,
-    clique_object_name,
 )
 from computedomain.api import DRIVER_NAME as CD_DRIVER
 from computedomain.imex import domain_dir
@@ -66,11 +57,11 @@ from dra_fake.core.checkpoint import read_claims
 from dra_fake.core.resourceapi import as_dict
 from dra_fake.kubelet.pb.dra.v1 import api_pb2, api_pb2_grpc
 from e2e.kube import Kube, poll
-from e2e.localcluster.cluster import CD_CLIQUE_ID, CD_NAMESPACE, LocalCluster
+from e2e.localcluster.cluster import CD_NAMESPACE, LocalCluster
 from e2e.pluginflags import SHARES_GATES, start_gpu_plugin
+from e2e.soakobjects import GPU_DRIVER, Wanted, claim_with_pod, create_domain, delete_custom, remove_domain
 
 log = logging.getLogger("soak")
-GPU_DRIVER = "gpu.nvidia.com"
 DRIVERS = (GPU_DRIVER, CD_DRIVER)
 PREPARED, UNPREPARED, UNKNOWN = "prepared", "unprepared", "unknown"
 CALL_TIMEOUT = 30.0
@@ -83,21 +74,6 @@ SOAK_INVENTORY = {
     ]
 }
 SHARES = 3  # of 20Gi each: they fit one H100 (81559 MiB)
-SHARE_REQUEST = {
-    "deviceClassName": GPU_DRIVER,
-    "selectors": [{"cel": {"expression": "device.allowMultipleAllocations"}}],
-    "capacity": {"requests": {"memory": "20Gi"}},
-}
-SHARE_CONFIG = {
-    "opaque": {
-        "driver": GPU_DRIVER,
-        "parameters": {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "GpuConfig",
-            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
-        },
-    }
-}
 
 
 @dataclass
@@ -189,29 +165,18 @@ class KillSoak:
                 self._start[driver](self.node, wait=False)
             for driver in DRIVERS:
                 poll(f"{driver} slices of {self.node}", partial(self.kube.slices, driver, self.node), 60)
-            self.domain_uid = self._create_domain()
+            self.domain_uid = create_domain(self.kube, self.namespace, self.node)
             # The shares first, allocated before any whole-GPU claim could take their GPU.
-            shares: list[tuple[str, str, str, str | None]] = [
-                (self.namespace, f"s{i}", GPU_DRIVER, None) for i in range(SHARES)
-            ]
-            for namespace, name, device_class, _ in shares:
-                self._claim_with_pod(namespace, name, device_class, None, share=True)
-                pods.append((namespace, name))
-            self._allocated(shares)
-            allocated_shares = self.claims
-            # (namespace, claim and pod name, device class, opaque config kind)
-            wanted: list[tuple[str, str, str, str | None]] = [
+            shares: list[Wanted] = [(self.namespace, f"s{i}", GPU_DRIVER, None) for i in range(SHARES)]
+            allocated_shares = self._allocate(shares, pods, share=True)
+            wanted: list[Wanted] = [
                 (self.namespace, f"c{i}", GPU_DRIVER, None) for i in range(self.claim_count)
             ]
             wanted += [
                 (self.namespace, "channel", CHANNEL_CLASS, CHANNEL_KIND),
                 (CD_NAMESPACE, f"{self.node}-daemon", DAEMON_CLASS, DAEMON_KIND),
             ]
-            for namespace, name, device_class, config_kind in wanted:
-                self._claim_with_pod(namespace, name, device_class, config_kind)
-                pods.append((namespace, name))
-            self._allocated(wanted)
-            self.claims += allocated_shares
+            self.claims = self._allocate(wanted, pods) + allocated_shares
             yield self
         finally:
             self._stop.set()
@@ -223,88 +188,21 @@ class KillSoak:
                 with contextlib.suppress(ApiException):
                     self.kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
                 if namespace == CD_NAMESPACE:
-                    self._delete_custom(*self.kube.resource, namespace, "resourceclaims", name)
+                    delete_custom(self.kube, *self.kube.resource, namespace, "resourceclaims", name)
             if self.domain_uid:
-                self._remove_domain()
+                remove_domain(self.kube, self.namespace, self.domain_uid)
             self.kube.delete_namespace(self.namespace, wait=True)
             self.kube.core.delete_node(self.node)  # its slices go with it (owner reference)
 
-    def _create_domain(self) -> str:
-        """A ComputeDomain in the soak namespace, and its clique with this node's daemon Ready (what
-        the IMEX daemon would write): a channel prepare finds the daemon Ready at once."""
-        cd = as_dict(
-            self.kube.custom.create_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                self.namespace,
-                PLURAL,
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": "ComputeDomain",
-                    "metadata": {"name": "soak"},
-                    "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "soak-channel"}}},
-                },
-            )
-        )
-        uid = str(cd["metadata"]["uid"])
-        daemon = {"nodeName": self.node, "ipAddress": "192.0.2.1", "cliqueID": CD_CLIQUE_ID, "index": 0}
-        self.kube.custom.create_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            CD_NAMESPACE,
-            CLIQUE_PLURAL,
-            {
-                "apiVersion": API_VERSION,
-                "kind": "ComputeDomainClique",
-                "metadata": {
-                    "name": clique_object_name(uid, CD_CLIQUE_ID),
-                    "labels": {CD_LABEL: uid, CLIQUE_LABEL: CD_CLIQUE_ID},
-                },
-                "daemons": [{**daemon, "status": STATUS_READY}],
-            },
-        )
-        return uid
+    def _allocate(
+        self, wanted: list[Wanted], pods: list[tuple[str, str]], share: bool = False
+    ) -> list[Claim]:
+        """Each wanted claim with its pod (soakobjects.claim_with_pod; added to `pods` for the
+        clean-up), once the scheduler allocated them all."""
+        for claim in wanted:
+            claim_with_pod(self.kube, self.node, self.domain_uid, claim, share)
+            pods.append(claim[:2])
 
-    def _claim_with_pod(
-        self, namespace: str, name: str, device_class: str, config_kind: str | None, share: bool = False
-    ) -> None:
-        """A claim of one device of `device_class` (with the domain's opaque config unless
-        `config_kind` is None; a share of the shared GPU with its time slice if `share`) and a pod
-        bound to this node that uses it, both called `name`."""
-        exactly = SHARE_REQUEST if share else {"deviceClassName": device_class}
-        devices: dict[str, Any] = {"requests": [{"name": "dev", "exactly": exactly}]}
-        if share:
-            devices["config"] = [SHARE_CONFIG]
-        if config_kind is not None:
-            parameters = {"apiVersion": API_VERSION, "kind": config_kind, "domainID": self.domain_uid}
-            devices["config"] = [{"opaque": {"driver": CD_DRIVER, "parameters": parameters}}]
-        self.kube.create(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": name},
-                "spec": {"devices": devices},
-            },
-            namespace,
-        )
-        self.kube.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name},
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": self.node},
-                    "tolerations": [{"operator": "Exists"}],  # the node is never Ready
-                    "resourceClaims": [{"name": "dev", "resourceClaimName": name}],
-                    "containers": [
-                        {"name": "c", "image": "none", "resources": {"claims": [{"name": "dev"}]}}
-                    ],
-                },
-            },
-            namespace,
-        )
-
-    def _allocated(self, wanted: list[tuple[str, str, str, str | None]]) -> None:
         def allocated() -> list[Claim] | None:
             found = []
             for namespace, name, device_class, _ in wanted:
@@ -319,36 +217,7 @@ class KillSoak:
                 found.append(Claim(name, namespace, claim["metadata"]["uid"], driver))
             return found
 
-        self.claims = poll(f"{len(wanted)} claims allocated on {self.node}", allocated, 90)
-
-    def _delete_custom(self, group: str, version: str, namespace: str, plural: str, name: str) -> None:
-        """Delete an object, its finalizers first: no controller may be left to remove them."""
-        with contextlib.suppress(ApiException):
-            self.kube.custom.patch_namespaced_custom_object(
-                group, version, namespace, plural, name, {"metadata": {"finalizers": None}}
-            )
-        with contextlib.suppress(ApiException):
-            self.kube.custom.delete_namespaced_custom_object(group, version, namespace, plural, name)
-
-    def _remove_domain(self) -> None:
-        """The domain, its clique and what a ComputeDomain controller may have made for it (claim
-        templates, a DaemonSet): a controller may run during the soak, or have stopped before this."""
-        selector = f"{CD_LABEL}={self.domain_uid}"
-        self._delete_custom(GROUP, VERSION, self.namespace, PLURAL, "soak")
-        kinds = [
-            (GROUP, VERSION, CLIQUE_PLURAL),
-            (*self.kube.resource, "resourceclaimtemplates"),
-            ("apps", "v1", "daemonsets"),
-        ]
-        for group, version, plural in kinds:
-            for namespace in (self.namespace, CD_NAMESPACE):
-                found = as_dict(
-                    self.kube.custom.list_namespaced_custom_object(
-                        group, version, namespace, plural, label_selector=selector
-                    )
-                )
-                for item in found["items"]:
-                    self._delete_custom(group, version, namespace, plural, item["metadata"]["name"])
+        return poll(f"{len(wanted)} claims allocated on {self.node}", allocated, 90)
 
     # ---- the kubelet side --------------------------------------------------------------------
     def _call(self, prepare: bool, claims: list[Claim], driver: str = "") -> dict[str, str]:
@@ -564,16 +433,6 @@ class KillSoak:
         return self.report
 
 
-# ---- API outages and leader election ----------------------------------------------------------
-
-
-@dataclass
-class Leadership:
-    replica: str
-    start: float
-    end: float  # when it logged the loss, or the end of the run
-
-
 def leftover_temp_files(directory: Path, rewritten: Path | None = None, within: float = 3.0) -> list[str]:
     """Temp files under `directory`. Under `rewritten`, a directory the running plugin keeps
     rewriting, a listing can catch a write in flight, whose temp file is renamed away within
@@ -586,92 +445,3 @@ def leftover_temp_files(directory: Path, rewritten: Path | None = None, within: 
         time.sleep(0.05)  # polling the named files until the deadline, not a synchronisation
         in_flight = [p for p in in_flight if p.exists()]
     return sorted(p.name for p in left + in_flight)
-
-
-def leaderships(log_text: str, replica: str, now: float) -> list[Leadership]:
-    """The intervals a controller replica led, from its JSON log (all its restarts)."""
-    spans: list[Leadership] = []
-    began: float | None = None
-    for line in log_text.splitlines():
-        if line.startswith("===="):  # a restart: a leader that died without a word (none should)
-            if began is not None:  # may have led until any time: count it as leading to the end
-                spans.append(Leadership(replica, began, now))
-                began = None
-            continue
-        if not line.startswith("{"):
-            continue
-        entry = json.loads(line)
-        ts = dt.datetime.fromisoformat(entry["ts"].replace("Z", "+00:00")).timestamp()
-        if entry["msg"] == "became leader":
-            began = ts
-        elif entry["msg"].startswith("leadership lost") and began is not None:
-            spans.append(Leadership(replica, began, ts))
-            began = None
-    if began is not None:
-        spans.append(Leadership(replica, began, now))
-    return spans
-
-
-def overlapping(spans: list[Leadership]) -> list[str]:
-    """Pairs of replicas that led at the same time."""
-    found = []
-    for a in spans:
-        for b in spans:
-            if a.replica < b.replica and a.start < b.end and b.start < a.end:
-                found.append(
-                    f"{a.replica} led {a.start:.3f}-{a.end:.3f}, {b.replica} {b.start:.3f}-{b.end:.3f}"
-                )
-    return found
-
-
-class ApiOutages:
-    """Stops the API server for 1-12 s (longer than the leader's renew deadline, 10 s, now and
-    then) while the call stream runs and two controller replicas compete for the lease."""
-
-    REPLICAS = ("cd-controller-a", "cd-controller-b")
-
-    def __init__(self, soak: KillSoak) -> None:
-        self.soak, self.cluster = soak, soak.cluster
-        self.restarts = 0
-        # Only what this run logs counts: earlier runs appended to the same files.
-        self.log_offsets = {
-            name: self._log(name).stat().st_size if self._log(name).exists() else 0 for name in self.REPLICAS
-        }
-
-    def _log(self, name: str) -> Path:
-        return self.cluster.logs / f"{name}.log"
-
-    @contextmanager
-    def replicas(self) -> Iterator[ApiOutages]:
-        for name in self.REPLICAS:
-            self.start(name)
-        poll("a controller replica leading", lambda: self.leader_overlaps() != ["no replica ever led"], 60)
-        try:
-            yield self
-        finally:
-            for name in self.REPLICAS:
-                self.cluster.stop_cd_controller(name=name)
-
-    def start(self, name: str) -> None:
-        self.cluster.start_cd_controller(
-            name, ["--leader-elect=true", f"--leader-elect-identity={name}", "--log-format=json"]
-        )
-
-    def outage(self, rng: random.Random) -> None:
-        self.cluster.stop_apiserver()
-        time.sleep(rng.uniform(1.0, 12.0))  # the outage's length, not a synchronisation
-        self.cluster.start_apiserver()
-        for name in self.REPLICAS:  # a replica that lost the lease exits; its kubelet restarts it
-            if not self.cluster.process(name).alive():
-                self.restarts += 1
-                self.start(name)
-        poll(f"slices of {self.soak.node} back", lambda: self.soak.kube.slices(node=self.soak.node), 60)
-
-    def leader_overlaps(self) -> list[str]:
-        now = time.time()
-        spans = []
-        for name in self.REPLICAS:
-            with self._log(name).open("rb") as f:
-                f.seek(self.log_offsets[name])
-                spans += leaderships(f.read().decode(errors="replace"), name, now)
-        return overlapping(spans) if spans else ["no replica ever led"]

@@ -63,14 +63,17 @@ def devices_of(kube: Kube, ns: str, pod_name: str) -> list[str]:
     return [device for _, _, device in kube.allocated_devices(claim)]
 
 
-def unschedulable(kube: Kube, ns: str, name: str) -> str:
-    def reason() -> str | None:
-        for cond in kube.pod(ns, name).get("status", {}).get("conditions") or []:
-            if cond["type"] == "PodScheduled" and cond.get("reason") == "Unschedulable":
-                return str(cond.get("message"))
-        return None
+def running_on_one_gpu(kube: Kube, ns: str, node: str, name: str) -> str:
+    """Pod `name` on `node` with a claim of one GPU (template `one`), once Running; its device."""
+    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
+    kube.create(pod(name, "one", node), ns)
+    kube.wait_running(ns, name)
+    [device] = devices_of(kube, ns, name)
+    return device
 
-    return poll(f"pod {name} Unschedulable", reason, 60)
+
+def unschedulable(kube: Kube, ns: str, name: str) -> str:
+    return poll(f"pod {name} Unschedulable", lambda: kube.unschedulable(ns, name), 60)
 
 
 def attr(device: dict[str, Any], name: str) -> Any:

@@ -20,7 +20,7 @@ from dra_fake.gpu.attach import ATTACH_FAILED, ATTACHED
 from e2e.conftest import published
 from e2e.kube import Kube, poll
 from e2e.localcluster import LocalCluster
-from e2e.localcluster.cluster import BINDING_TIMEOUT_SECONDS
+from e2e.localcluster.controlplane import BINDING_TIMEOUT_SECONDS
 from e2e.pluginflags import start_gpu_plugin
 from e2e.test_allocation import pod, template
 

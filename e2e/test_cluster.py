@@ -10,7 +10,7 @@ import grpc
 import pytest
 import yaml
 
-from e2e.kube import Kube, pod_with_claim_template, poll, workload_container
+from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll, workload_container
 from e2e.localcluster import LocalCluster
 from e2e.testbed import (
     CD_DRIVER,
@@ -20,18 +20,6 @@ from e2e.testbed import (
     assert_sees_its_gpus,
     assert_sees_no_gpu,
 )
-
-GPU_TEMPLATE = """
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: single-gpu}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: gpu
-        exactly: {deviceClassName: gpu.nvidia.com}
-"""
 
 SHARED_CLAIM = """
 apiVersion: resource.k8s.io/v1
@@ -68,7 +56,7 @@ def test_slices_published_for_each_node(kube: Kube, nodes: list[str]) -> None:
 def test_claim_from_template_is_allocated_prepared_and_seen_by_its_container_only(
     kube: Kube, ns: str, bed: TestBed
 ) -> None:
-    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(gpu_claim_template("single-gpu"), ns)
     pod = pod_with_claim_template("p1", "single-gpu")
     pod["spec"]["containers"].append(workload_container("sidecar"))  # type: ignore[index]
     kube.create(pod, ns)
@@ -125,7 +113,7 @@ def test_no_kubelet_plugin_thread_is_tied_to_one_cpu_by_default(bed: TestBed) ->
 
 @pytest.mark.needs("node")
 def test_pod_deletion_unprepares_and_removes_the_cdi_spec(kube: Kube, ns: str, bed: TestBed) -> None:
-    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(gpu_claim_template("single-gpu"), ns)
     kube.create(pod_with_claim_template("p", "single-gpu"), ns)
     pod = kube.wait_running(ns, "p")
     claim = kube.claim(ns, pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
@@ -144,7 +132,7 @@ def test_a_crashed_plugin_comes_back_and_its_claims_stay_usable(
     """SIGKILL the GPU plugin while a pod holds a GPU: the kubelet (or harness) restarts it, the
     pod keeps its GPU, a new pod on that node gets one, and the old claim still unprepares. On a
     node with 8 full GPUs: the MIG node may have only one full GPU, which `before` holds."""
-    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(gpu_claim_template("single-gpu"), ns)
     before = pod_with_claim_template("before", "single-gpu")
     before["spec"]["nodeSelector"] = {"kubernetes.io/hostname": full_gpu_node}  # type: ignore[index]
     kube.create(before, ns)
@@ -180,17 +168,7 @@ spec:
     )
     kube.create(pod_with_claim_template("greedy", "too-many"), ns)
 
-    def unschedulable() -> str | None:
-        for cond in kube.pod(ns, "greedy").get("status", {}).get("conditions") or []:
-            if (
-                cond["type"] == "PodScheduled"
-                and cond["status"] == "False"
-                and cond.get("reason") == "Unschedulable"
-            ):
-                return str(cond.get("message"))
-        return None
-
-    message = poll("pod Unschedulable", unschedulable, 60)
+    message = poll("pod Unschedulable", lambda: kube.unschedulable(ns, "greedy"), 60)
     assert "cannot allocate all claims" in message, message
     assert kube.pod(ns, "greedy")["status"]["phase"] == "Pending"
 
@@ -219,7 +197,7 @@ def test_plugin_restart_republishes_and_answers_prepared_claims_idempotently(
 ) -> None:
     from e2e.draclient import prepare
 
-    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(gpu_claim_template("single-gpu"), ns)
     kube.create(pod_with_claim_template("p", "single-gpu"), ns)
     pod = kube.wait_running(ns, "p")
     node = pod["spec"]["nodeName"]
@@ -253,7 +231,7 @@ def test_the_driver_survives_an_api_server_restart(kube: Kube, ns: str, harness:
         kube.delete_slice(s["metadata"]["name"])
     poll(f"slices of {node} re-created after the restart", lambda: kube.slices(node=node), 60)
     # And claims are still prepared through the restarted server.
-    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(gpu_claim_template("single-gpu"), ns)
     pod = pod_with_claim_template("after-restart", "single-gpu")
     pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}  # type: ignore[index]
     kube.create(pod, ns)
@@ -268,7 +246,7 @@ def test_a_plugin_started_during_an_api_outage_serves_unprepare_from_its_checkpo
     from its checkpoint and answers before it has reached the server."""
     from e2e.draclient import unprepare
 
-    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(gpu_claim_template("single-gpu"), ns)
     kube.create(pod_with_claim_template("p", "single-gpu"), ns)
     pod = kube.wait_running(ns, "p")
     node = pod["spec"]["nodeName"]

@@ -87,13 +87,8 @@ def test_time_slicing_four_pods_share_the_gpu_and_a_fifth_pends(
         kube.wait_running(ns, f"share-{i}", timeout=120)
     kube.create(gpu_pod("fifth", classic), ns)
 
-    def pending() -> str | None:
-        for cond in kube.pod(ns, "fifth").get("status", {}).get("conditions") or []:
-            if cond["type"] == "PodScheduled" and cond.get("reason") == "Unschedulable":
-                return str(cond.get("message"))
-        return None
-
-    assert "Insufficient nvidia.com/gpu" in poll("the fifth pod Unschedulable", pending, 60)
+    pending = poll("the fifth pod Unschedulable", lambda: kube.unschedulable(ns, "fifth"), 60)
+    assert "Insufficient nvidia.com/gpu" in pending
     uuids = set()
     for i in range(4):
         ctr = bed.container(ns, f"share-{i}")

@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import published
 from e2e.kube import Kube, poll
-from e2e.test_allocation import devices_of, pod, template, unschedulable
+from e2e.test_allocation import devices_of, pod, running_on_one_gpu, template, unschedulable
 from e2e.testbed import Exec, TestBed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -153,10 +153,7 @@ def test_xid_taints_the_device_new_claims_avoid_it_and_clear_restores_it(
 def test_a_lost_gpu_shows_unhealthy_in_the_pod_status_until_cleared(
     kube: Kube, kubeconfig: Path, ns: str, full_gpu_node: str, faults: list[str]
 ) -> None:
-    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
-    kube.create(pod("holder", "one", full_gpu_node), ns)
-    kube.wait_running(ns, "holder")
-    [device] = devices_of(kube, ns, "holder")
+    device = running_on_one_gpu(kube, ns, full_gpu_node, "holder")
     healthy = poll("device health in the pod status", lambda: health_of(kube, ns, "holder"), 60)
     [(resource_id, health)] = healthy
     # The kubelet names a device by its first CDI device ID (our per-claim spec).

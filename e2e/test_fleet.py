@@ -5,8 +5,6 @@ claim on a fleet node whose pod the fleet marks Running; deleting the pod finish
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -18,17 +16,10 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_fake.fleet.core import FLEET_TAINT, FLEET_TOLERATION, NodeTemplate, node_manifest
-from e2e.kube import Kube, pod_with_claim_template, poll
+from e2e.fleetrun import running_fleet
+from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll
 from e2e.localcluster.processes import free_port
 
-GPU_TEMPLATE = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "ResourceClaimTemplate",
-    "metadata": {"name": "fleet-gpu"},
-    "spec": {
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}
-    },
-}
 NODES = 3
 # Fleet nodes send no heartbeats: a real node lifecycle controller (kind) would taint them.
 pytestmark = pytest.mark.needs("harness")
@@ -47,39 +38,13 @@ class Fleet(NamedTuple):
 def fleet(kubeconfig: Path, kube: Kube, tmp_path: Path) -> Iterator[Fleet]:
     name = f"e2efleet{uuid.uuid4().hex[:5]}"
     port = free_port()
-    log = open(tmp_path / "fleet.log", "wb")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dra_fake",
-            "fleet",
-            f"--nodes={NODES}",
-            f"--kubeconfig={kubeconfig}",
-            f"--node-prefix={name}-",
-            f"--fleet-name={name}",
-            "--workers=4",
-            "--mark-pods-running",
-            "--feature-gates=NVMLDeviceHealthCheck=true",
-            f"--dcgm-exporter-port={port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    flags = (
+        "--mark-pods-running",
+        "--feature-gates=NVMLDeviceHealthCheck=true",
+        f"--dcgm-exporter-port={port}",
     )
-    try:
+    with running_fleet(kube, kubeconfig, tmp_path / "fleet.log", name, NODES, *flags):
         yield Fleet(name, port)
-        assert proc.poll() is None, f"fleet exited: {(tmp_path / 'fleet.log').read_text()[-3000:]}"
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
-        kube.core.delete_collection_node(label_selector=f"dra-fake.dev/fleet={name}")
-        # Other tests count GPUs: wait until the garbage collector removed the fleet's slices.
-        poll(
-            "fleet slices garbage-collected",
-            lambda: not [s for s in kube.slices() if s["spec"]["nodeName"].startswith(f"{name}-")],
-            120,
-        )
 
 
 def _ready_untainted(kube: Kube, fleet: str) -> list[str]:
@@ -138,7 +103,7 @@ def test_fleet_publishes_keeps_slices_and_runs_pods(kube: Kube, fleet: Fleet, ns
     poll(f"slice {victim['name']} re-created", restored, 60)
 
     # The real scheduler allocates a fleet GPU; the fleet marks the pod Running.
-    kube.create(GPU_TEMPLATE, ns)
+    kube.create(gpu_claim_template("fleet-gpu"), ns)
     pod = pod_with_claim_template("on-fleet", "fleet-gpu")
     pod["spec"]["nodeSelector"] = {"dra-fake.dev/fleet": fleet.name}
     pod["spec"]["tolerations"] = [FLEET_TOLERATION]  # fleet nodes are tainted (no kubelet)

@@ -1,13 +1,12 @@
 """KWOK fleets: `dra-fake fleet` publishes 20 nodes x 8 GPUs, KWOK's controller (built from its Go
-module, started by the harness) plays the kubelet of those nodes. The real scheduler allocates and
+module; the harness's process, or on kind a Deployment of the offline image: TestBed.start_kwok)
+plays the kubelet of those nodes. The real scheduler allocates and
 reserves the pods' claims on fleet devices; KWOK starts the pods and finishes them as the workload
 profile says (dra_fake.fleet.workload); the resourceclaim controller releases the claims."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,76 +17,34 @@ import pytest
 
 from dra_fake.fleet.core import FLEET_LABEL, FLEET_TOLERATION
 from dra_fake.fleet.workload import OUTCOME_ANNOTATION, WorkloadProfile
-from e2e.kube import Kube, pod_with_claim_template, poll
-from e2e.localcluster import LocalCluster
+from e2e.fleetrun import running_fleet
+from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll
+from e2e.testbed import TestBed
 
 NODES, GPUS, PER_POD = 20, 8, 4
 PODS = NODES * GPUS // PER_POD  # the whole fleet
-pytestmark = pytest.mark.needs("harness")
+pytestmark = pytest.mark.needs("kwok")
 
 
 @contextmanager
-def kwok_fleet(harness: LocalCluster, kube: Kube, tmp_path: Path, profile: WorkloadProfile) -> Iterator[str]:
-    """A fleet of NODES nodes with their slices published, and KWOK playing `profile` on them."""
-    name = f"kwok{uuid.uuid4().hex[:5]}"
-    log = open(tmp_path / "fleet.log", "wb")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dra_fake",
-            "fleet",
-            f"--nodes={NODES}",
-            f"--kubeconfig={harness.kubeconfig}",
-            f"--node-prefix={name}-",
-            f"--fleet-name={name}",
-            "--workers=4",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        harness.start_kwok(profile)
+def kwok_fleet(bed: TestBed, kubeconfig: Path, tmp_path: Path, profile: WorkloadProfile) -> Iterator[str]:
+    """A fleet of NODES nodes with their slices published (`dra-fake fleet` run here, against the
+    bed's API server), and KWOK playing `profile` on them."""
+    kube, name = bed.kube, f"kwok{uuid.uuid4().hex[:5]}"
+    with running_fleet(kube, kubeconfig, tmp_path / "fleet.log", name, NODES):
+        bed.start_kwok(profile)
+        try:
 
-        def published() -> bool:
-            nodes = {s["spec"]["nodeName"] for s in kube.slices() if s["spec"]["nodeName"].startswith(name)}
-            return len(nodes) == NODES
-
-        poll(f"slices of the {NODES} fleet nodes", published, 120, 0.5)
-        yield name
-        assert proc.poll() is None, f"fleet exited: {(tmp_path / 'fleet.log').read_text()[-3000:]}"
-    finally:
-        harness.stop_kwok()
-        proc.terminate()
-        proc.wait(30)
-        log.close()
-        kube.core.delete_collection_node(label_selector=f"{FLEET_LABEL}={name}")
-        # Other tests count GPUs: wait until the garbage collector removed the fleet's slices.
-        poll(
-            "fleet slices garbage-collected",
-            lambda: not [s for s in kube.slices() if s["spec"]["nodeName"].startswith(f"{name}-")],
-            120,
-        )
-
-
-def gpu_template(kube: Kube, ns: str, count: int) -> None:
-    kube.create(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "gpus"},
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [
-                            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}
-                        ]
-                    }
+            def published() -> bool:
+                nodes = {
+                    s["spec"]["nodeName"] for s in kube.slices() if s["spec"]["nodeName"].startswith(name)
                 }
-            },
-        },
-        ns,
-    )
+                return len(nodes) == NODES
+
+            poll(f"slices of the {NODES} fleet nodes", published, 120, 0.5)
+            yield name
+        finally:
+            bed.stop_kwok()
 
 
 def fleet_pod(
@@ -114,13 +71,13 @@ def terminated(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_kwok_runs_fleet_pods_with_claims_to_completion(
-    harness: LocalCluster, kube: Kube, ns: str, tmp_path: Path
+    bed: TestBed, kubeconfig: Path, kube: Kube, ns: str, tmp_path: Path
 ) -> None:
     """40 pods of 4 GPUs fill the fleet: each lands on a fleet node, its claim allocated there and
     reserved for it while it is Running; after the profile's 20 s each Succeeded (exit code 0), and
     the resourceclaim controller deletes their claims."""
-    with kwok_fleet(harness, kube, tmp_path, WorkloadProfile(start_seconds=1, run_seconds=20)) as fleet:
-        gpu_template(kube, ns, PER_POD)
+    with kwok_fleet(bed, kubeconfig, tmp_path, WorkloadProfile(start_seconds=1, run_seconds=20)) as fleet:
+        kube.create(gpu_claim_template("gpus", PER_POD), ns)
         for i in range(PODS):
             kube.create(fleet_pod(f"job-{i:02d}", fleet), ns)
         seen_running: dict[str, str] = {}  # pod -> its node, with the claim allocated and reserved there
@@ -156,13 +113,13 @@ def test_kwok_runs_fleet_pods_with_claims_to_completion(
         poll("claims of the finished pods deleted", lambda: not listed(kube, ns, "claims"), 120, 0.5)
 
 
-def test_kwok_failure_profile(harness: LocalCluster, kube: Kube, ns: str, tmp_path: Path) -> None:
+def test_kwok_failure_profile(bed: TestBed, kubeconfig: Path, kube: Kube, ns: str, tmp_path: Path) -> None:
     """failureFraction 1: every pod that can fail (restartPolicy Never) fails with the profile's exit
     code; an OnFailure pod (the kubelet restarts its failed containers) and a pod annotated to succeed
     succeed; a restartPolicy Always pod keeps running."""
     profile = WorkloadProfile(start_seconds=0.5, run_seconds=2, failure_fraction=1.0, exit_code=3)
-    with kwok_fleet(harness, kube, tmp_path, profile) as fleet:
-        gpu_template(kube, ns, 1)
+    with kwok_fleet(bed, kubeconfig, tmp_path, profile) as fleet:
+        kube.create(gpu_claim_template("gpus", 1), ns)
         failing = [f"fail-{i}" for i in range(4)]
         for name in failing:
             kube.create(fleet_pod(name, fleet), ns)
@@ -187,3 +144,7 @@ def test_kwok_failure_profile(harness: LocalCluster, kube: Kube, ns: str, tmp_pa
         service = pods["service"]
         assert service["status"]["phase"] == "Running"
         assert service["spec"]["nodeName"].startswith(f"{fleet}-")
+        # Deleted, it is gone at once: KWOK confirms the deletion as a kubelet does (left to the pod
+        # garbage collector once its node is deleted, it would take 40 s more).
+        kube.core.delete_namespaced_pod("service", ns)
+        poll("the deleted pod removed", lambda: not kube.pod_exists(ns, "service"), 15, 0.5)  # grace: 30 s

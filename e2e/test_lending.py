@@ -11,6 +11,8 @@ e2e/test_sharing.py does: on kind a `helm upgrade`, which also creates the Devic
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,10 +21,12 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_fake.gpu.deviceclasses import spot_class
 from dra_fake.gpu.lending import NOT_LENDABLE_TAINT, SPOT_TAINT
+from dra_fake.gpu.lendingfile import FILE_NAME
 from dra_fake.gpu.workloads import ANNOTATION_UTILIZATION
 from e2e.conftest import every_node_publishes, published
 from e2e.kube import Kube, pod_with_claim_template, poll
-from e2e.testbed import GPU_DRIVER, TestBed
+from e2e.test_prepare import prepare_failure
+from e2e.testbed import GPU_DRIVER, NODE_PLUGINS_DIR, TestBed
 
 pytestmark = pytest.mark.needs("node", "gpu-lending")
 
@@ -209,3 +213,98 @@ def test_claims_that_do_not_opt_in_or_a_gpu_without_owners_get_no_lend_view(
     assert [r["device"] for r in kube.claim(ns, claim)["status"]["allocation"]["devices"]["results"]] == [
         "gpu-1"
     ]
+
+
+# Both effects, each named: the eviction controller of 1.37.2 ignores a toleration without an
+# explicit NoExecute effect (docs/sharing-design.md, 2.2); NoExecute for an hour (forever is refused).
+NOT_LENDABLE_TOLERATIONS = [
+    {"key": NOT_LENDABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+    {"key": NOT_LENDABLE_TAINT, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 3600},
+]
+
+
+def test_a_spot_claim_on_a_busy_gpu_is_refused_at_prepare_naming_why(
+    kube: Kube, ns: str, lending_node: str
+) -> None:
+    """A spot claim that tolerates the not-lendable taint gets a busy GPU's lend view from the
+    scheduler; the plugin still does not prepare it, says why, and the owner runs on."""
+    node = lending_node
+    uuid = str(published(kube, node)["gpu-0"]["attributes"]["uuid"]["string"])
+    kube.create(template("owned", GPU_DRIVER, uuid), ns)
+    tolerations = [SPOT_TOLERATION, *NOT_LENDABLE_TOLERATIONS]
+    kube.create(template("spot-anyway", f"spot.{GPU_DRIVER}", uuid, tolerations), ns)
+    pod_on(kube, ns, "owner", "owned", node)  # no simulated load: busy (80-100 %)
+    kube.wait_running(ns, "owner")
+    poll("gpu-0 busy", lambda: reclaim_taint(kube, node) == ("busy", "NoExecute"), 30)
+
+    pod_on(kube, ns, "spot", "spot-anyway", node)
+    message = prepare_failure(kube, ns, "spot", "is not lendable now")
+    assert (
+        "prepare devices failed: requested device gpu-0-spot is not lendable now: GPU gpu-0 is busy "
+        f"({NOT_LENDABLE_TAINT}=busy: its owners are busy)"
+    ) in message, message
+    assert kube.pod(ns, "spot")["status"]["phase"] == "Pending"
+    owner = kube.pod(ns, "owner")
+    assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+
+
+def test_a_spot_claim_that_tolerates_reclaim_forever_is_refused_at_prepare(
+    kube: Kube, ns: str, lending_node: str
+) -> None:
+    """The allocation result carries the request's tolerations (1.35+): one that tolerates the
+    reclaim taint without tolerationSeconds could never be evicted, so the plugin refuses it even
+    on a lendable GPU."""
+    node = lending_node
+    uuid = str(published(kube, node)["gpu-0"]["attributes"]["uuid"]["string"])
+    kube.create(template("owned", GPU_DRIVER, uuid), ns)
+    forever = [SPOT_TOLERATION, {"key": NOT_LENDABLE_TAINT, "operator": "Exists", "effect": "NoExecute"}]
+    kube.create(template("spot-forever", f"spot.{GPU_DRIVER}", uuid, forever), ns)
+    pod_on(kube, ns, "owner", "owned", node, utilization="3")
+    kube.wait_running(ns, "owner")
+    poll("gpu-0 lendable", lambda: reclaim_taint(kube, node) is None, IDLE_FOR + 40)
+
+    pod_on(kube, ns, "spot", "spot-forever", node)
+    message = prepare_failure(kube, ns, "spot", "could never be reclaimed")
+    assert (
+        "prepare devices failed: requested device gpu-0-spot: the spot claim tolerates "
+        f"{NOT_LENDABLE_TAINT}=busy:NoExecute forever, so it could never be reclaimed"
+    ) in message, message
+    assert kube.pod(ns, "spot")["status"]["phase"] == "Pending"
+
+
+def lending_file(bed: TestBed, node: str) -> dict[str, Any]:
+    """The lending state the node's plugin keeps (dra_fake.gpu.lendingfile); {} while there is none."""
+    kept = bed.read_node_file(node, f"{NODE_PLUGINS_DIR}/{GPU_DRIVER}/{FILE_NAME}")
+    return json.loads(kept) if kept else {}
+
+
+def test_a_lent_gpu_stays_lent_through_a_plugin_sigkill_and_is_reclaimed_after_it(
+    kube: Kube, ns: str, bed: TestBed, lending_node: str
+) -> None:
+    """The plugin is SIGKILLed while a spot pod runs on a lent GPU: the restarted plugin publishes
+    the same taints (no `unknown`, the spot taint's timeAdded kept), the spot pod is not evicted,
+    and a later reclaim still evicts it while the owner runs on."""
+    node = lending_node
+    uuid = str(published(kube, node)["gpu-0"]["attributes"]["uuid"]["string"])
+    kube.create(template("owned", GPU_DRIVER, uuid), ns)
+    kube.create(template("spot", f"spot.{GPU_DRIVER}", uuid, [SPOT_TOLERATION]), ns)
+    pod_on(kube, ns, "owner", "owned", node, utilization="3")
+    kube.wait_running(ns, "owner")
+    poll("gpu-0 lendable", lambda: reclaim_taint(kube, node) is None, IDLE_FOR + 40)
+    pod_on(kube, ns, "spot-1", "spot", node)
+    kube.wait_running(ns, "spot-1")
+    taints = published(kube, node)["gpu-0-spot"]["taints"]
+
+    crashed = time.time()
+    bed.crash_plugin(node)
+    # the restarted plugin has sampled the owners (their pods listed) and kept what it saw
+    poll("a sample after the restart", lambda: (lending_file(bed, node).get("sampled") or 0) > crashed, 30)
+    assert published(kube, node)["gpu-0-spot"]["taints"] == taints
+    assert lending_file(bed, node)["gpus"]["gpu-0"]["state"] == "lendable"
+    assert not gone_or_going(kube, ns, "spot-1")
+
+    set_utilization(kube, ns, "owner", "85")
+    assert poll("the reclaim taint", lambda: reclaim_taint(kube, node), 30) == ("busy", "NoExecute")
+    poll("the spot pod evicted", lambda: gone_or_going(kube, ns, "spot-1"), 60)
+    owner = kube.pod(ns, "owner")
+    assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from e2e.kindcluster.cluster import KIND
-from e2e.kube import Kube, pod_with_claim_template, poll
+from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll
 from e2e.releases import PreviousRelease, previous
 from e2e.test_computedomain import (
     cd_manifest,
@@ -26,7 +26,7 @@ from e2e.test_computedomain import (
     get_template,
     node_statuses,
 )
-from e2e.test_upgrade import GPU_TEMPLATE, NAMESPACE, RELEASE, helm, plugin_pods
+from e2e.test_upgrade import NAMESPACE, RELEASE, helm, plugin_pods
 from e2e.testbed import NODE_CDI_ROOT, KindBed, TestBed, assert_sees_its_gpus
 
 pytestmark = pytest.mark.needs("kind", "previous-release")
@@ -69,7 +69,7 @@ def test_upgrade_from_the_previous_release_keeps_pods_claims_and_a_ready_domain(
         poll(f"slices of {node} from {release.version}", lambda n=node: kube.slices(node=n), 120)
 
     # Live claims on the previous release: a GPU pod, and a two-node ComputeDomain with its workloads.
-    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(gpu_claim_template("single-gpu"), ns)
     gpu = pod_with_claim_template("gpu", "single-gpu")
     gpu["spec"]["nodeSelector"] = {"kubernetes.io/hostname": first}  # type: ignore[index]
     kube.create(gpu, ns)

@@ -9,7 +9,8 @@ import pytest
 
 from e2e.kube import Kube
 from e2e.localcluster.cluster import LocalCluster
-from e2e.soak import ApiOutages, KillSoak, Leadership, overlapping
+from e2e.soak import KillSoak
+from e2e.soakoutages import ApiOutages, Leadership, overlapping
 
 KILLS = int(os.environ.get("SOAK_KILLS", "25"))
 OUTAGES = int(os.environ.get("SOAK_OUTAGES", "3"))

@@ -2,7 +2,8 @@
 DeviceTaintRule selecting one of our devices; Kubernetes alone acts on it: with NoSchedule the
 scheduler allocates the device to no new claim, with NoExecute kube-controller-manager's
 device-taint-eviction-controller deletes the pod using it; `undrain` removes the rule and the device
-is allocatable again. DeviceTaintRules: resource.k8s.io/v1 in 1.37 (the local control plane)."""
+is allocatable again. DeviceTaintRules: resource.k8s.io/v1 in 1.37 (the local control plane), v1beta2
+in 1.36 with the gate DRADeviceTaintRules (our kind clusters: e2e/kindcluster/versions.py)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,17 @@ from pathlib import Path
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.gpu.taintrules import Drain
+from dra_fake.gpu.taintrules import Drain, Rules
 from e2e.conftest import published
 from e2e.kube import Kube, poll
-from e2e.test_allocation import devices_of, pod, template, unschedulable
+from e2e.test_allocation import pod, running_on_one_gpu, template, unschedulable
 from e2e.test_faults import fault_cli
 
 pytestmark = pytest.mark.needs("device-taint-rules")
 
 
 def rule_names(kube: Kube) -> list[str]:
-    rules = kube.custom.list_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules")
-    return sorted(r["metadata"]["name"] for r in rules["items"])  # type: ignore[index]
+    return [r["metadata"]["name"] for r in Rules(kube.api).find()]  # in the version the server serves
 
 
 @pytest.fixture
@@ -44,10 +44,7 @@ def uuid_template(name: str, uuid: str) -> str:
 def test_a_noexecute_drain_evicts_the_pod_and_undrain_frees_the_device(
     kube: Kube, kubeconfig: Path, ns: str, full_gpu_node: str, drains: list[str]
 ) -> None:
-    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
-    kube.create(pod("holder", "one", full_gpu_node), ns)
-    kube.wait_running(ns, "holder")
-    [device] = devices_of(kube, ns, "holder")
+    device = running_on_one_gpu(kube, ns, full_gpu_node, "holder")
     drains.append(full_gpu_node)
     out = fault_cli(kubeconfig, "drain", "--node", full_gpu_node, "--device", device)
     name = Drain(pool=full_gpu_node, device=device).rule_name()  # kind's node names have dots
@@ -88,9 +85,7 @@ def test_a_noexecute_drain_evicts_the_pod_and_undrain_frees_the_device(
 def test_a_noschedule_drain_of_a_node_keeps_running_pods(
     kube: Kube, kubeconfig: Path, ns: str, full_gpu_node: str, drains: list[str]
 ) -> None:
-    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
-    kube.create(pod("running", "one", full_gpu_node), ns)
-    kube.wait_running(ns, "running")
+    running_on_one_gpu(kube, ns, full_gpu_node, "running")
     drains.append(full_gpu_node)
     fault_cli(
         kubeconfig, "drain", "--node", full_gpu_node, "--effect", "NoSchedule", "--name", f"{ns}-cordon"

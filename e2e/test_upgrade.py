@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.kube import Kube, pod_with_claim_template, poll
+from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll
 from e2e.testbed import NODE_CDI_ROOT, TestBed, assert_sees_its_gpus
 
 pytestmark = pytest.mark.needs("kind")
@@ -25,17 +25,6 @@ REPO = Path(__file__).resolve().parents[1]
 HELM = Path(os.environ.get("HELM", REPO / ".tools" / "bin" / "helm"))
 RELEASE = NAMESPACE = "dra-fake"
 PLUGIN_PODS = "app.kubernetes.io/component=kubelet-plugin"
-GPU_TEMPLATE = """
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: single-gpu}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: gpu
-        exactly: {deviceClassName: gpu.nvidia.com}
-"""
 
 
 def helm(kubeconfig: Path, *args: str) -> str:
@@ -56,7 +45,7 @@ def test_helm_upgrade_keeps_running_pods_and_their_claims(
     kube: Kube, ns: str, bed: TestBed, kubeconfig: Path
 ) -> None:
     node = bed.workers[0]
-    kube.apply_yaml(GPU_TEMPLATE, ns)
+    kube.create(gpu_claim_template("single-gpu"), ns)
     before = pod_with_claim_template("before", "single-gpu")
     before["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}  # type: ignore[index]
     kube.create(before, ns)

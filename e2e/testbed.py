@@ -33,6 +33,7 @@ import yaml
 from kubernetes.stream import stream
 
 from dra_fake.core.checkpoint import read_claims
+from dra_fake.fleet.workload import WorkloadProfile
 from dra_fake.gpu.nvidia_smi import library_dirs
 from e2e.kindcluster.cluster import RELEASE, helm_binary
 from e2e.kube import Kube, poll
@@ -143,6 +144,15 @@ class TestBed(ABC):
 
     @abstractmethod
     def start_controller(self) -> None: ...
+
+    def start_kwok(self, profile: WorkloadProfile) -> None:
+        """KWOK's controller playing the kubelet of the fleet's nodes (labelled dra-fake.dev/fleet)
+        with `profile`'s Stages, replacing a running one: the harness's process, on kind a Deployment
+        of the offline image (e2e/kindcluster/kwok.py). Returns once it manages the nodes."""
+        raise NotImplementedError(f"no KWOK on the {self.name} test bed")
+
+    def stop_kwok(self) -> None:
+        raise NotImplementedError(f"no KWOK on the {self.name} test bed")
 
 
 # ---- the local harness ---------------------------------------------------------------------------
@@ -312,6 +322,12 @@ class HarnessBed(TestBed):
     def start_controller(self) -> None:
         if "cd-controller" not in self.cluster.state.processes:
             self.cluster.start_cd_controller()
+
+    def start_kwok(self, profile: WorkloadProfile) -> None:
+        self.cluster.start_kwok(profile)
+
+    def stop_kwok(self) -> None:
+        self.cluster.stop_kwok()
 
 
 # ---- kind ------------------------------------------------------------------------------------------
@@ -509,6 +525,17 @@ class KindBed(TestBed):
 
     def start_controller(self) -> None:
         self._scale_controller(1)
+
+    def start_kwok(self, profile: WorkloadProfile) -> None:
+        from e2e.kindcluster import kwok
+
+        kwok.load_image(self.cluster)
+        kwok.install(self.kube.api, profile)
+
+    def stop_kwok(self) -> None:
+        from e2e.kindcluster import kwok
+
+        kwok.uninstall(self.kube.api)
 
 
 class ApiOnlyBed(TestBed):

@@ -3,6 +3,7 @@
     python tests/crash_helper.py <root> prepare <claim.json>   # with DRA_FAKE_CRASH_AT=... to die
     python tests/crash_helper.py <root> unprepare <claim-uid>
     python tests/crash_helper.py <root> startup
+    python tests/crash_helper.py <root> prepare-spot <claim.json>   # gpu-0 lendable as kept in <root>
     python tests/crash_helper.py <root> hold-lock              # prints "locked", waits for a stdin line
 
 <root> holds `cdi/`, `plugin/` and a fake `boot_id` file.
@@ -10,8 +11,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,8 @@ if __package__ in (None, ""):
 from dra_fake.core.locking import PrepareUnprepareLock
 from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.devices import AllocatableDevice, MigPlacement, gpu_uuid, mig_uuid
+from dra_fake.gpu.lending import SPOT_SUFFIX, LendingSettings, not_lendable
+from dra_fake.gpu.lendingfile import FILE_NAME, KeptLending
 from dra_fake.gpu.shares import SharesMode
 from dra_fake.gpu.state import DeviceState
 
@@ -141,6 +146,20 @@ def make_state(
     )
 
 
+def make_lending_state(root: Path) -> DeviceState:
+    """make_state with gpu-0's lend view `gpu-0-spot`, whose claims are prepared as the plugin
+    prepares them: while the lending state kept in <root>/plugin (lending.json) says gpu-0 is
+    lendable, read once as a starting plugin reads it."""
+    devices = make_devices()
+    devices["gpu-0-spot"] = dataclasses.replace(devices["gpu-0"], name="gpu-0-spot", lends="gpu-0")
+    kept = KeptLending(LendingSettings(), time.time(), root / "plugin" / FILE_NAME)
+
+    def lend_state(view: str) -> str | None:
+        return not_lendable(kept.state.taints([view.removesuffix(SPOT_SUFFIX)])[view])
+
+    return make_state(root, devices=devices, lend_state=lend_state)
+
+
 def main(argv: list[str]) -> int:
     root, op = Path(argv[0]), argv[1]
     if op == "hold-lock":
@@ -149,8 +168,8 @@ def main(argv: list[str]) -> int:
             sys.stdin.readline()
         print("released", flush=True)
         return 0
-    state = make_state(root)
-    if op == "prepare":
+    state = make_lending_state(root) if op == "prepare-spot" else make_state(root)
+    if op in ("prepare", "prepare-spot"):
         claim = json.loads(Path(argv[2]).read_text())
         devices = state.prepare(claim)
         print(json.dumps([d.device_name for d in devices]))

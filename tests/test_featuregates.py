@@ -35,6 +35,7 @@ def test_gate_string_is_sorted_as_the_chart_renders_it() -> None:
         ),
         ("MPSSupport=yes", "--feature-gates: MPSSupport='yes': the value must be true or false"),
         ("MPSSupport", "--feature-gates: MPSSupport='': the value must be true or false"),
+        ("MPS\nSupport=on", "--feature-gates: 'MPS\\nSupport'='on': the value must be true or false"),
         (
             "DynamicMIG=true,NVMLDeviceHealthCheck=true",
             "feature gate DynamicMIG is currently mutually exclusive with NVMLDeviceHealthCheck",

@@ -36,6 +36,7 @@ from dra_fake.gpu import configs as gpu_configs
 from dra_fake.gpu import workloads
 from dra_fake.gpu.claimdata import GpuClaimData
 from dra_fake.gpu.inventory import InventoryError, build_inventory, parse_config
+from dra_fake.gpu.lending import Lending, LendingSettings, LendingStateError, Owners
 from dra_fake.gpu.profiles import load_profiles
 
 FULL_RUN = os.environ.get("FUZZ_PROFILE") == "full"
@@ -150,6 +151,20 @@ results = st.lists(
             "device": st.sampled_from(DEVICES) | st.text(max_size=10),
             "adminAccess": st.booleans(),
             "shareID": st.uuids().map(str),
+            "tolerations": st.lists(
+                objects(
+                    {
+                        "key": st.sampled_from(["dra-fake.dev/not-lendable", ""]) | json_values,
+                        "operator": st.sampled_from(["Exists", "Equal"]) | json_values,
+                        "value": st.sampled_from(["busy", "unowned"]) | json_values,
+                        "effect": st.sampled_from(["NoExecute", "NoSchedule", ""]) | json_values,
+                        "tolerationSeconds": st.integers() | json_values,
+                    }
+                )
+                | json_values,
+                max_size=2,
+            )
+            | json_values,
         }
     )
     | json_values,
@@ -344,6 +359,49 @@ journal_files = st.one_of(
 @given(journal_files)
 def test_checkpoint_journals(raw: bytes) -> None:
     accepted_or_one_line_error(lambda: journal.parse(raw), (journal.JournalError,))
+
+
+# --- the lending state a plugin keeps (dra_fake.gpu.lendingfile) ---------------------------------
+
+kept_times = st.floats(allow_nan=False) | st.integers(-(2**70), 2**70) | st.floats(0, 4e9)
+well_formed_lending = st.fixed_dictionaries(  # hostile times in a valid shape
+    {
+        "version": st.just(1),
+        "started": kept_times,
+        "sampled": st.none() | kept_times,
+        "gpus": st.dictionaries(
+            st.sampled_from(["gpu-0", "gpu-1"]),
+            st.fixed_dictionaries(
+                {"state": st.sampled_from(["lendable", "busy", "unowned", "unknown"]), "since": kept_times},
+                optional={"idleSince": st.none() | kept_times},
+            ),
+            max_size=2,
+        ),
+    }
+)
+lending_states = well_formed_lending | objects(
+    {
+        "version": st.just(1) | json_values,
+        "started": kept_times | json_values,
+        "sampled": kept_times | json_values,
+        "gpus": st.dictionaries(st.text(max_size=6), json_values, max_size=3),
+    }
+)
+
+
+@FUZZ
+@given(lending_states | json_values)
+def test_kept_lending_states(saved: Any) -> None:
+    """Restored, or refused with one line per problem naming the file; a restored state renders
+    its taints and takes a sample (a time no taint can show would stop the plugin's start)."""
+
+    def restore() -> None:
+        state = Lending.restored(LendingSettings(), 1_800_000_000.0, saved, "fuzz")
+        gpus = sorted(state.states())
+        state.taints(gpus)
+        state.observe(1_800_000_005.0, {gpu: Owners(True, 3) for gpu in gpus})
+
+    accepted_or_one_line_error(restore, (LendingStateError,), "fuzz: ")
 
 
 # --- pod annotations (any pod of the node may carry them: docs/security.md) ---------------------

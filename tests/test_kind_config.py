@@ -50,10 +50,20 @@ def test_a_1_32_cluster_serves_v1beta1_with_dra_on_and_no_later_gates() -> None:
 
 
 def test_from_1_34_the_beta_apis_stay_off_as_on_users_clusters() -> None:
-    for minor in (34, 35, 36, 37):
+    for minor in (34, 35, 37):
         runtime = config_of(minor).get("runtimeConfig", {})
         assert isinstance(runtime, dict)
         assert not [v for v in runtime if "beta" in v], f"1.{minor}: {runtime}"
+
+
+def test_1_36_serves_device_taint_rules_in_v1beta2_with_their_gate() -> None:
+    """1.36: DeviceTaintRule only in v1beta2 (off by default), read by the scheduler and
+    kube-controller-manager only with DRADeviceTaintRules (beta, off): both or neither."""
+    config = config_of(36)
+    assert config["runtimeConfig"] == {"resource.k8s.io/v1beta2": "true"}
+    assert config["featureGates"]["DRADeviceTaintRules"] is True  # type: ignore[index]
+    for minor in (35, 37):  # 1.35: alpha, not turned on here; 1.37: GA
+        assert "DRADeviceTaintRules" not in config_of(minor)["featureGates"]  # type: ignore[operator]
 
 
 def test_host_facts_shape_the_node_config() -> None:
@@ -117,3 +127,17 @@ def test_a_users_kind_config_names_its_release_and_a_gpu_worker(minor: int) -> N
     assert {n["image"] for n in nodes} == {f"kindest/node:{PUBLIC_NODE_IMAGES[minor]}"}
     assert PUBLIC_NODE_IMAGES[minor].startswith(f"v1.{minor}.")
     assert "networking" not in config  # kindnetd: the public images' CNI
+
+
+def test_the_kwok_image_the_bed_loads_is_the_one_the_script_builds() -> None:
+    """e2e/kindcluster/kwok.py and hack/kind/kwok-image.sh read the KWOK version from one go.mod."""
+    from e2e.kindcluster import kwok
+
+    repo = Path(__file__).resolve().parent.parent
+    script = (repo / "hack" / "kind" / "kwok-image.sh").read_text()
+    awk = next(line for line in script.splitlines() if line.startswith("version=$(awk"))
+    out = subprocess.run(
+        ["bash", "-c", f'REPO="{repo}"; {awk}; echo "$version"'], capture_output=True, text=True, check=True
+    )
+    assert kwok.image() == f"dra-fake-kind/kwok:{out.stdout.strip()}"
+    assert out.stdout.strip().startswith("v0.")

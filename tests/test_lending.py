@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +17,7 @@ import yaml
 from crash_helper import make_claim, make_devices, make_state, result
 from prometheus_client import REGISTRY
 
-from dra_fake.core.claims import ClaimError, PermanentClaimError
+from dra_fake.core.claims import ClaimError, PermanentClaimError, parse_claim
 from dra_fake.core.resourceapi import ServerInfo
 from dra_fake.core.serving import PluginContext
 from dra_fake.gpu import lendinggate
@@ -362,6 +363,7 @@ def test_a_restart_restores_states_taints_and_idle_runs_without_the_time_nobody_
             "lending.json: gpus.gpu-0.state",
         ),
         ({"version": 1, "started": "soon", "sampled": None, "gpus": {}}, "lending.json: started"),
+        ({"version": 1, "started": 1e20, "sampled": None, "gpus": {}}, "lending.json: started"),
         ([], "lending.json"),
     ],
 )
@@ -384,11 +386,13 @@ def test_the_kept_state_survives_a_new_process_and_a_bad_file_starts_unknown(
     cut_short.write_text("{")
     assert KeptLending(settings, T0 + 60, path).state.states() == {"gpu-0": LENDABLE}
     assert not cut_short.exists()
-    path.write_text("{not json")
-    with caplog.at_level(logging.WARNING):
-        fresh = KeptLending(settings, T0 + 60, path)
-    assert fresh.state.state("gpu-0") == UNKNOWN
-    assert "GPU lending state not restored" in caplog.text
+    for bad in ("{not json", "[" * 100_000):  # the second nested past the decoder's recursion limit
+        path.write_text(bad)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            fresh = KeptLending(settings, T0 + 60, path)
+        assert fresh.state.state("gpu-0") == UNKNOWN
+        assert "GPU lending state not restored" in caplog.text
     assert KeptLending(settings, T0, None).state.state("gpu-0") == UNKNOWN  # not kept: nothing read
 
 
@@ -454,3 +458,53 @@ def test_owners_are_sampled_for_lending_only_once_their_pods_are_listed(tmp_path
     monitor.set_pods([])
     monitor.sample()
     assert seen and seen[0]["gpu-0"] == Owners(False, 0)
+
+
+NOT_LENDABLE_NO_EXECUTE = {"key": NOT_LENDABLE_TAINT, "operator": "Exists", "effect": "NoExecute"}
+SPOT_NO_SCHEDULE = {"key": SPOT_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "forever"),
+    [
+        ([SPOT_NO_SCHEDULE, NOT_LENDABLE_NO_EXECUTE], BUSY),
+        ([{"operator": "Exists"}], BUSY),  # every key, every effect
+        ([{"key": NOT_LENDABLE_TAINT, "value": "unowned", "effect": "NoExecute"}], UNOWNED),
+        ([{**NOT_LENDABLE_NO_EXECUTE, "tolerationSeconds": 30}], None),  # a grace period: reclaimed
+        ([{**NOT_LENDABLE_NO_EXECUTE, "effect": "NoSchedule"}], None),
+        ([SPOT_NO_SCHEDULE], None),
+    ],
+)
+def test_a_spot_claim_that_could_never_be_reclaimed_is_refused(
+    tmp_path: Path, tolerations: list[dict[str, Any]], forever: str | None
+) -> None:
+    """A spot result (tolerations copied from its request, Kubernetes 1.35+) that tolerates a
+    reclaim taint without tolerationSeconds would never be evicted: refused for good, however
+    lendable its GPU is."""
+    prepared = make_state(tmp_path, devices=spot_devices(), lend_state={}.get)
+    claim = make_claim(UID_SPOT, [result("gpu", "gpu-0-spot", tolerations=tolerations)], name="spot")
+    if forever is None:
+        assert [d.device_name for d in prepared.prepare(claim)] == ["gpu-0-spot"]
+        return
+    with pytest.raises(PermanentClaimError) as refused:
+        prepared.prepare(claim)
+    assert str(refused.value).endswith(
+        "prepare devices failed: requested device gpu-0-spot: the spot claim tolerates "
+        f"dra-fake.dev/not-lendable={forever}:NoExecute forever, so it could never be reclaimed "
+        "(give that toleration tolerationSeconds)"
+    )
+    assert prepared.prepared_claims() == {}
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "named"),
+    [
+        ({}, "results[0].tolerations is not an array"),
+        ([{"key": 1}], "results[0].tolerations[0].key is not a string"),
+        ([{"tolerationSeconds": "30"}], "results[0].tolerations[0].tolerationSeconds is not an integer"),
+    ],
+)
+def test_a_results_bad_tolerations_are_refused_naming_the_field(tolerations: Any, named: str) -> None:
+    claim = make_claim(UID_SPOT, [result("gpu", "gpu-0-spot", tolerations=tolerations)])
+    with pytest.raises(PermanentClaimError, match=re.escape(named)):
+        parse_claim(claim, DRIVER)

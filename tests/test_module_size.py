@@ -1,5 +1,6 @@
-"""Modules of one concept: no hand-written module under dra_fake/ or computedomain/ grows past
-MAX_LINES (docs/architecture.md). A module that does is split along its concepts, not listed here."""
+"""Modules of one concept: no hand-written module under dra_fake/, computedomain/, e2e/ or bench/
+grows past MAX_LINES (docs/architecture.md). A module that does is split along its concepts, not
+listed here. Test files (e2e/test_*.py) are held by their tests, not by this limit."""
 
 from __future__ import annotations
 
@@ -11,15 +12,22 @@ MAX_LINES = 450
 GENERATED = {
     "dra_fake/kubelet/pb": "the gRPC stubs of proto/ (make proto, hack/gen-proto.sh)",
 }
+PACKAGES = ("dra_fake", "computedomain", "e2e", "bench")
+# Over the limit for now, each with why: to be split, then removed from here.
+PENDING = {
+    "e2e/testbed.py": "the test beds, being reworked for the kind lane; split after that",
+}
 
 
 def oversized(root: Path) -> dict[str, int]:
     """Hand-written modules under `root`'s packages longer than MAX_LINES: path -> lines."""
     found = {}
-    for package in ("dra_fake", "computedomain"):
+    for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
             name = path.relative_to(root).as_posix()
-            if any(name.startswith(prefix + "/") for prefix in GENERATED):
+            if any(name.startswith(prefix + "/") for prefix in GENERATED) or name in PENDING:
+                continue
+            if path.name.startswith("test_"):
                 continue
             lines = len(path.read_text(encoding="utf-8").splitlines())
             if lines > MAX_LINES:
@@ -33,8 +41,21 @@ def test_no_hand_written_module_is_over_the_limit() -> None:
 
 def test_the_check_finds_a_long_module_and_skips_generated_code(tmp_path: Path) -> None:
     long = "\n".join(["x = 1"] * (MAX_LINES + 1)) + "\n"
-    for name in ("dra_fake/core/big.py", "dra_fake/kubelet/pb/dra/v1/api_pb2.py", "computedomain/ok.py"):
+    names = (
+        "dra_fake/core/big.py",
+        "dra_fake/kubelet/pb/dra/v1/api_pb2.py",
+        "computedomain/ok.py",
+        "e2e/test_long.py",
+        "bench/big.py",
+    )
+    for name in names:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(long if "ok" not in name else "x = 1\n")
-    assert oversized(tmp_path) == {"dra_fake/core/big.py": MAX_LINES + 1}
+    assert oversized(tmp_path) == {"dra_fake/core/big.py": MAX_LINES + 1, "bench/big.py": MAX_LINES + 1}
     assert all((REPO / prefix).is_dir() for prefix in GENERATED)  # the allow-list names what exists
+
+
+def test_what_waits_for_a_split_exists_and_is_still_over_the_limit() -> None:
+    """An entry of PENDING goes once its module fits."""
+    for name in PENDING:
+        assert len((REPO / name).read_text(encoding="utf-8").splitlines()) > MAX_LINES, name

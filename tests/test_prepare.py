@@ -22,6 +22,7 @@ from crash_helper import (
     NODE,
     P1_0,
     make_claim,
+    make_lending_state,
     make_state,
     opaque,
     result,
@@ -34,6 +35,8 @@ from dra_fake.core.locking import LockTimeoutError, PrepareUnprepareLock
 from dra_fake.gpu.claimdata import GpuClaimData
 from dra_fake.gpu.configs import FeatureGates
 from dra_fake.gpu.devices import mig_uuid
+from dra_fake.gpu.lending import Lending, LendingSettings, Owners
+from dra_fake.gpu.lendingfile import FILE_NAME as LENDING_FILE
 from dra_fake.gpu.state import DeviceState
 from dra_fake.kubelet.api import PreparedDevice
 
@@ -718,6 +721,43 @@ def test_crash_during_one_shares_unprepare_leaves_the_other_share(
         f"dynamic MIG device destroyed claim={UID2} device=gpu-5-mig-1g10gb-19-0 uuid={mig.uuid}"
         in caplog.text
     )
+
+
+OWNER_CLAIM = make_claim(UID1, [result("gpu", "gpu-0")], name="owner")
+SPOT_CLAIM = make_claim(UID2, [result("gpu", "gpu-0-spot")], name="spot")
+
+
+@pytest.mark.parametrize("point", [p for p in CRASH_POINTS if p.startswith("prepare:")])
+def test_crash_during_a_spot_claims_prepare_leaves_the_owner_and_the_lending_state(
+    tmp_path: Path, point: str
+) -> None:
+    """Idle-GPU lending (docs/sharing.md): an owner on gpu-0, gpu-0 lent (the lending state the
+    plugin keeps); a SIGKILL at any point of a spot claim's prepare on gpu-0-spot, then start-up:
+    the owner's claim and spec intact, the kept state as it was, and the kubelet's retry prepares
+    the spot claim since the restarted plugin still knows gpu-0 is lendable."""
+    lent = Lending(LendingSettings(idle_for=0), 1_800_000_000.0)
+    lent.observe(1_800_000_005.0, {"gpu-0": Owners(True, 3)})
+    make_lending_state(tmp_path).prepare(OWNER_CLAIM)
+    kept = tmp_path / "plugin" / LENDING_FILE
+    kept.write_text(json.dumps(lent.saved()))
+    kept_state = kept.read_bytes()
+    owner_spec = make_lending_state(tmp_path).cdi.path(UID1).read_bytes()
+    claim_file = tmp_path / "spot.json"
+    claim_file.write_text(json.dumps(SPOT_CLAIM))
+    if point == "prepare:after-rollback":  # needs a partial prepare to roll back first
+        first = run_helper(tmp_path, ["prepare-spot", str(claim_file)], "prepare:after-started")
+        assert first.returncode == -signal.SIGKILL, first.stderr
+    crashed = run_helper(tmp_path, ["prepare-spot", str(claim_file)], point)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+
+    state = make_lending_state(tmp_path)
+    state.startup()
+    assert_consistent(state)
+    assert state.prepared_claims()[UID1] == "PrepareCompleted"
+    assert state.cdi.path(UID1).read_bytes() == owner_spec
+    assert kept.read_bytes() == kept_state
+    assert [d.device_name for d in state.prepare(SPOT_CLAIM)] == ["gpu-0-spot"]
+    assert state.prepared_claims() == {UID1: "PrepareCompleted", UID2: "PrepareCompleted"}
 
 
 def test_a_claim_without_undo_is_unprepared_with_one_checkpoint_write(

@@ -91,3 +91,39 @@ def test_table_shows_the_eviction_progress() -> None:
         "False/Completed",
     ]
     assert lines[2].split()[3:] == ["*", "dra-fake.dev/drain:NoExecute", "-"]
+
+
+@pytest.mark.parametrize(
+    ("served", "version"),
+    [
+        ({"v1": True, "v1beta2": True, "v1alpha3": True}, "v1"),  # 1.37 with the betas on
+        ({"v1": False, "v1beta2": True, "v1alpha3": False}, "v1beta2"),  # 1.36 with the gate
+        ({"v1beta2": False, "v1alpha3": True}, "v1alpha3"),  # 1.33 to 1.35
+    ],
+)
+def test_rules_are_written_in_the_newest_version_serving_them(
+    monkeypatch: pytest.MonkeyPatch, served: dict[str, bool], version: str
+) -> None:
+    """A version counts only where it lists devicetaintrules: 1.37's v1beta2 lists none, say."""
+
+    def get_json(_api: object, path: str) -> dict[str, Any]:
+        v = path.rsplit("/", 1)[1]
+        if v not in served:
+            raise RuntimeError("404")
+        return {"resources": [{"name": "devicetaintrules" if served[v] else "deviceclasses"}]}
+
+    monkeypatch.setattr("dra_fake.core.kube.get_json", get_json)
+    rules = taintrules.Rules(object())  # type: ignore[arg-type]
+    assert rules.version == version
+    assert rules.path() == f"/apis/resource.k8s.io/{version}/devicetaintrules"
+
+
+def test_a_server_without_rules_names_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    def get_json(_api: object, path: str) -> dict[str, Any]:
+        return {"resources": [{"name": "resourceclaims"}]}
+
+    monkeypatch.setattr("dra_fake.core.kube.get_json", get_json)
+    with pytest.raises(
+        RuleInputError, match=r"DRADeviceTaintRules and --runtime-config=resource\.k8s\.io/v1beta2"
+    ):
+        taintrules.Rules(object()).version  # type: ignore[arg-type]  # noqa: B018

@@ -40,6 +40,25 @@ class PermanentClaimError(ClaimError):
 
 
 @dataclass(frozen=True)
+class Toleration:
+    """One `results[].tolerations[]` entry (copied from the request by the allocator from 1.35)."""
+
+    key: str = ""  # empty: every key (operator Exists)
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""  # empty: every effect
+    seconds: int | None = None  # tolerationSeconds; None: forever
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        """Kubernetes' taint matching (resourceclaim.ToleratesTaint, as for node taints)."""
+        if self.effect and self.effect != effect:
+            return False
+        if self.key and self.key != key:
+            return False
+        return self.operator == "Exists" or self.value == value
+
+
+@dataclass(frozen=True)
 class AllocationResult:
     """One `status.allocation.devices.results[]` entry of this driver."""
 
@@ -53,6 +72,7 @@ class AllocationResult:
     # scheduler rounded it (quantities as written, e.g. {"memory": "19074Mi", "shares": "1"});
     # empty for a device allocated whole.
     consumed_capacity: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -89,6 +109,27 @@ def _array(value: Any, what: str) -> list[Any]:
     return value
 
 
+def _tolerations(value: Any, what: str) -> tuple[Toleration, ...]:
+    out = []
+    for index, item in enumerate(_array(value, what)):
+        raw = _object(item, f"{what}[{index}]")
+        strings = {}
+        for name in ("key", "operator", "value", "effect"):
+            found = raw.get(name, "")
+            if not isinstance(found, str):
+                raise PermanentClaimError(f"invalid claim: {what}[{index}].{name} is not a string")
+            strings[name] = found
+        seconds = raw.get("tolerationSeconds")
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int)):
+            raise PermanentClaimError(f"invalid claim: {what}[{index}].tolerationSeconds is not an integer")
+        out.append(
+            Toleration(
+                strings["key"], strings["operator"] or "Equal", strings["value"], strings["effect"], seconds
+            )
+        )
+    return tuple(out)
+
+
 def parse_claim(claim: Mapping[str, Any], driver: str) -> ParsedClaim:
     """The parts of a ResourceClaim (v1, v1beta2 or v1beta1 JSON) that prepare reads."""
     claim = _object(claim, "the claim")
@@ -122,6 +163,9 @@ def parse_claim(claim: Mapping[str, Any], driver: str) -> ParsedClaim:
                 admin_access=raw.get("adminAccess") is True,
                 share_id=share_id if isinstance(share_id, str) and share_id else None,
                 consumed_capacity={str(k): str(v) for k, v in consumed.items()},
+                tolerations=_tolerations(
+                    raw.get("tolerations"), f"status.allocation.devices.results[{index}].tolerations"
+                ),
             )
         )
     return ParsedClaim(

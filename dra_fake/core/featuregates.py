@@ -39,7 +39,8 @@ def gate_map(raw: str) -> dict[str, bool]:
     for item in filter(None, (s.strip() for s in raw.split(","))):
         name, _, value = item.partition("=")
         if value.lower() not in ("true", "false"):
-            raise StartupError(f"--feature-gates: {name}={value!r}: the value must be true or false")
+            shown = name if name.isprintable() else repr(name)  # one line, whatever the value held
+            raise StartupError(f"--feature-gates: {shown}={value!r}: the value must be true or false")
         gates[name.strip()] = value.lower() == "true"
     return gates
 

@@ -42,8 +42,8 @@ def env_flag(p: argparse._ActionsContainer, name: str, *, env: str = "", **kwarg
     p.add_argument(name, action=EnvDefault, env=env, **kwargs)
 
 
-def add_log_flags(p: argparse._ActionsContainer, level_help: str | None = "log level") -> None:
-    env_flag(p, "--log-level", default="info", choices=LOG_LEVELS, help=level_help)
+def add_log_flags(p: argparse._ActionsContainer) -> None:
+    env_flag(p, "--log-level", default="info", choices=LOG_LEVELS, help="log level")
     env_flag(p, "--log-format", default="text", choices=["text", "json"], help="log format")
 
 

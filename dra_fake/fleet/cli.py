@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from dra_fake.core.flags import LOG_LEVELS
 from dra_fake.fleet.core import FLEET_LABEL
 
 
@@ -68,7 +69,7 @@ def add_fleet_parser(sub: Any) -> None:
         action="store_true",
         help="exit once every node is published, printing a JSON summary (wall time, API requests, RSS)",
     )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.add_argument("--log-format", default="text", choices=["text", "json"])
 
 
@@ -88,17 +89,30 @@ def add_fleet_stages_parser(sub: Any) -> None:
         help="workload profile (YAML: startSeconds, runSeconds, runJitterSeconds, failureFraction, "
         "exitCode; default: start after 1 s, run until deleted)",
     )
+    p.add_argument(
+        "--deployment",
+        metavar="IMAGE",
+        default="",
+        help="print instead the manifests that run KWOK in the cluster with these Stages: a Deployment of "
+        "IMAGE (KWOK's own image, or make kind-images' offline one), its ServiceAccount and ClusterRole, "
+        "the Stages' ConfigMap (kubectl apply -f -; kubectl delete -f - removes them)",
+    )
+    p.add_argument("--namespace", default="kube-system", help="with --deployment: where KWOK runs")
 
 
 def run_fleet_stages(args: Any) -> int:
     import sys
 
-    from dra_fake.fleet.workload import WorkloadError, load_workload, stages_yaml
+    from dra_fake.fleet.kwok import manifests
+    from dra_fake.fleet.workload import WorkloadError, dump_documents, load_workload, stages_yaml
 
     try:
         profile = load_workload(args.workload)
     except WorkloadError as err:
         print(f"dra-fake fleet-stages: error: {err}", file=sys.stderr)
         return 2
-    sys.stdout.write(stages_yaml(profile))
+    if args.deployment:
+        sys.stdout.write(dump_documents(manifests(profile, args.deployment, args.namespace)))
+    else:
+        sys.stdout.write(stages_yaml(profile))
     return 0

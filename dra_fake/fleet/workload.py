@@ -279,17 +279,23 @@ def load_workload(path: str) -> WorkloadProfile:
     return parse_workload(data, path)
 
 
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # each object spelled out, no YAML anchors
+
+
+_Dumper.add_representer(
+    str,
+    lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|" if "\n" in v else None),
+)
+
+
+def dump_documents(docs: list[dict[str, Any]]) -> str:
+    """Objects as YAML documents, multi-line strings (templates, files) as literal blocks."""
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, width=200)
+
+
 def stages_yaml(profile: WorkloadProfile) -> str:
-    """The Stages as YAML documents (templates as literal blocks): KWOK's --config file, or
-    objects to apply where KWOK runs with --enable-crds=Stage."""
-
-    class Dumper(yaml.SafeDumper):
-        def ignore_aliases(self, data: Any) -> bool:
-            return True  # each Stage spelled out, no YAML anchors
-
-    def text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-        style = "|" if "\n" in value else None
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-    Dumper.add_representer(str, text)
-    return yaml.dump_all(kwok_stages(profile), Dumper=Dumper, sort_keys=False, width=200)
+    """The Stages as YAML documents: KWOK's --config file, or objects to apply where KWOK runs
+    with --enable-crds=Stage."""
+    return dump_documents(kwok_stages(profile))

@@ -16,12 +16,13 @@ the lend views' taints.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from dra_fake.core.claims import Toleration
 from dra_fake.gpu.devices import AllocatableDevice
 from dra_fake.gpu.faults import rfc3339
 from dra_fake.gpu.inventory import Inventory
@@ -95,12 +96,16 @@ class Owners:
     utilization: int  # percent, the owners' pods together (spot pods are not counted)
 
 
+# A kept time (Unix seconds): one a taint's timeAdded can show (up to the year 9999).
+Seconds = Annotated[float, Field(ge=0, le=253_402_300_799, allow_inf_nan=False)]
+
+
 class _Gpu(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     state: str = UNKNOWN  # one of STATES
-    since: float = 0.0  # when the state began (the taint's timeAdded)
-    idle_since: float | None = Field(default=None, alias="idleSince")  # first of an unbroken idle run
+    since: Seconds = 0.0  # when the state began (the taint's timeAdded)
+    idle_since: Seconds | None = Field(default=None, alias="idleSince")  # first of an unbroken idle run
 
     @field_validator("state")
     @classmethod
@@ -116,8 +121,8 @@ class _Saved(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: Literal[1]
-    started: float  # the spot taint's timeAdded
-    sampled: float | None  # the last sample observed
+    started: Seconds  # the spot taint's timeAdded
+    sampled: Seconds | None  # the last sample observed
     gpus: dict[str, _Gpu]
 
 
@@ -240,6 +245,26 @@ def refusal(view: str, gpu: str, state: str) -> str:
     return (
         f"prepare devices failed: requested device {view} is not lendable now: GPU {gpu} is {state} "
         f"({NOT_LENDABLE_TAINT}={state}: {why})"
+    )
+
+
+def tolerated_forever(tolerations: Sequence[Toleration]) -> str | None:
+    """The reclaim state (`busy`, `unowned`) whose NoExecute taint a spot result tolerates without
+    tolerationSeconds: kube-controller-manager would never evict it, so it could never be
+    reclaimed. Kubernetes' matching: an empty key or effect tolerates every key or effect."""
+    forever = [t for t in tolerations if t.seconds is None]
+    return next(
+        (s for s in (BUSY, UNOWNED) if any(t.tolerates(NOT_LENDABLE_TAINT, s, EFFECT[s]) for t in forever)),
+        None,
+    )
+
+
+def unreclaimable(view: str, state: str) -> str:
+    """Why a spot claim that tolerates a reclaim forever is not prepared (permanent: the claim)."""
+    return (
+        f"prepare devices failed: requested device {view}: the spot claim tolerates "
+        f"{NOT_LENDABLE_TAINT}={state}:NoExecute forever, so it could never be reclaimed "
+        "(give that toleration tolerationSeconds)"
     )
 
 

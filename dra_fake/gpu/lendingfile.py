@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 
 from dra_fake.core.atomic import TEMP_SUFFIX, atomic_write, temp_name_prefix
-from dra_fake.gpu.lending import Lending, LendingSettings, LendingStateError
+from dra_fake.gpu.lending import Lending, LendingSettings
 
 FILE_NAME = "lending.json"
 FILE_MODE = 0o600
@@ -44,7 +44,8 @@ class KeptLending:
             state = Lending.restored(settings, now, saved, str(self.path))
         except FileNotFoundError:
             return Lending(settings, now)
-        except (OSError, ValueError, LendingStateError) as err:  # JSONDecodeError is a ValueError
+        # JSONDecodeError and LendingStateError are ValueErrors; RecursionError: nested too deep
+        except (OSError, ValueError, RecursionError) as err:
             log.warning(
                 "GPU lending state not restored: every lend view starts unknown",
                 extra={"file": str(self.path), "error": str(err)},

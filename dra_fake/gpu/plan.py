@@ -27,7 +27,7 @@ from dra_fake.gpu.claimdata import (
 from dra_fake.gpu.configs import Quantity
 from dra_fake.gpu.devices import AllocatableDevice, mig_uuid
 from dra_fake.gpu.devnodes import DeviceNodes
-from dra_fake.gpu.lending import SPOT_SUFFIX, lending_off, refusal
+from dra_fake.gpu.lending import SPOT_SUFFIX, lending_off, refusal, tolerated_forever, unreclaimable
 from dra_fake.gpu.shares import MPS_REFUSED
 from dra_fake.kubelet.api import PreparedDevice
 
@@ -208,6 +208,8 @@ def plan_claim(
             busy = None if state.lend_state is None else state.lend_state(r.device)
             if busy is not None:
                 raise ClaimError(refusal(r.device, device.lends, busy))  # retried: it may be lent later
+            if (forever := tolerated_forever(r.tolerations)) is not None:
+                raise PermanentClaimError(unreclaimable(r.device, forever))
     held = state.holdings_of(data)
 
     uuids: list[str] = []

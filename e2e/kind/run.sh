@@ -24,6 +24,8 @@ export PATH=$PWD/.kind/bin:$PATH
 echo "== images: the driver (make image) and the workload shell (busybox)"
 make image IMAGE=dra-fake:kind
 docker pull -q busybox:1.36 && docker tag busybox:1.36 dra-fake-shell:e2e
+echo "== KWOK's image for e2e/test_kwok.py (its static binary from its Go module, as offline)"
+hack/kind/kwok-image.sh
 
 cluster=dra-fake-$minor
 export KUBECONFIG=$PWD/.kind/$minor/kubeconfig

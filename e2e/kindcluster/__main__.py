@@ -1,5 +1,5 @@
-"""python -m e2e.kindcluster up|down|config|versions|public-image|examples|readme|matrix-*
-(make kind-up, kind-down, generate, kind-readme; e2e/kind/run.sh)"""
+"""python -m e2e.kindcluster up|down|kwok|config|versions|public-image|examples|readme|matrix-*
+(make kind-up, kind-down, kind-kwok, generate, kind-readme; e2e/kind/run.sh)"""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from dra_fake.fleet.workload import load_workload
 from e2e.kindcluster import matrix, readme
 from e2e.kindcluster.cluster import KindCluster
 from e2e.kindcluster.config import HostFacts, dump, kind_config, write_examples
@@ -37,7 +38,10 @@ def main() -> int:
     rd.add_argument("--print", action="store_true", help="print the blocks for that release, run nothing")
     rd.add_argument("--keep", action="store_true", help="leave the cluster when a step fails")
     kcfg = sub.add_parser("kubeconfig", help="print the path of the cluster's kubeconfig")
-    for p in (up, down, cfg, kcfg):
+    kw = sub.add_parser("kwok", help="run KWOK in the cluster for dra-fake fleet's nodes (make kind-kwok)")
+    kw.add_argument("--workload", default="", help="workload profile (docs/local-cluster.md)")
+    kw.add_argument("--delete", action="store_true", help="remove KWOK from the cluster")
+    for p in (up, down, cfg, kcfg, kw):
         p.add_argument("--k8s", default=newest().short, help="minor (1.33) or release (1.33.13)")
     up.add_argument(
         "--nodes",
@@ -94,6 +98,8 @@ def main() -> int:
     if args.cmd == "kubeconfig":
         print(cluster.kubeconfig)
         return 0
+    if args.cmd == "kwok":
+        return kwok_cmd(cluster, args.workload, args.delete)
     if args.cmd == "down":
         if cluster.exists():
             cluster.down()
@@ -113,6 +119,27 @@ def main() -> int:
         f"{time.monotonic() - start:.0f}s, dra-fake installed with Helm in namespace dra-fake\n\n"
         f"  export KUBECONFIG={cluster.kubeconfig}\n  kubectl get nodes,resourceslices\n"
         f"\n(delete: make kind-down K8S={release.short})"
+    )
+    return 0
+
+
+def kwok_cmd(cluster: KindCluster, workload: str, delete: bool) -> int:
+    from dra_fake.fleet.kwok import NAME, NAMESPACE
+    from e2e.kindcluster import kwok
+    from e2e.kube import Kube
+
+    api = Kube(cluster.kubeconfig).api
+    if delete:
+        kwok.uninstall(api)
+        print(f"KWOK removed from {cluster.name}")
+        return 0
+    kwok.load_image(cluster.name)
+    kwok.install(api, load_workload(workload))
+    print(
+        f"KWOK runs in {cluster.name} (deployment {NAME} in {NAMESPACE}) for the nodes "
+        "labelled dra-fake.dev/fleet; start a fleet:\n\n"
+        f"  dra-fake fleet --nodes 100 --kubeconfig {cluster.kubeconfig}\n"
+        f"\n(remove: make kind-kwok K8S={cluster.release.short} KWOK_DELETE=1)"
     )
     return 0
 

@@ -91,17 +91,22 @@ def feature_gates(release: Release) -> dict[str, bool]:
     partitionable devices (dynamic MIG) and device taints as alpha. 1.34/1.35: DRA is GA; partitionable
     devices, device taints, consumable capacity and extended resources are alpha. 1.36+: all beta
     or GA and on; setting them true stays valid (also for the gates locked on in 1.37).
+    DeviceTaintRules: beta and off in 1.36 (its API version, v1beta2, is off too: runtime_config),
+    GA in 1.37.
     """
     if release.minor <= 32:
         return {"DynamicResourceAllocation": True}
     if release.minor == 33:
         return {"DynamicResourceAllocation": True, "DRAPartitionableDevices": True, "DRADeviceTaints": True}
-    return {
+    gates = {
         "DRAPartitionableDevices": True,
         "DRADeviceTaints": True,
         "DRAConsumableCapacity": True,
         "DRAExtendedResource": True,
     }
+    if release.minor == 36:
+        gates["DRADeviceTaintRules"] = True
+    return gates
 
 
 def runtime_config(release: Release) -> dict[str, str]:
@@ -110,7 +115,9 @@ def runtime_config(release: Release) -> dict[str, str]:
 
     1.33 to 1.35 serve DeviceTaintRule only in v1alpha3: with the DRADeviceTaints gate on and that
     version off, the 1.33 and 1.34 schedulers wait forever for their DeviceTaintRule informer and
-    never become ready (docs/reference/kind-offline.md#dra-per-kubernetes-minor)."""
+    never become ready (docs/reference/kind-offline.md#dra-per-kubernetes-minor). 1.36 serves it in
+    v1beta2, off by default: switched on with the DRADeviceTaintRules gate (feature_gates), as the
+    scheduler and kube-controller-manager read it there; 1.37 serves it in v1."""
     if release.minor <= 32:
         return {"resource.k8s.io/v1beta1": "true"}
     if release.minor == 33:
@@ -121,6 +128,8 @@ def runtime_config(release: Release) -> dict[str, str]:
         }
     if release.minor <= 35:
         return {"resource.k8s.io/v1alpha3": "true"}
+    if release.minor == 36:
+        return {"resource.k8s.io/v1beta2": "true"}
     return {}
 
 

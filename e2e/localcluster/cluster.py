@@ -1,137 +1,47 @@
 """A real Kubernetes control plane on 127.0.0.1, without containers.
 
 etcd, kube-apiserver, kube-scheduler and kube-controller-manager are the upstream binaries
-built by `make cluster-build`; every simulated node is one dra-kubelet harness process (the
-kubelet's own plugin manager and DRA manager) plus our GPU kubelet plugin.
+built by `make cluster-build` (e2e/localcluster/controlplane.py); every simulated node is one
+dra-kubelet harness process (the kubelet's own plugin manager and DRA manager) plus our GPU and
+ComputeDomain kubelet plugins; beside them the ComputeDomain controller, KWOK and fleets.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import secrets
 import shutil
-import ssl
 import sys
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dra_fake.core.featuregates import gate_string
-from dra_fake.fleet.core import FLEET_LABEL
+from dra_fake.fleet.kwok import kwok_args
 from dra_fake.fleet.workload import WorkloadProfile, stages_yaml
 from e2e.localcluster import values as chart_values
-from e2e.localcluster.pki import write_service_account_key
+from e2e.localcluster.controlplane import BIN_DIR, CONTROLLERS, REPO, STARTUP_TIMEOUT, ControlPlane, State
 from e2e.localcluster.processes import Process, free_port, spawn, wait_for
 from e2e.localcluster.values import CD_CLIQUE_ID as CD_CLIQUE_ID  # where the test beds import it from
 from e2e.localcluster.values import Values
 
 log = logging.getLogger("localcluster")
 
-REPO = Path(__file__).resolve().parents[2]
-BIN_DIR = REPO / "e2e" / "cluster" / "bin"
-K8S_VERSION = (REPO / "e2e" / "cluster" / "K8S_VERSION").read_text().strip()
 DEFAULT_ROOT = REPO / ".local-cluster"
-
-# Beta DRA gates of the pinned release (GA ones are on and locked). Kept in one place so the
-# pin can be bumped; the API server refuses unknown gates, which makes a stale list loud.
-FEATURE_GATES = "DRAConsumableCapacity=true,DRADeviceBindingConditions=true,DRAPartitionableDevices=true"
-# How long the scheduler waits in PreBind for a device's binding conditions (its default: 10 min);
-# short here so the attach timeout path of fabric-attached GPUs can be tested (e2e/test_attach.py).
-BINDING_TIMEOUT_SECONDS = 20
-# Older resource.k8s.io versions, so the driver's fallbacks (v1beta2, v1beta1) can be exercised.
-RUNTIME_CONFIG = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
-CONTROLLERS = ",".join(
-    [
-        "resourceclaim-controller",
-        "garbage-collector-controller",
-        "namespace-controller",
-        "daemonset-controller",
-        "deployment-controller",
-        "replicaset-controller",
-        "serviceaccount-controller",
-        "serviceaccount-token-controller",
-        "root-ca-certificate-publisher-controller",
-        "pod-garbage-collector-controller",
-        "device-taint-eviction-controller",  # NoExecute device taints evict pods (e2e/test_faults.py)
-    ]
-)
-
-
-def scheduler_config(kubeconfig: str) -> dict[str, Any]:
-    """kube-scheduler's configuration: its defaults, but DynamicResources' bindingTimeout."""
-    return {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": kubeconfig},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [
-            {
-                "schedulerName": "default-scheduler",
-                "pluginConfig": [
-                    {
-                        "name": "DynamicResources",
-                        "args": {
-                            "apiVersion": "kubescheduler.config.k8s.io/v1",
-                            "kind": "DynamicResourcesArgs",
-                            "bindingTimeout": f"{BINDING_TIMEOUT_SECONDS}s",
-                        },
-                    }
-                ],
-            }
-        ],
-    }
-
 
 CD_NAMESPACE = "nvidia-dra-driver-gpu"  # the driver namespace of NVIDIA's docs
 # Every CDI spec the plugins write in the tests is schema-checked (dra_fake.core.cdi.checked).
 CHECKED_SPECS = {"DRA_FAKE_CHECK_CDI_SPECS": "1"}
-STARTUP_TIMEOUT = float(os.environ.get("LOCAL_CLUSTER_STARTUP_TIMEOUT", "120"))
 
 
 def node_name(i: int) -> str:
     return f"node-{i}"
 
 
-@dataclass
-class State:
-    """Everything needed to find and stop a running cluster; saved as <root>/state.json."""
-
-    root: str
-    ports: dict[str, int] = field(default_factory=dict)
-    processes: dict[str, dict[str, object]] = field(default_factory=dict)
-    nodes: list[str] = field(default_factory=list)
-    inventory_config: str | None = None  # every node's GPU plugin, unless node_configs names the node
-    node_configs: dict[str, str] = field(default_factory=dict)
-    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # extra labels per node
-    # The user's chart values (VALUES, FEATURE_GATES) for the plugins, on top of the chart's
-    # defaults and the test bed's (e2e/localcluster/values.py).
-    values: Values = field(default_factory=dict)
-    # More values for one node's GPU plugin, on top of those (set_node_values): a node with shared
-    # GPUs or lending for a test module (e2e/testbed.py, plugin_values).
-    node_values: dict[str, Values] = field(default_factory=dict)
-    admin_token: str = ""
-
-    @classmethod
-    def load(cls, root: Path) -> State | None:
-        path = root / "state.json"
-        if not path.exists():
-            return None
-        return cls(**json.loads(path.read_text()))
-
-    def save(self) -> None:
-        path = Path(self.root) / "state.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        tmp.replace(path)
-
-
-class LocalCluster:
+class LocalCluster(ControlPlane):
     def __init__(
         self,
         root: Path = DEFAULT_ROOT,
@@ -173,22 +83,6 @@ class LocalCluster:
         # Until one is started here, a cluster is what was asked for.
         self.state = State.load(self.root) or State(**asdict(self._requested))
 
-    # ---- paths -------------------------------------------------------------------------
-    @property
-    def kubeconfig(self) -> Path:
-        return self.root / "kubeconfig"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def pki(self) -> Path:
-        return self.root / "pki"
-
-    def node_dir(self, node: str) -> Path:
-        return self.root / "nodes" / node
-
     @property
     def values(self) -> Values:
         """The chart values the plugins run with: the chart's defaults, the test bed's, the user's."""
@@ -209,21 +103,6 @@ class LocalCluster:
         else:
             self.state.node_values.pop(node, None)
         self.state.save()
-
-    def process(self, name: str) -> Process:
-        p = self.state.processes[name]
-        return Process(name=str(p["name"]), pid=int(str(p["pid"])), log=str(p["log"]))
-
-    def _track(self, proc: Process) -> Process:
-        self.state.processes[proc.name] = asdict(proc)
-        self.state.save()
-        return proc
-
-    def dead_processes(self) -> list[Process]:
-        return [p for p in map(self.process, self.state.processes) if not p.alive()]
-
-    def is_up(self) -> bool:
-        return "kube-apiserver" in self.state.processes and self.process("kube-apiserver").alive()
 
     # ---- lifecycle ---------------------------------------------------------------------
     def up(self) -> None:
@@ -274,29 +153,6 @@ class LocalCluster:
             self.down()
             raise
 
-    def down(self) -> None:
-        # Nodes and plugins first, then the scheduler and controller manager, the API server after its
-        # clients (with their watches open it takes 15 s to stop instead of 1), etcd last.
-        order = sorted(
-            self.state.processes,
-            key=lambda n: (n.startswith("etcd"), n == "kube-apiserver", n.startswith("kube-"), n),
-        )
-        for name in order:
-            self.process(name).stop()
-            del self.state.processes[name]
-            self.state.save()
-
-    def restart_apiserver(self) -> None:
-        """Stop kube-apiserver and start it again (same port, token and etcd data)."""
-        self.stop_apiserver()
-        self.start_apiserver()
-
-    def stop_apiserver(self) -> None:
-        self._stop("kube-apiserver")
-
-    def start_apiserver(self) -> None:
-        self._start_apiserver()
-
     def add_node(self, node: str) -> None:
         if node not in self.state.nodes:
             self.state.nodes.append(node)
@@ -304,166 +160,6 @@ class LocalCluster:
         if self.with_plugins:
             self.start_plugin(node)
             self.start_cd_plugin(node)
-
-    # ---- control plane -----------------------------------------------------------------
-    def _start_etcd(self) -> None:
-        client, peer = free_port(), free_port()
-        self.state.ports.update(etcd=client, etcd_peer=peer)
-        data = self.root / "etcd"
-        proc = self._track(
-            spawn(
-                "etcd",
-                [
-                    str(BIN_DIR / "etcd"),
-                    "--name=local",
-                    f"--data-dir={data}",
-                    f"--listen-client-urls=http://127.0.0.1:{client}",
-                    f"--advertise-client-urls=http://127.0.0.1:{client}",
-                    f"--listen-peer-urls=http://127.0.0.1:{peer}",
-                    f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-                    f"--initial-cluster=local=http://127.0.0.1:{peer}",
-                    "--unsafe-no-fsync",
-                    "--log-level=warn",
-                ],
-                self.logs,
-            )
-        )
-        wait_for(
-            "etcd health",
-            lambda: _http_ok(f"http://127.0.0.1:{client}/health"),
-            STARTUP_TIMEOUT,
-            alive=proc.check_alive,
-        )
-
-    def _start_apiserver(self) -> None:
-        """Start kube-apiserver; a restart keeps its port, token and keys, so clients reconnect."""
-        port = self.state.ports.setdefault("apiserver", free_port())
-        self.pki.mkdir(parents=True, exist_ok=True, mode=0o700)
-        sa_key = write_service_account_key(self.pki)
-        self.state.admin_token = self.state.admin_token or secrets.token_hex(24)
-        tokens = self.pki / "tokens.csv"
-        tokens.write_text(f'{self.state.admin_token},admin,admin-uid,"system:masters"\n')
-        tokens.chmod(0o600)
-        proc = self._track(
-            spawn(
-                "kube-apiserver",
-                [
-                    str(BIN_DIR / "kube-apiserver"),
-                    f"--etcd-servers=http://127.0.0.1:{self.state.ports['etcd']}",
-                    f"--secure-port={port}",
-                    "--bind-address=127.0.0.1",
-                    "--advertise-address=127.0.0.1",
-                    f"--cert-dir={self.pki / 'serving'}",
-                    f"--token-auth-file={tokens}",
-                    "--authorization-mode=Node,RBAC",
-                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                    f"--service-account-key-file={sa_key}",
-                    f"--service-account-signing-key-file={sa_key}",
-                    "--service-cluster-ip-range=10.96.0.0/16",
-                    "--endpoint-reconciler-type=none",
-                    "--allow-privileged=true",
-                    f"--feature-gates={FEATURE_GATES}",
-                    f"--runtime-config={RUNTIME_CONFIG}",
-                    "--enable-priority-and-fairness=false",
-                    "--v=1",
-                ],
-                self.logs,
-            )
-        )
-        wait_for(
-            "kube-apiserver /readyz",
-            lambda: self._api_ok("/readyz"),
-            STARTUP_TIMEOUT,
-            every=0.5,
-            alive=proc.check_alive,
-        )
-
-    @property
-    def api_url(self) -> str:
-        return f"https://127.0.0.1:{self.state.ports['apiserver']}"
-
-    @property
-    def ca_file(self) -> Path:
-        return self.pki / "serving" / "apiserver.crt"
-
-    def _api_ok(self, path: str) -> bool:
-        ctx = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file.exists() else None
-        req = urllib.request.Request(
-            self.api_url + path, headers={"Authorization": f"Bearer {self.state.admin_token}"}
-        )
-        with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
-            return bool(resp.status == 200)
-
-    def _write_kubeconfig(self) -> None:
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "current-context": "local",
-            "clusters": [
-                {
-                    "name": "local",
-                    "cluster": {"server": self.api_url, "certificate-authority": str(self.ca_file)},
-                }
-            ],
-            "users": [{"name": "admin", "user": {"token": self.state.admin_token}}],
-            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
-        }
-        self.kubeconfig.write_text(yaml.safe_dump(config))
-        self.kubeconfig.chmod(0o600)
-
-    def _start_controllers(self) -> None:
-        kc = str(self.kubeconfig)
-        sched_port, kcm_port = free_port(), free_port()
-        self.state.ports.update(scheduler=sched_port, controller_manager=kcm_port)
-        sched_config = self.root / "kube-scheduler.yaml"
-        sched_config.write_text(yaml.safe_dump(scheduler_config(kc)))
-        sched = self._track(
-            spawn(
-                "kube-scheduler",
-                [
-                    str(BIN_DIR / "kube-scheduler"),
-                    f"--config={sched_config}",
-                    f"--authentication-kubeconfig={kc}",
-                    f"--authorization-kubeconfig={kc}",
-                    f"--secure-port={sched_port}",
-                    "--bind-address=127.0.0.1",
-                    f"--feature-gates={FEATURE_GATES}",
-                    "--v=2",
-                ],
-                self.logs,
-            )
-        )
-        kcm = self._track(
-            spawn(
-                "kube-controller-manager",
-                [
-                    str(BIN_DIR / "kube-controller-manager"),
-                    f"--kubeconfig={kc}",
-                    "--leader-elect=false",
-                    f"--authentication-kubeconfig={kc}",
-                    f"--authorization-kubeconfig={kc}",
-                    f"--secure-port={kcm_port}",
-                    "--bind-address=127.0.0.1",
-                    f"--controllers={self.controllers}",
-                    f"--service-account-private-key-file={self.pki / 'service-account.key'}",
-                    f"--root-ca-file={self.ca_file}",
-                    "--use-service-account-credentials=false",
-                    f"--feature-gates={FEATURE_GATES}",
-                    "--v=1",
-                ],
-                self.logs,
-            )
-        )
-        insecure = ssl._create_unverified_context()  # their serving certs are self-signed, per process
-        for proc, port in ((sched, sched_port), (kcm, kcm_port)):
-            url = f"https://127.0.0.1:{port}/healthz"
-            wait_for(
-                f"{proc.name} /healthz",
-                lambda url=url: _http_ok(url, insecure),  # type: ignore[misc]
-                STARTUP_TIMEOUT,
-                every=0.5,
-                alive=proc.check_alive,
-            )
 
     def _install_cluster_objects(self) -> None:
         """What a cluster admin installs once: the DeviceClasses (the chart does this on kind)."""
@@ -504,14 +200,7 @@ class LocalCluster:
         self._stop(f"dra-kubelet-{node}")
 
     def _node(self, node: str) -> dict[str, Any]:
-        ctx = ssl.create_default_context(cafile=str(self.ca_file))
-        req = urllib.request.Request(
-            f"{self.api_url}/api/v1/nodes/{node}",
-            headers={"Authorization": f"Bearer {self.state.admin_token}"},
-        )
-        with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:
-            obj: dict[str, Any] = json.load(resp)
-        return obj
+        return self.api_json(f"/api/v1/nodes/{node}")
 
     def _node_ready(self, node: str) -> bool:
         obj = self._node(node)
@@ -595,14 +284,6 @@ class LocalCluster:
             registered = "dra_fake_kubelet_registered 1.0" in resp.read().decode()
         return registered and bool(node_slices(self.kubeconfig, node, "gpu.nvidia.com"))
 
-    def _stop(self, name: str, kill: bool = False) -> None:
-        if name not in self.state.processes:
-            return
-        proc = self.process(name)
-        proc.kill() if kill else proc.stop()
-        del self.state.processes[name]
-        self.state.save()
-
     # ---- ComputeDomains (docs/computedomain.md) -----------------------------------------
     def _install_compute_domain_objects(self) -> None:
         from e2e.localcluster.install import install
@@ -672,7 +353,8 @@ class LocalCluster:
         fleet's; harness nodes have no such label): the pods bound there start, run and finish as
         `workload` says (its Stages, dra_fake.fleet.workload). It holds no Leases: the fleet renews
         its nodes' as a kubelet does (with Leases, KWOK would manage only the nodes whose Lease it
-        holds, and hold none another holder renews). Replaces a running one (another profile)."""
+        holds, and hold none another holder renews); its flags: dra_fake.fleet.kwok, as in a cluster.
+        Replaces a running one (another profile)."""
         self.stop_kwok()
         binary = BIN_DIR / "kwok"
         if not binary.exists():
@@ -681,20 +363,7 @@ class LocalCluster:
         stages.parent.mkdir(parents=True, exist_ok=True)
         stages.write_text(stages_yaml(workload or WorkloadProfile()))
         proc = self._track(
-            spawn(
-                "kwok",
-                [
-                    str(binary),
-                    f"--kubeconfig={self.kubeconfig}",
-                    f"--config={stages}",
-                    "--manage-all-nodes=false",
-                    f"--manage-nodes-with-label-selector={FLEET_LABEL}",
-                    "--node-lease-duration-seconds=0",
-                    "--cidr=10.0.0.1/16",  # pod IPs (KWOK's default /24 runs out past 254 pods)
-                    "--v=INFO",
-                ],
-                self.logs,
-            )
+            spawn("kwok", [str(binary), *kwok_args(str(stages), str(self.kubeconfig))], self.logs)
         )
         # It logs "Watch nodes" once its flags and Stages are accepted (a bad one: it exits, its error shown).
         wait_for(
@@ -731,8 +400,3 @@ class LocalCluster:
 
     def stop_fleet(self) -> None:
         self._stop("fleet")
-
-
-def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
-    with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
-        return bool(resp.status == 200)

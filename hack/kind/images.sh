@@ -12,5 +12,6 @@ here=$(dirname "$0")
 "$here/node-base.sh"
 for version in "$@"; do "$here/node-image.sh" "$version"; done
 "$here/driver-image.sh"
+"$here/kwok-image.sh"
 log "images ready: $(docker images --format '{{.Repository}}:{{.Tag}} ({{.Size}})' \
-  | grep -E "^($IMAGE_PREFIX/node:|dra-fake:kind|dra-fake-shell:|dra-fake-nvml-consumers:)" | tr '\n' ' ')"
+  | grep -E "^($IMAGE_PREFIX/(node|kwok):|dra-fake:kind|dra-fake-shell:|dra-fake-nvml-consumers:)" | tr '\n' ' ')"
