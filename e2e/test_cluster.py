@@ -10,6 +10,7 @@ import grpc
 import pytest
 import yaml
 
+from dra_fake.gpu.nvidia_smi import CONTAINER_LIVE_DIR
 from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll, workload_container
 from e2e.localcluster import LocalCluster
 from e2e.testbed import (
@@ -77,7 +78,11 @@ def test_claim_from_template_is_allocated_prepared_and_seen_by_its_container_onl
     if bed.name == "harness":  # the CDI IDs the kubelet handed to the runtime
         assert kube.cdi_devices(running)["ctr"] == [f"k8s.gpu.nvidia.com/claim={uid}-{device}"]
     output = assert_sees_its_gpus(bed, ns, "p1")
-    assert _device_attr(kube, pool, device, "uuid") in output
+    uuid = _device_attr(kube, pool, device, "uuid")
+    assert uuid in output
+    # its GPU's live readings and no other GPU's of the node (docs/security.md)
+    live = bed.container(ns, "p1").run("ls", CONTAINER_LIVE_DIR)
+    assert (live.code, live.output.split()) == (0, [uuid]), live.output
     assert_sees_no_gpu(bed, ns, "p1", "sidecar")
 
 
