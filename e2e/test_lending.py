@@ -125,15 +125,17 @@ def gone_or_going(kube: Kube, ns: str, pod: str) -> bool:
     return not kube.pod_exists(ns, pod) or bool(kube.pod(ns, pod)["metadata"].get("deletionTimestamp"))
 
 
-def unschedulable(kube: Kube, ns: str, pod: str) -> str | None:
-    for cond in kube.pod(ns, pod).get("status", {}).get("conditions") or []:
-        if (
-            cond["type"] == "PodScheduled"
-            and cond["status"] == "False"
-            and cond.get("reason") == "Unschedulable"
-        ):
-            return str(cond.get("message"))
-    return None
+def owner_runs_on(kube: Kube, ns: str) -> None:
+    """The owner's pod was never evicted: lending never costs the owner its GPU."""
+    owner = kube.pod(ns, "owner")
+    assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+
+
+def spot_refused_at_prepare(kube: Kube, ns: str, says: str, expected: str) -> None:
+    """The spot pod's prepare failed with `expected` (found by `says`) and the pod waits."""
+    message = prepare_failure(kube, ns, "spot", says)
+    assert expected in message, message
+    assert kube.pod(ns, "spot")["status"]["phase"] == "Pending"
 
 
 def test_an_idle_gpu_is_lent_reclaimed_by_eviction_and_lent_again_while_the_owner_runs_on(
@@ -164,8 +166,7 @@ def test_an_idle_gpu_is_lent_reclaimed_by_eviction_and_lent_again_while_the_owne
     set_utilization(kube, ns, "owner", "85")
     assert poll("the reclaim taint", lambda: reclaim_taint(kube, node), 30) == ("busy", "NoExecute")
     poll("the spot pod evicted", lambda: gone_or_going(kube, ns, "spot-1"), 60)
-    owner = kube.pod(ns, "owner")
-    assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+    owner_runs_on(kube, ns)
     # every step is visible with kubectl: the eviction's event on the spot pod, ours on the node
     reasons = {e.get("reason") for e in kube.events(ns, "spot-1")}
     assert "DeviceTaintManagerEviction" in reasons, reasons
@@ -175,14 +176,13 @@ def test_an_idle_gpu_is_lent_reclaimed_by_eviction_and_lent_again_while_the_owne
     # a new spot pod waits while the owner is busy ...
     pod_on(kube, ns, "spot-2", "spot", node)
     assert "cannot allocate all claims" in poll(
-        "spot-2 unschedulable", lambda: unschedulable(kube, ns, "spot-2"), 60
+        "spot-2 unschedulable", lambda: kube.unschedulable(ns, "spot-2"), 60
     )
     # ... and is admitted once the owner has been idle for IDLE_FOR again
     set_utilization(kube, ns, "owner", "3")
     poll("gpu-0 lendable again", lambda: reclaim_taint(kube, node) is None, IDLE_FOR + 40)
     kube.wait_running(ns, "spot-2", timeout=120)
-    owner = kube.pod(ns, "owner")
-    assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+    owner_runs_on(kube, ns)
 
 
 def test_claims_that_do_not_opt_in_or_a_gpu_without_owners_get_no_lend_view(
@@ -196,7 +196,7 @@ def test_claims_that_do_not_opt_in_or_a_gpu_without_owners_get_no_lend_view(
     kube.create(template("spot", f"spot.{GPU_DRIVER}", uuid, [SPOT_TOLERATION]), ns)
     pod_on(kube, ns, "unowned", "spot", node)
     assert "cannot allocate all claims" in poll(
-        "a spot pod for an unowned GPU unschedulable", lambda: unschedulable(kube, ns, "unowned"), 60
+        "a spot pod for an unowned GPU unschedulable", lambda: kube.unschedulable(ns, "unowned"), 60
     )
     kube.delete_pod(ns, "unowned")
 
@@ -207,7 +207,7 @@ def test_claims_that_do_not_opt_in_or_a_gpu_without_owners_get_no_lend_view(
     kube.create(template("no-opt-in", f"spot.{GPU_DRIVER}", uuid), ns)
     pod_on(kube, ns, "no-opt-in", "no-opt-in", node)
     assert "cannot allocate all claims" in poll(
-        "a spot pod without the toleration unschedulable", lambda: unschedulable(kube, ns, "no-opt-in"), 60
+        "a spot pod without the toleration unschedulable", lambda: kube.unschedulable(ns, "no-opt-in"), 60
     )
     claim = kube.pod(ns, "owner")["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     assert [r["device"] for r in kube.claim(ns, claim)["status"]["allocation"]["devices"]["results"]] == [
@@ -238,14 +238,14 @@ def test_a_spot_claim_on_a_busy_gpu_is_refused_at_prepare_naming_why(
     poll("gpu-0 busy", lambda: reclaim_taint(kube, node) == ("busy", "NoExecute"), 30)
 
     pod_on(kube, ns, "spot", "spot-anyway", node)
-    message = prepare_failure(kube, ns, "spot", "is not lendable now")
-    assert (
+    spot_refused_at_prepare(
+        kube,
+        ns,
+        "is not lendable now",
         "prepare devices failed: requested device gpu-0-spot is not lendable now: GPU gpu-0 is busy "
-        f"({NOT_LENDABLE_TAINT}=busy: its owners are busy)"
-    ) in message, message
-    assert kube.pod(ns, "spot")["status"]["phase"] == "Pending"
-    owner = kube.pod(ns, "owner")
-    assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+        f"({NOT_LENDABLE_TAINT}=busy: its owners are busy)",
+    )
+    owner_runs_on(kube, ns)
 
 
 def test_a_spot_claim_that_tolerates_reclaim_forever_is_refused_at_prepare(
@@ -264,12 +264,13 @@ def test_a_spot_claim_that_tolerates_reclaim_forever_is_refused_at_prepare(
     poll("gpu-0 lendable", lambda: reclaim_taint(kube, node) is None, IDLE_FOR + 40)
 
     pod_on(kube, ns, "spot", "spot-forever", node)
-    message = prepare_failure(kube, ns, "spot", "could never be reclaimed")
-    assert (
+    spot_refused_at_prepare(
+        kube,
+        ns,
+        "could never be reclaimed",
         "prepare devices failed: requested device gpu-0-spot: the spot claim tolerates "
-        f"{NOT_LENDABLE_TAINT}=busy:NoExecute forever, so it could never be reclaimed"
-    ) in message, message
-    assert kube.pod(ns, "spot")["status"]["phase"] == "Pending"
+        f"{NOT_LENDABLE_TAINT}=busy:NoExecute forever, so it could never be reclaimed",
+    )
 
 
 def lending_file(bed: TestBed, node: str) -> dict[str, Any]:
@@ -306,5 +307,4 @@ def test_a_lent_gpu_stays_lent_through_a_plugin_sigkill_and_is_reclaimed_after_i
     set_utilization(kube, ns, "owner", "85")
     assert poll("the reclaim taint", lambda: reclaim_taint(kube, node), 30) == ("busy", "NoExecute")
     poll("the spot pod evicted", lambda: gone_or_going(kube, ns, "spot-1"), 60)
-    owner = kube.pod(ns, "owner")
-    assert owner["status"]["phase"] == "Running" and not owner["metadata"].get("deletionTimestamp")
+    owner_runs_on(kube, ns)

@@ -136,17 +136,7 @@ def result_of(claim: dict[str, Any]) -> dict[str, Any]:
 
 
 def unschedulable(kube: Kube, ns: str, pod: str) -> str:
-    def reason() -> str | None:
-        for cond in kube.pod(ns, pod).get("status", {}).get("conditions") or []:
-            if (
-                cond["type"] == "PodScheduled"
-                and cond["status"] == "False"
-                and cond.get("reason") == "Unschedulable"
-            ):
-                return str(cond.get("message"))
-        return None
-
-    return poll(f"pod {pod} Unschedulable", reason, 60)
+    return poll(f"pod {pod} Unschedulable", lambda: kube.unschedulable(ns, pod), 60)
 
 
 def spec_path(claim: dict[str, Any]) -> str:
