@@ -7,10 +7,12 @@ GET, and of each of fleet mode's three requests per node
 
 from __future__ import annotations
 
+import http.client
 import select
 import socket
 import ssl
 from collections.abc import Mapping
+from typing import cast
 
 import httptools
 
@@ -136,3 +138,56 @@ class Connection:
             raise
         self._sock = sock
         return sock
+
+
+class ClientConnection:
+    """`Connection`'s interface over http.client, as DirectJson sent before this module
+    (DRA_FAKE_WITHOUT=httpconn, dra_fake.core.trials): the same requests and answers, only the
+    transport and its parser differ."""
+
+    def __init__(
+        self, host: str, port: int, tls: ssl.SSLContext | None, timeouts: tuple[float, float]
+    ) -> None:
+        self._timeouts = timeouts
+        self._conn = (
+            http.client.HTTPSConnection(host, port, timeout=timeouts[0], context=tls)
+            if tls is not None
+            else http.client.HTTPConnection(host, port, timeout=timeouts[0])
+        )
+
+    @property
+    def open(self) -> bool:
+        return self._conn.sock is not None
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def closed_by_peer(self) -> bool:
+        sock = self._conn.sock
+        if sock is None:
+            return False
+        try:
+            return bool(select.select([sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
+
+    def exchange(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes | None
+    ) -> tuple[int, str, bytes]:
+        conn = self._conn
+        try:
+            if conn.sock is None:
+                conn.connect()  # within the connect timeout; answers within the read timeout
+                cast(socket.socket, conn.sock).settimeout(self._timeouts[1])
+            conn.request(method, target, body=body, headers=dict(headers))
+            resp = conn.getresponse()
+            data = resp.read()
+        except http.client.HTTPException as err:
+            conn.close()
+            raise ConnectionLost(f"{method} {target}: {err!r}") from None
+        except BaseException:
+            conn.close()
+            raise
+        if resp.will_close:
+            conn.close()
+        return resp.status, resp.reason, data
