@@ -265,7 +265,11 @@ def run_plugin(args: argparse.Namespace, driver: KubeletDriver) -> int:
     components.insert(0, publishing)
     log.info(
         f"{driver.display_name} serving the kubelet",
-        extra={"startupSeconds": round(time.monotonic() - started, 3), "cpu": cpu},
+        extra={
+            "startupSeconds": round(time.monotonic() - started, 3),
+            "cpu": cpu,
+            **({"without": ",".join(sorted(off))} if (off := trials.switched_off()) else {}),
+        },
     )
     serve_forever(*components, stop_event=stop)
     log.info(f"{driver.display_name} stopped")
