@@ -81,12 +81,7 @@ class Connection:
     def closed_by_peer(self) -> bool:
         """An idle kept-alive connection that reads as ready has been closed (or broken) by the
         server (urllib3 checks the same before reusing one)."""
-        if self._sock is None:
-            return False
-        try:
-            return bool(select.select([self._sock], [], [], 0)[0])
-        except (OSError, ValueError):
-            return True
+        return _ready(self._sock)
 
     def exchange(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes | None
@@ -140,6 +135,16 @@ class Connection:
         return sock
 
 
+def _ready(sock: socket.socket | None) -> bool:
+    """An idle connection's socket reads as ready (or fails to be polled): closed or broken."""
+    if sock is None:
+        return False
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
 class ClientConnection:
     """`Connection`'s interface over http.client, as DirectJson sent before this module
     (DRA_FAKE_WITHOUT=httpconn, dra_fake.core.trials): the same requests and answers, only the
@@ -163,13 +168,7 @@ class ClientConnection:
         self._conn.close()
 
     def closed_by_peer(self) -> bool:
-        sock = self._conn.sock
-        if sock is None:
-            return False
-        try:
-            return bool(select.select([sock], [], [], 0)[0])
-        except (OSError, ValueError):
-            return True
+        return _ready(self._conn.sock)
 
     def exchange(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes | None
