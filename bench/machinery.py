@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from bench import fleet, publish
 from bench.claims import NAMESPACE, make_claims
@@ -101,6 +103,7 @@ def run(
         },
         "prepare": [],
     }
+    claims: dict[tuple[str, int], list[dict[str, str]]] = {}
     try:
         start_all(api, drivers.values())
         claims = {
@@ -132,6 +135,7 @@ def run(
     finally:
         for d in drivers.values():
             d.stop()
+    _remove(api, drivers.values(), [ref for refs in claims.values() for ref in refs])
     results["publish"] = _repeat(
         repeat,
         {name: variants[name] for name in (BASELINE, *PUBLISH_PIECES)},
@@ -152,6 +156,25 @@ def run(
     results["table"] = compare(results, all_pieces)
     results["verdicts"] = verdicts(results["table"])
     return results
+
+
+def _remove(api: client.ApiClient, drivers: Iterable[Driver], claims: Sequence[Mapping[str, str]]) -> None:
+    """The trial's claims and its nodes' slices: the sections after it (KWOK's allocations, the
+    fleet's) find the cluster as they did before it."""
+    custom = client.CustomObjectsApi(api)
+
+    def delete(ref: Mapping[str, str]) -> None:
+        try:
+            custom.delete_namespaced_custom_object(
+                "resource.k8s.io", "v1", ref["namespace"], "resourceclaims", ref["name"]
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(delete, claims))
+        list(pool.map(lambda d: d.delete_slices(api, custom), drivers))
 
 
 def _repeat(

@@ -90,3 +90,10 @@ def test_the_report_shows_the_verdicts_and_each_comparison() -> None:
 def test_every_switch_of_the_plugin_and_the_pinning_is_on_trial() -> None:
     names = [p.name for p in machinery.pieces()]
     assert names == ["httpconn", "entrycache", "yamlwriter", "gcfreeze", "journal", "cpuaffinity"]
+
+
+def test_each_variant_goes_first_in_turn() -> None:
+    names = ["baseline", "a", "b"]
+    orders = [machinery._rotated(names, r) for r in range(3)]
+    assert [o[0] for o in orders] == names
+    assert all(sorted(o) == sorted(names) for o in orders)
