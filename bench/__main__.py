@@ -2,9 +2,10 @@
 
 Starts its own local control plane under /tmp/lc-bench (no kubelet-less node of another
 engineer's cluster is touched), builds the reference driver and the drabench client from
-bench/refdriver, then runs: the floor, prepare/unprepare side by side, shares beside full GPUs,
-publishing, the fleet scale runs, KWOK fleets (pods scheduled and claims allocated per second)
-and the ComputeDomain controller (200 CDs at once). A benchmark
+bench/refdriver, then runs: the floor, prepare/unprepare side by side, our plugin with and without
+each piece of its machinery (bench/machinery.py), shares beside full GPUs, publishing, the fleet
+scale runs, KWOK fleets (pods scheduled and claims allocated per second) and the ComputeDomain
+controller (200 CDs at once). A benchmark
 fails only on errors; timings never fail it.
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import computedomain, fleet, kwok, prepare, publish, sharing, summary
+from bench import computedomain, fleet, kwok, machinery, prepare, publish, sharing, summary
 from bench.common import REFDRIVER, REPO, cpu_ticks, loadavg, machine_facts, steal_percent, tree_facts
 from bench.report import HISTORY, RESULTS, history_line, read_history, render
 from e2e.localcluster import LocalCluster
@@ -62,6 +63,18 @@ def main() -> int:
     )
     parser.add_argument("--rounds-1", type=int, default=2, help="rounds over the 128 one-device claims")
     parser.add_argument("--rounds-8", type=int, default=8, help="rounds over the 16 eight-device claims")
+    parser.add_argument(
+        "--machinery-repeat",
+        type=int,
+        default=3,
+        help="repetitions of the machinery trial (our plugin with and without each piece)",
+    )
+    parser.add_argument(
+        "--machinery-fleet-nodes",
+        type=int,
+        default=1000,
+        help="nodes of the machinery trial's fleet runs (0 skips them)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--keep-cluster", action="store_true", help="leave the /tmp/lc-bench cluster running")
     parser.add_argument("--only", default="", help="comma-separated sections to run (default: all)")
@@ -78,6 +91,7 @@ def main() -> int:
         args.fleet_sizes, args.cd_sizes, args.rounds_1, args.rounds_8, args.repeat = "5", "5", 1, 1, 1
         args.fleet_memory = args.fleet_heartbeats = 0
         args.kwok_nodes, args.kwok_pods, args.kwok_repeat = 5, 10, 1
+        args.machinery_repeat, args.machinery_fleet_nodes = 1, 5
         if args.out == RESULTS:
             args.out = Path(tempfile.mkdtemp(prefix="dra-bench-smoke-"))
     elif args.out.resolve() == RESULTS.resolve():
@@ -120,6 +134,18 @@ def main() -> int:
                     args.repeat,
                     ("tmpfs",) if args.smoke else ("disk", "tmpfs"),
                     ((8, 1), (8, 16)) if args.smoke else prepare.CASES,
+                ),
+            ),
+            (
+                "machinery",
+                lambda: machinery.run(
+                    cluster,
+                    work,
+                    args.rounds_1,
+                    args.rounds_8,
+                    args.machinery_repeat,
+                    ((8, 1), (8, 16)) if args.smoke else prepare.CASES,
+                    args.machinery_fleet_nodes,
                 ),
             ),
             (

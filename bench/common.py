@@ -9,7 +9,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -178,9 +178,17 @@ def tree_facts(tree: Path, prefix: str) -> dict[str, Any]:
 # ---- processes -------------------------------------------------------------------------------
 
 
-def run_json(argv: list[str], timeout: float = 1800) -> dict[str, Any]:
-    """Run a command printing one JSON object; a non-zero exit is a benchmark error."""
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+def run_json(argv: list[str], timeout: float = 1800, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run a command printing one JSON object (`env`: variables beside this process's); a
+    non-zero exit is a benchmark error."""
+    proc = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **env} if env else None,
+    )
     if proc.returncode != 0:
         raise BenchError(f"{' '.join(argv[:3])}... exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]

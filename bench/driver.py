@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,11 @@ class Driver:
         work: Path,
         src: Path | None = None,
         extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.cluster = cluster
         self.extra_args = list(extra_args)  # ours: flags beside the common ones
+        self.env = dict(env or {})  # ours: variables beside the common ones (bench/machinery.py)
         # Ours: the checkout it runs from; DRA_BENCH_OURS_SRC, else this one (a before/after run).
         self.src = (src or Path(os.environ.get(OURS_SRC_ENV) or REPO)) if kind == "ours" else REPO
         self.kind = kind
@@ -92,6 +94,7 @@ class Driver:
         env = {"PYTHONPATH": str(self.src)} if self.src != REPO else {}
         if self.kind == "ours":  # an env, not a flag: older trees of a before/after run ignore it
             env["CPU_AFFINITY"] = CPU_AFFINITY
+            env.update(self.env)
         self.proc = spawn(
             f"bench-{self.node}", self.argv(config, num_devices), self.cluster.logs, env=env, cwd=self.src
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -86,13 +87,15 @@ def _cleanup(cluster: LocalCluster, fleet: str) -> None:
     )
 
 
-def run_measured(cluster: LocalCluster, argv: list[str]) -> dict[str, Any]:
+def run_measured(
+    cluster: LocalCluster, argv: list[str], env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """run_json, plus the CPU seconds the command (`clientCpuSeconds`: its whole process) and the
     API server (`apiserverCpuSeconds`) spent meanwhile: on 2 cores, the wall time is about their
     sum (with etcd's) over two, so a client's own CPU shows in the wall time it is judged by."""
     apiserver = cluster.process("kube-apiserver").pid
     api_before, own_before = process_cpu_seconds(apiserver), children_cpu_seconds()
-    out = run_json(argv)
+    out = run_json(argv, env=env)
     out["clientCpuSeconds"] = round(children_cpu_seconds() - own_before, 2)
     out["apiserverCpuSeconds"] = round(process_cpu_seconds(apiserver) - api_before, 2)
     return out
@@ -104,6 +107,7 @@ def run_fleet(
     cleanup: bool = True,
     fleet: str = "",
     extra: tuple[str, ...] = ("--exit-when-synced",),
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     fleet = fleet or f"fl{n}"
     _cleanup(cluster, fleet)
@@ -123,6 +127,7 @@ def run_fleet(
             *extra,
             "--log-level=warning",
         ],
+        env,
     )
     if out["nodesSynced"] != n or out["slices"] < n:
         raise BenchError(f"fleet {n}: {out}")

@@ -5,6 +5,7 @@ plugin manager); plus the plugin's RSS at rest."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,17 @@ def _get_info(registrar: Path) -> bool:
 
 
 def measure(
-    cluster: LocalCluster, kind: str, node: str, config: Path | None, work: Path, rest: float = REST_SECONDS
+    cluster: LocalCluster,
+    kind: str,
+    node: str,
+    config: Path | None,
+    work: Path,
+    rest: float = REST_SECONDS,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     api = cluster_api(cluster)
     custom = client.CustomObjectsApi(api)
-    d = Driver(cluster, kind, node, work)
+    d = Driver(cluster, kind, node, work, env=env)
     want, devices = d.pool_shape(config, REFERENCE_GPUS)
     d.delete_slices(api, custom)  # every start publishes from nothing
     # The harness (kubelet plugin manager) watches <node dir>/plugins_registry.

@@ -109,6 +109,37 @@ def _prepare(prep: dict[str, Any]) -> list[str]:
     return out
 
 
+def _machinery(m: dict[str, Any]) -> list[str]:
+    out = [
+        "",
+        "## Machinery on trial",
+        "",
+        "Our plugin with each piece of its machinery and without it (`DRA_FAKE_WITHOUT`, "
+        "dra_fake.core.trials; the CPU pinning: `--cpu-affinity`), every variant on its own node, all "
+        f"started together, state on {m['storage']}; each case {m['repeat']} times per variant, the "
+        f"variants alternating (the baseline pins: `--cpu-affinity={m['baseline_cpu_affinity']}`). "
+        "with / without: medians of the repetitions; noise: the baseline's (max - min) / median over "
+        "its repetitions; verdict: *keeps its place* where the piece is better by more than the noise "
+        "(relative to without), *costs* where worse by more, else *within noise*. A piece keeps its "
+        "place when a figure users feel (marked *) says so.",
+        "",
+        *_table("piece | without it | verdict"),
+        *(
+            f"| {name} | {p['what']} | {m['verdicts'].get(name, 'not measured')} |"
+            for name, p in m["pieces"].items()
+        ),
+        "",
+        *_table("piece | case | figure | with | without | with / without | noise | verdict"),
+    ]
+    for r in m["table"]:
+        ratio = "n/a" if r["ratio_with_over_without"] is None else f"{r['ratio_with_over_without']:.2f}x"
+        out.append(
+            f"| {r['piece']} | {r['case']} | {r['figure']}{' *' if r['user_felt'] else ''} | "
+            f"{r['with']:.2f} | {r['without']:.2f} | {ratio} | {100 * r['noise']:.0f}% | {r['verdict']} |"
+        )
+    return out
+
+
 def _sharing(result: dict[str, Any]) -> list[str]:
     from bench.sharing import BUDGET, KEYS
 
@@ -207,6 +238,9 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
     prep = sections.get("prepare", {}).get("result")
     if prep:
         out += _prepare(prep)
+    mach = sections.get("machinery", {}).get("result")
+    if mach:
+        out += _machinery(mach)
     pub = sections.get("publish", {}).get("result")
     if pub:
         out += [

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from dra_fake.core import trials
 from dra_fake.core.flags import LOG_LEVELS, EnvDefault, add_plugin_flags, env_flag
 
 DEFAULT_DRIVER = "gpu.nvidia.com"
@@ -205,6 +206,11 @@ def parse_server_version(raw: str) -> tuple[int, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        trials.check()
+    except trials.UnknownPieceError as err:
+        print(f"dra-fake: error: {err}", file=sys.stderr)
+        return 2
     from computedomain.cli import COMMANDS as COMPUTE_DOMAIN_COMMANDS
 
     if args.command in COMPUTE_DOMAIN_COMMANDS:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Generic, NamedTuple
 
-from dra_fake.core import journal, metrics
+from dra_fake.core import journal, metrics, trials
 from dra_fake.core.atomic import atomic_write, file_identity, fsync_dir, remove_durably, stale_temp_files
 from dra_fake.core.checkpoint import (
     CHECKPOINT_FILE_NAME,
@@ -193,6 +193,7 @@ class CheckpointStore(Generic[P]):
             and current.data is data
             and current.written
             and not compact
+            and not trials.without("journal")
             and current.journal_end <= max(COMPACT_MIN_BYTES, current.identity[0][1])
             else None
         )
@@ -215,6 +216,9 @@ class CheckpointStore(Generic[P]):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         raw, digest = self.codec.encode_with_checksum(data)
         atomic_write(self.path, raw, CHECKPOINT_FILE_MODE)
+        if trials.without("journal"):  # as format 2 saved: the one file (its journal, if any, gone)
+            self.journal_path.unlink(missing_ok=True)
+            return 0
         head = journal.header(digest)
         atomic_write(self.journal_path, head, CHECKPOINT_FILE_MODE)
         return len(head)

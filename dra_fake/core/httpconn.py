@@ -7,10 +7,12 @@ GET, and of each of fleet mode's three requests per node
 
 from __future__ import annotations
 
+import http.client
 import select
 import socket
 import ssl
 from collections.abc import Mapping
+from typing import cast
 
 import httptools
 
@@ -79,12 +81,7 @@ class Connection:
     def closed_by_peer(self) -> bool:
         """An idle kept-alive connection that reads as ready has been closed (or broken) by the
         server (urllib3 checks the same before reusing one)."""
-        if self._sock is None:
-            return False
-        try:
-            return bool(select.select([self._sock], [], [], 0)[0])
-        except (OSError, ValueError):
-            return True
+        return _ready(self._sock)
 
     def exchange(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes | None
@@ -136,3 +133,60 @@ class Connection:
             raise
         self._sock = sock
         return sock
+
+
+def _ready(sock: socket.socket | None) -> bool:
+    """An idle connection's socket reads as ready (or fails to be polled): closed or broken."""
+    if sock is None:
+        return False
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+class ClientConnection:
+    """`Connection`'s interface over http.client, as DirectJson sent before this module
+    (DRA_FAKE_WITHOUT=httpconn, dra_fake.core.trials): the same requests and answers, only the
+    transport and its parser differ."""
+
+    def __init__(
+        self, host: str, port: int, tls: ssl.SSLContext | None, timeouts: tuple[float, float]
+    ) -> None:
+        self._timeouts = timeouts
+        self._conn = (
+            http.client.HTTPSConnection(host, port, timeout=timeouts[0], context=tls)
+            if tls is not None
+            else http.client.HTTPConnection(host, port, timeout=timeouts[0])
+        )
+
+    @property
+    def open(self) -> bool:
+        return self._conn.sock is not None
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def closed_by_peer(self) -> bool:
+        return _ready(self._conn.sock)
+
+    def exchange(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes | None
+    ) -> tuple[int, str, bytes]:
+        conn = self._conn
+        try:
+            if conn.sock is None:
+                conn.connect()  # within the connect timeout; answers within the read timeout
+                cast(socket.socket, conn.sock).settimeout(self._timeouts[1])
+            conn.request(method, target, body=body, headers=dict(headers))
+            resp = conn.getresponse()
+            data = resp.read()
+        except http.client.HTTPException as err:
+            conn.close()
+            raise ConnectionLost(f"{method} {target}: {err!r}") from None
+        except BaseException:
+            conn.close()
+            raise
+        if resp.will_close:
+            conn.close()
+        return resp.status, resp.reason, data

@@ -16,8 +16,8 @@ import orjson
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.core import yamlio
-from dra_fake.core.httpconn import Connection
+from dra_fake.core import trials, yamlio
+from dra_fake.core.httpconn import ClientConnection, Connection
 from dra_fake.core.kubeconfig import StartupError, kubeconfig_path
 
 # (connect, read) seconds for every API call; watches pass their own.
@@ -259,9 +259,10 @@ class DirectJson:
     def _send(
         self, method: str, url: str, body: bytes | None, headers: dict[str, str]
     ) -> tuple[int, str, bytes]:
-        conn: Connection | None = getattr(self._local, "conn", None)
+        conn: Connection | ClientConnection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = Connection(self._host, self._port, self._tls, REQUEST_TIMEOUT)
+            transport = ClientConnection if trials.without("httpconn") else Connection
+            conn = transport(self._host, self._port, self._tls, REQUEST_TIMEOUT)
             self._local.conn = conn
         if conn.closed_by_peer():
             conn.close()

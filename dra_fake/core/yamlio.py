@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from dra_fake.core import trials
+
 LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 M = TypeVar("M", bound=Mapping[str, Any])
@@ -28,7 +30,7 @@ def safe_load(text: str | bytes) -> Any:
 def dump(doc: Mapping[str, Any]) -> str:
     """`doc` in block style, keys in their order, with a `---` start: `dump_block` when it can,
     else PyYAML (the same bytes either way)."""
-    text = dump_block(doc)
+    text = None if trials.without("yamlwriter") else dump_block(doc)
     return dump_pyyaml(doc) if text is None else text
 
 

@@ -1,0 +1,268 @@
+"""Machinery on trial: our plugin with each piece of its machinery and without it, in one run
+(same commit, same cluster, variants alternating within each repetition); a piece keeps its place
+only where the difference is larger than the run-to-run noise on a figure users feel.
+
+The pieces (dra_fake.core.trials, `DRA_FAKE_WITHOUT`): httpconn, entrycache, yamlwriter, gcfreeze,
+journal; and the CPU pinning (`--cpu-affinity` one vs inherit). Every variant runs as its own
+plugin on its own kubelet-less node, all started together, state on disk. Figures: prepare and
+unprepare (bench/prepare.py's `drive`), the slices published after a start (httpconn; publishing
+writes no YAML, so not yamlwriter), and a fleet's rate (httpconn, gcfreeze)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from bench import fleet, publish
+from bench.claims import NAMESPACE, make_claims
+from bench.common import CONFIGS, cluster_api, ensure_namespace, spread
+from bench.driver import CPU_AFFINITY, Driver, start_all
+from bench.prepare import CASES, drive
+from dra_fake.core import trials
+from e2e.localcluster import LocalCluster
+
+BASELINE = "baseline"
+OTHER_AFFINITY = "inherit" if CPU_AFFINITY == "one" else "one"
+
+
+@dataclass(frozen=True)
+class Piece:
+    name: str
+    env: Mapping[str, str]  # what the variant's plugin runs with, beside the baseline's
+    variant_has_it: bool  # the variant runs with the piece (the baseline without it)
+    what: str  # what runs instead
+
+
+def pieces() -> tuple[Piece, ...]:
+    """Each DRA_FAKE_WITHOUT piece, and the CPU pinning: the bench pins (CPU_AFFINITY, default one),
+    so its variant inherits; CPU_AFFINITY=inherit make bench makes the pinned one the variant."""
+    return (
+        *(Piece(name, {trials.ENV: name}, False, what) for name, what in trials.PIECES.items()),
+        Piece(
+            "cpuaffinity",
+            {"CPU_AFFINITY": OTHER_AFFINITY},
+            OTHER_AFFINITY == "one",
+            "--cpu-affinity=inherit: the plugin's threads on the CPUs it was started with",
+        ),
+    )
+
+
+# Figures, whether lower is better, and whether users feel them (the verdict is taken on those).
+PREPARE_FIGURES = {
+    "prepare_p50_ms": (True, True),
+    "prepare_p99_ms": (True, True),
+    "unprepare_p50_ms": (True, False),
+    "unprepare_p99_ms": (True, False),
+    "prepare_claims_per_s": (False, False),
+    "cpu_ms_per_claim": (True, False),
+}
+PUBLISH_FIGURES = {"all_slices_visible_s": (True, True)}
+FLEET_FIGURES = {"nodes_per_s": (False, True)}
+PUBLISH_PIECES = ("httpconn",)  # publishing writes no YAML: yamlwriter has nothing to change there
+FLEET_PIECES = ("httpconn", "gcfreeze")  # the fleet's own machinery among them
+
+KEEPS, WITHIN, COSTS = "keeps its place", "within noise", "costs"
+
+
+def run(
+    cluster: LocalCluster,
+    work: Path,
+    rounds_1: int = 2,
+    rounds_8: int = 8,
+    repeat: int = 3,
+    cases: Sequence[tuple[int, int]] = CASES,
+    fleet_nodes: int = 1000,
+) -> dict[str, Any]:
+    """Every variant `repeat` times per case, alternating, after one unmeasured round each; then
+    the publish and fleet variants (`fleet_nodes` 0 skips the fleet). Figures per repetition,
+    their median and spread, and the comparison (`table`, `verdicts`)."""
+    trials.check()  # this process's own value, read before any variant's is set for a child
+    all_pieces = pieces()
+    api = cluster_api(cluster)
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    ensure_namespace(core, NAMESPACE)
+    root = work / "machinery-state"  # on disk
+    shutil.rmtree(root, ignore_errors=True)
+    variants = {BASELINE: {}, **{p.name: dict(p.env) for p in all_pieces}}
+    drivers = {name: Driver(cluster, "ours", f"mach-{name}", root, env=env) for name, env in variants.items()}
+    results: dict[str, Any] = {
+        "repeat": repeat,
+        "baseline_cpu_affinity": CPU_AFFINITY,
+        "storage": "disk",
+        "pieces": {
+            p.name: {"env": dict(p.env), "variant_has_it": p.variant_has_it, "what": p.what}
+            for p in all_pieces
+        },
+        "prepare": [],
+    }
+    claims: dict[tuple[str, int], list[dict[str, str]]] = {}
+    try:
+        start_all(api, drivers.values())
+        claims = {
+            (name, shape): make_claims(custom, d.driver, d.node, shape)
+            for name, d in drivers.items()
+            for shape in sorted({s for s, _ in cases})
+        }
+        paths = {}
+        for (name, shape), refs in claims.items():
+            paths[(name, shape)] = work / f"machinery-claims-{name}-{shape}.json"
+            paths[(name, shape)].write_text(json.dumps(refs))
+            drive(drivers[name], paths[(name, shape)], 1, 1)  # warm-up, not measured: first calls' imports
+        for shape, callers in cases:
+            reps: dict[str, list[dict[str, Any]]] = {name: [] for name in drivers}
+            for r in range(repeat):
+                for name in _rotated(list(drivers), r):
+                    reps[name].append(
+                        drive(
+                            drivers[name], paths[(name, shape)], callers, rounds_1 if shape == 1 else rounds_8
+                        )
+                    )
+            results["prepare"].append(
+                {
+                    "devices_per_claim": shape,
+                    "callers": callers,
+                    "variants": {name: {"repetitions": r, **spread(r)} for name, r in reps.items()},
+                }
+            )
+    finally:
+        for d in drivers.values():
+            d.stop()
+    _remove(api, drivers.values(), [ref for refs in claims.values() for ref in refs])
+    results["publish"] = _repeat(
+        repeat,
+        {name: variants[name] for name in (BASELINE, *PUBLISH_PIECES)},
+        lambda name, env: publish.measure(
+            cluster, "ours", f"mach-pub-{name}", CONFIGS / "h100x8.yaml", work, 0.0, env
+        ),
+    )
+    if fleet_nodes:
+
+        def one_fleet(name: str, env: Mapping[str, str]) -> dict[str, Any]:
+            out = fleet.run_fleet(cluster, fleet_nodes, fleet=f"mach-{name}", env=env)
+            return {"wall_s": out["wallSeconds"], "nodes_per_s": round(fleet_nodes / out["wallSeconds"], 1)}
+
+        results["fleet"] = {
+            "nodes": fleet_nodes,
+            **_repeat(repeat, {name: variants[name] for name in (BASELINE, *FLEET_PIECES)}, one_fleet),
+        }
+    results["table"] = compare(results, all_pieces)
+    results["verdicts"] = verdicts(results["table"])
+    return results
+
+
+def _remove(api: client.ApiClient, drivers: Iterable[Driver], claims: Sequence[Mapping[str, str]]) -> None:
+    """The trial's claims and its nodes' slices: the sections after it (KWOK's allocations, the
+    fleet's) find the cluster as they did before it."""
+    custom = client.CustomObjectsApi(api)
+
+    def delete(ref: Mapping[str, str]) -> None:
+        try:
+            custom.delete_namespaced_custom_object(
+                "resource.k8s.io", "v1", ref["namespace"], "resourceclaims", ref["name"]
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(delete, claims))
+        list(pool.map(lambda d: d.delete_slices(api, custom), drivers))
+
+
+def _repeat(
+    repeat: int, variants: Mapping[str, Mapping[str, str]], measure: Callable[[str, Mapping[str, str]], Any]
+) -> dict[str, Any]:
+    """`measure` of each variant, `repeat` times, the variants alternating (`_rotated`)."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+    for r in range(repeat):
+        for name in _rotated(list(variants), r):
+            runs[name].append(measure(name, variants[name]))
+    return {"variants": {name: {"repetitions": r, **spread(r)} for name, r in runs.items()}}
+
+
+def _rotated(names: list[str], r: int) -> list[str]:
+    """The variants' order in repetition `r`: each goes first in turn (none always follows
+    another's disk writes, or always comes first after the start)."""
+    k = r % len(names)
+    return names[k:] + names[:k]
+
+
+def noise(figure: Mapping[str, float]) -> float:
+    """Run-to-run noise of a figure measured in repetitions (`spread`'s): (max - min) / median."""
+    return (figure["max"] - figure["min"]) / figure["median"] if figure["median"] else 0.0
+
+
+def verdict(with_: float, without: float, baseline_noise: float, lower_is_better: bool) -> str:
+    """KEEPS when the piece's figure is better than without it by more than the noise (relative to
+    the one without); COSTS when worse by more than the noise; else WITHIN."""
+    if not without or abs(with_ - without) / without <= baseline_noise:
+        return WITHIN
+    return KEEPS if (with_ < without) == lower_is_better else COSTS
+
+
+def _rows(
+    where: str,
+    variants: Mapping[str, Any],
+    figures: Mapping[str, tuple[bool, bool]],
+    all_pieces: Sequence[Piece],
+) -> list[dict[str, Any]]:
+    rows = []
+    base = variants[BASELINE]
+    for p in all_pieces:
+        if p.name not in variants:
+            continue
+        variant = variants[p.name]
+        with_, without = (variant, base) if p.variant_has_it else (base, variant)
+        for key, (lower_is_better, felt) in figures.items():
+            w, wo, n = with_[key]["median"], without[key]["median"], noise(base[key])
+            rows.append(
+                {
+                    "piece": p.name,
+                    "case": where,
+                    "figure": key,
+                    "user_felt": felt,
+                    "with": w,
+                    "without": wo,
+                    "ratio_with_over_without": round(w / wo, 3) if wo else None,
+                    "noise": round(n, 3),
+                    "verdict": verdict(w, wo, n, lower_is_better),
+                }
+            )
+    return rows
+
+
+def compare(results: Mapping[str, Any], all_pieces: Sequence[Piece]) -> list[dict[str, Any]]:
+    """Per piece, case and figure: the medians with and without it, their ratio, the baseline's
+    noise and the verdict."""
+    rows = []
+    for case in results["prepare"]:
+        where = f"{case['devices_per_claim']}x{case['callers']}"
+        rows += _rows(where, case["variants"], PREPARE_FIGURES, all_pieces)
+    rows += _rows("publish", results["publish"]["variants"], PUBLISH_FIGURES, all_pieces)
+    if "fleet" in results:
+        where = f"fleet {results['fleet']['nodes']}"
+        rows += _rows(where, results["fleet"]["variants"], FLEET_FIGURES, all_pieces)
+    return rows
+
+
+def verdicts(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Per piece: KEEPS where any figure users feel says so; else COSTS where one does; else WITHIN."""
+    out: dict[str, str] = {}
+    for row in rows:
+        if not row["user_felt"]:
+            out.setdefault(row["piece"], WITHIN)
+            continue
+        current = out.get(row["piece"], WITHIN)
+        if row["verdict"] == KEEPS or (row["verdict"] == COSTS and current != KEEPS):
+            out[row["piece"]] = row["verdict"]
+        else:
+            out.setdefault(row["piece"], WITHIN)
+    return out
