@@ -10,17 +10,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from smi_container import (
-    DRIVER,
-    UID1,
-    UID2,
-    claim,
-    container_root,
-    make_state,
-    mig_names,
-    read_spec,
-    run_smi,
-)
+from smi_container import DRIVER, UID1, UID2, claim, container_root, make_state, mig_names, read_spec, run_smi
 
 from dra_fake.gpu.nvidia_smi import binary_bytes, library_bytes
 from dra_fake.gpu.state import DeviceState
