@@ -80,7 +80,7 @@ bench-smoke: venv cluster-build ## every benchmark once at a tiny size (timings 
 	$(PY) -m bench --smoke
 
 fuzz: venv ## property-based fuzzing of every decoder of user input: 100,000 random cases per target (FUZZ_EXAMPLES)
-	FUZZ_PROFILE=full $(VENV)/bin/pytest -q -p no:cacheprovider --durations=0 tests/test_fuzz.py
+	FUZZ_PROFILE=full $(VENV)/bin/pytest -q -p no:cacheprovider --durations=0 tests/test_fuzz*.py
 
 soak: venv cluster-build ## 500 SIGKILLs of the GPU and ComputeDomain plugins and 20 API server outages under a stream of calls (SOAK_KILLS, SOAK_OUTAGES)
 	SOAK_KILLS=$${SOAK_KILLS:-500} SOAK_OUTAGES=$${SOAK_OUTAGES:-20} $(VENV)/bin/pytest -q -s -p no:cacheprovider e2e/test_soak.py

@@ -24,11 +24,13 @@ from typing import Any
 
 import pytest
 
+from e2e.harnessbed import HarnessBed
+from e2e.kindbed import ApiOnlyBed, KindBed, kind_cluster_of
 from e2e.kindcluster.cluster import CLASSIC, POOL_LABEL
 from e2e.kube import Kube, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
 from e2e.releases import PreviousRelease, previous
-from e2e.testbed import ApiOnlyBed, HarnessBed, KindBed, TestBed, kind_cluster_of
+from e2e.testbed import TestBed
 
 E2E_NODES = 2
 REPO = Path(__file__).resolve().parents[1]

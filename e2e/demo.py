@@ -20,10 +20,12 @@ from typing import Any
 
 import yaml
 
+from e2e.harnessbed import HarnessBed
+from e2e.kindbed import KindBed
 from e2e.kube import Kube, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
 from e2e.localcluster.values import user_values
-from e2e.testbed import GPU_DRIVER, NODE_CDI_ROOT, HarnessBed, KindBed, TestBed, pod_claims
+from e2e.testbed import GPU_DRIVER, NODE_CDI_ROOT, TestBed, pod_claims
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "demo"

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import yaml
 
+from e2e.harnessbed import HarnessBed
 from e2e.kube import Kube, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
 from e2e.pluginflags import SHARES_GATES, start_gpu_plugin
-from e2e.testbed import HarnessBed
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "demo" / "sharing"

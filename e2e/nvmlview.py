@@ -27,7 +27,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.testbed import Container, Exec, HarnessContainer
+from e2e.harnessbed import HarnessContainer
+from e2e.testbed import Container, Exec
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20

@@ -39,11 +39,11 @@ import yaml
 from kubernetes import client, config, dynamic
 from kubernetes.client.exceptions import ApiException
 
+from e2e.harnessbed import HarnessContainer
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
 from e2e.localcluster.cluster import CD_CLIQUE_ID
 from e2e.localcluster.processes import Process, free_port, spawn, wait_for
-from e2e.testbed import HarnessContainer
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / ".tools" / "bin"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e.kindbed import KindBed
 from e2e.kindcluster.cluster import KIND
 from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll
 from e2e.releases import PreviousRelease, previous
@@ -27,7 +28,7 @@ from e2e.test_computedomain import (
     node_statuses,
 )
 from e2e.test_upgrade import NAMESPACE, RELEASE, helm, plugin_pods
-from e2e.testbed import NODE_CDI_ROOT, KindBed, TestBed, assert_sees_its_gpus
+from e2e.testbed import NODE_CDI_ROOT, TestBed, assert_sees_its_gpus
 
 pytestmark = pytest.mark.needs("kind", "previous-release")
 CHART = Path(__file__).resolve().parents[1] / "charts" / "dra-fake"

@@ -2,7 +2,7 @@
 # make chart-check: the chart's quality gates (docs/chart.md); `lint` (make chart-lint) stops after 4.
 #  1. helm and kubeconform built from their Go modules (hack/install-tools.sh, into .tools/bin);
 #  2. helm lint (default values and charts/dra-fake/ci/*.yaml) for a 1.32 and the latest server;
-#  3. tests/test_chart.py: what helm template renders for 1.32 (v1beta1), 1.33 and the latest;
+#  3. tests/test_chart*.py: what helm template renders for 1.32 (v1beta1), 1.33 and the latest;
 #  4. shellcheck (native/ build scripts, hack/ scripts, e2e/kind/run.sh, .ci/run), hadolint (Dockerfile),
 #     actionlint (GitHub workflows; shellcheck on their run: steps);
 #  5. e2e/test_rbac.py: a local control plane gets the rendered objects; kubeconform validates every
@@ -29,5 +29,5 @@ echo "== shellcheck, hadolint, actionlint"
 "$T/actionlint" -shellcheck "$T/shellcheck" .github/workflows/*.yaml
 if [ "${1:-}" = lint ]; then echo "== chart lint passed in $(( $(date +%s) - start ))s"; exit 0; fi
 export LOCAL_CLUSTER_DIR=${LOCAL_CLUSTER_DIR:-$PWD/.local-cluster-chart}
-"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_chart.py e2e/test_rbac.py
+"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_chart*.py e2e/test_rbac.py
 echo "== chart-check passed in $(( $(date +%s) - start ))s"

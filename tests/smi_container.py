@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from dra_fake.gpu.inventory import load_inventory
@@ -105,3 +106,26 @@ def run_smi(root: Path, *args: str, check: bool = True) -> subprocess.CompletedP
 def read_spec(state: DeviceState, uid: str) -> dict[str, Any]:
     spec: dict[str, Any] = yaml.safe_load(state.cdi.path(uid).read_text())
     return spec
+
+
+# Two A100s, the first in MIG mode with two pre-created MIG devices: the tests' usual node.
+A100_MIG = """
+driverVersion: "580.126.09"
+cudaDriverVersion: "13.0"
+gpus:
+- profile: a100-sxm4-40gb
+  mig: static
+  migDevices:
+  - {profile: 3g.20gb, start: 4}
+  - {profile: 1g.5gb, start: 0}
+- profile: a100-sxm4-40gb
+"""
+
+
+@pytest.fixture
+def a100(tmp_path: Path) -> tuple[DeviceState, Any]:
+    return make_state(tmp_path, A100_MIG)
+
+
+def mig_names(inventory: Any) -> list[str]:
+    return sorted(n for n, d in inventory.devices.items() if d.kind == "mig")

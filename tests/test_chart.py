@@ -1,17 +1,16 @@
 """What `helm template charts/dra-fake` renders (no cluster): API-version choice from the server's
-capabilities, the DaemonSet contract, node pools, driver names, and inventories the plugin accepts.
+capabilities, the DaemonSet contract, node pools, driver names, inventories the plugin accepts, the
+features' values and the device plugin pool. ComputeDomains, metrics and node labels, and hardening
+are in tests/test_chart_computedomain.py, test_chart_metrics.py and test_chart_hardening.py; the
+rendering in tests/chartrender.py.
 
-Needs helm from hack/install-tools.sh (`make chart-check` builds it and runs this file); without
+Needs helm from hack/install-tools.sh (`make chart-check` builds it and runs these files); without
 it the module is skipped, unless DRA_FAKE_REQUIRE_TOOLS=1 (then it fails).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,34 +20,7 @@ from computedomain.plugin import slices as cd_classes
 from dra_fake.gpu.deviceclasses import spot_class
 from dra_fake.gpu.inventory import build_inventory, parse_config
 from dra_fake.gpu.profiles import load_profiles
-
-REPO = Path(__file__).resolve().parents[1]
-HELM = Path(os.environ.get("HELM", REPO / ".tools" / "bin" / "helm"))
-CHART = REPO / "charts" / "dra-fake"
-V1 = ["resource.k8s.io/v1/DeviceClass", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"]
-
-if not HELM.exists():
-    if os.environ.get("DRA_FAKE_REQUIRE_TOOLS") == "1":
-        raise RuntimeError(f"{HELM} missing: run hack/install-tools.sh")
-    pytest.skip(f"needs {HELM}: run hack/install-tools.sh (make chart-check does)", allow_module_level=True)
-
-
-def render(
-    kube: str = "1.37.0", apis: list[str] | None = None, *, ns: str = "dra-fake", **sets: str
-) -> list[dict[str, Any]]:
-    args = [str(HELM), "template", "r", str(CHART), "-n", ns, "--kube-version", kube]
-    for a in V1 if apis is None else apis:
-        args += ["--api-versions", a]
-    for k, v in sets.items():
-        args += ["-f", v] if k == "values" else ["--set", f"{k}={v}"]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
-    if out.returncode:
-        raise AssertionError(out.stderr)
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-
-def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [d for d in docs if d["kind"] == kind]
+from tests.chartrender import CHART, V1, by_name, names, of_kind, render
 
 
 @pytest.mark.parametrize(
@@ -135,15 +107,6 @@ def test_both_plugins_get_the_cpu_affinity_and_a_wrong_one_is_refused() -> None:
     assert affinity(**{"kubeletPlugin.cpuAffinity": "one"}) == ["one", "one"]
     with pytest.raises(AssertionError, match="cpuAffinity"):
         render(**{"kubeletPlugin.cpuAffinity": "two"})
-
-
-def names(docs: list[dict[str, Any]], kind: str) -> list[str]:
-    return [d["metadata"]["name"] for d in of_kind(docs, kind)]
-
-
-def by_name(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    [obj] = [d for d in of_kind(docs, kind) if d["metadata"]["name"] == name]
-    return obj
 
 
 def test_rbac_is_least_privilege() -> None:
@@ -276,206 +239,6 @@ def test_refusals() -> None:
         render(**{"inventory.gpuCount": "3"})
 
 
-# --- ComputeDomains -----------------------------------------------------------------------------
-
-CD_OBJECTS = {
-    ("ServiceAccount", "r-dra-fake-compute-domain-controller"),
-    ("ServiceAccount", "compute-domain-daemon-service-account"),
-    ("Deployment", "r-dra-fake-compute-domain-controller"),
-    ("ClusterRole", "r-dra-fake-kubelet-plugin-compute-domains"),
-    ("ClusterRoleBinding", "r-dra-fake-kubelet-plugin-compute-domains"),
-    ("Role", "r-dra-fake-kubelet-plugin-compute-domains"),
-    ("RoleBinding", "r-dra-fake-kubelet-plugin-compute-domains"),
-    ("ClusterRole", "r-dra-fake-compute-domain-controller"),
-    ("ClusterRoleBinding", "r-dra-fake-compute-domain-controller"),
-    ("Role", "r-dra-fake-compute-domain-controller"),
-    ("RoleBinding", "r-dra-fake-compute-domain-controller"),
-    ("Role", "r-dra-fake-compute-domain-daemon"),
-    ("RoleBinding", "r-dra-fake-compute-domain-daemon"),
-    ("DeviceClass", "compute-domain-daemon.nvidia.com"),
-    ("DeviceClass", "compute-domain-default-channel.nvidia.com"),
-    *(
-        (kind, name)
-        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-        for name in (
-            "r-dra-fake-compute-domain-controller-imex-daemonsets",
-            "r-dra-fake-compute-domain-controller-node-label",
-            "compute-domain-daemon-service-account-own-pod-label",
-            "r-dra-fake-compute-domain-claims",
-        )
-    ),
-}
-
-
-def kinds_and_names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    return {(d["kind"], d["metadata"]["name"]) for d in docs}
-
-
-def test_compute_domains_on_by_default_and_off_when_disabled() -> None:
-    on, off = render(), render(**{"computeDomains.enabled": "false"})
-    assert kinds_and_names(on) >= CD_OBJECTS
-    assert kinds_and_names(on) - kinds_and_names(off) == CD_OBJECTS
-    node_events = {"r-dra-fake-kubelet-plugin-node-events"}
-    assert all(
-        obj["metadata"].get("namespace") in (None, "dra-fake")
-        or (obj["metadata"]["name"] in node_events and obj["metadata"]["namespace"] == "default")
-        for obj in on
-    )
-    [ds] = of_kind(off, "DaemonSet")
-    assert [c["name"] for c in ds["spec"]["template"]["spec"]["containers"]] == ["gpus"]
-    svc = by_name(off, "Service", "r-dra-fake-metrics")
-    assert [p["port"] for p in svc["spec"]["ports"]] == [8080]
-
-
-def test_compute_domain_plugin_container() -> None:
-    [ds] = of_kind(render(), "DaemonSet")
-    pod = ds["spec"]["template"]["spec"]
-    gpus, cd = pod["containers"]
-    assert cd["name"] == "compute-domains"
-    assert cd["command"] == ["dra-fake", "compute-domain-kubelet-plugin"]
-    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in cd["env"]}
-    assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
-    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    assert env["DRIVER_NAME"] == "compute-domain.nvidia.com" and env["NAMESPACE"] == "dra-fake"
-    assert env["HEALTHCHECK_ADDRESS"] == "$(POD_IP)" and env["METRICS_PORT"] == "8081"
-    assert cd["livenessProbe"]["grpc"]["port"] == int(env["HEALTHCHECK_PORT"]) == 51515
-    assert "DRA_FAKE_IMEX_CLIQUE_ID" not in env  # from the inventory unless set
-    # same host paths and mounts as the GPU plugin; its security context plus CHOWN only (it hands
-    # each domain's IMEX directory to the daemon's group), and the daemon's uid/gid
-    assert cd["volumeMounts"] == gpus["volumeMounts"]
-    assert {k: v for k, v in cd["securityContext"].items() if k != "capabilities"} == {
-        k: v for k, v in gpus["securityContext"].items() if k != "capabilities"
-    }
-    assert gpus["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    assert cd["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
-    assert (env["DAEMON_RUN_AS_USER"], env["DAEMON_RUN_AS_GROUP"]) == ("65532", "65532")
-    assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
-    clique = "0b0f0c2d-6c67-4bba-9b6b-2a2f1e7ef7a1.7"
-    [ds] = of_kind(render(**{"computeDomains.imexCliqueID": clique}), "DaemonSet")
-    cd = ds["spec"]["template"]["spec"]["containers"][1]
-    assert {"name": "DRA_FAKE_IMEX_CLIQUE_ID", "value": clique} in cd["env"]
-
-
-def test_compute_domain_controller_deployment() -> None:
-    deploy = by_name(render(), "Deployment", "r-dra-fake-compute-domain-controller")
-    pod = deploy["spec"]["template"]["spec"]
-    assert deploy["spec"]["replicas"] == 1
-    assert pod["serviceAccountName"] == "r-dra-fake-compute-domain-controller"
-    [ctr] = pod["containers"]
-    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in ctr["env"]}
-    assert ctr["command"] == ["dra-fake", "compute-domain-controller"]
-    assert env["NAMESPACE"] == "dra-fake" and env["LEADER_ELECT"] == "false"
-    assert env["IMAGE_NAME"] == "dra-fake:0.1.0" and env["MAX_NODES_PER_IMEX_DOMAIN"] == "18"
-    assert ctr["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
-    assert ctr["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
-    assert ctr["securityContext"]["runAsNonRoot"] is True
-    # the flags the environment feeds exist (a renamed flag would silently fall back to its default)
-    from dra_fake.cli import build_parser
-
-    args = build_parser().parse_args(["compute-domain-controller"])
-    for name in ("namespace", "daemon_image", "max_nodes_per_imex_domain", "leader_elect", "metrics_port"):
-        assert hasattr(args, name), name
-    docs = render(
-        **{
-            "computeDomains.controller.replicas": "2",
-            "computeDomains.controller.leaderElection.enabled": "true",
-            "computeDomains.controller.metricsPort": "9090",
-            "computeDomains.controller.daemonImage": "example.com/dra-fake:1",
-        }
-    )
-    deploy = by_name(docs, "Deployment", "r-dra-fake-compute-domain-controller")
-    [ctr] = deploy["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e.get("value") for e in ctr["env"]}
-    assert deploy["spec"]["replicas"] == 2 and env["LEADER_ELECT"] == "true"
-    assert env["METRICS_PORT"] == "9090" and ctr["ports"][0]["containerPort"] == 9090
-    assert env["IMAGE_NAME"] == "example.com/dra-fake:1"
-    lease_rules = [
-        r
-        for r in by_name(docs, "Role", "r-dra-fake-compute-domain-controller")["rules"]
-        if "leases" in r["resources"]
-    ]
-    assert lease_rules == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-        {
-            "apiGroups": ["coordination.k8s.io"],
-            "resources": ["leases"],
-            "resourceNames": ["compute-domain-controller"],
-            "verbs": ["get", "update"],
-        },
-    ]
-
-
-def rules(obj: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
-    return [
-        (g, res, tuple(r["verbs"])) for r in obj["rules"] for g in r["apiGroups"] for res in r["resources"]
-    ]
-
-
-def test_compute_domain_rbac_is_least_privilege() -> None:
-    docs = render()
-    plugin = "r-dra-fake-kubelet-plugin-compute-domains"
-    ctrl = "r-dra-fake-compute-domain-controller"
-    assert rules(by_name(docs, "ClusterRole", plugin)) == [
-        ("resource.nvidia.com", "computedomains", ("get", "list", "watch")),
-        ("", "nodes", ("get", "patch")),
-    ]
-    assert rules(by_name(docs, "Role", plugin)) == [("resource.nvidia.com", "computedomaincliques", ("get",))]
-    assert rules(by_name(docs, "ClusterRole", ctrl)) == [
-        ("resource.nvidia.com", "computedomains", ("list", "watch", "patch")),
-        ("resource.nvidia.com", "computedomains/status", ("patch",)),
-        ("resource.k8s.io", "resourceclaimtemplates", ("get", "list", "create", "delete", "patch")),
-        ("", "nodes", ("list", "patch")),
-        ("", "events", ("create",)),
-    ]
-    assert rules(by_name(docs, "Role", ctrl)) == [  # leader election off: no Lease rules
-        ("apps", "daemonsets", ("get", "list", "create", "delete", "patch")),
-        ("resource.nvidia.com", "computedomaincliques", ("list", "watch", "delete")),
-        ("", "pods", ("list", "watch")),
-    ]
-    assert rules(by_name(docs, "Role", "r-dra-fake-compute-domain-daemon")) == [
-        ("resource.nvidia.com", "computedomaincliques", ("get", "create", "update")),
-        ("", "pods", ("get", "patch")),
-    ]
-    subjects = {
-        (b["kind"], b["metadata"]["name"]): [(s["name"], s["namespace"]) for s in b["subjects"]]
-        for b in of_kind(docs, "ClusterRoleBinding") + of_kind(docs, "RoleBinding")
-    }
-    assert subjects[("ClusterRoleBinding", plugin)] == [("r-dra-fake-kubelet-plugin", "dra-fake")]
-    assert subjects[("RoleBinding", plugin)] == [("r-dra-fake-kubelet-plugin", "dra-fake")]
-    assert subjects[("RoleBinding", "r-dra-fake-compute-domain-daemon")] == [
-        ("compute-domain-daemon-service-account", "dra-fake")
-    ]
-    for kind in ("ClusterRole", "Role"):  # no wildcards anywhere
-        for obj in of_kind(docs, kind):
-            assert all("*" not in r["verbs"] and "*" not in r["resources"] for r in obj["rules"]), obj
-
-
-def test_chart_crds_are_the_repositorys() -> None:
-    """helm installs the chart's crds/ (not rendered by `helm template` without --include-crds)."""
-    args = [
-        str(HELM),
-        "template",
-        "r",
-        str(CHART),
-        "-n",
-        "dra-fake",
-        "--kube-version",
-        "1.37.0",
-        "--include-crds",
-    ]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=120, check=True).stdout
-    crds = {
-        d["metadata"]["name"]: d
-        for d in yaml.safe_load_all(out)
-        if d and d["kind"] == "CustomResourceDefinition"
-    }
-    repo = {
-        d["metadata"]["name"]: d
-        for d in (yaml.safe_load(p.read_text()) for p in sorted((REPO / "crds").glob("*.yaml")))
-    }
-    assert crds == repo
-
-
 def test_feature_gates_reach_both_plugins_and_unknown_ones_are_refused() -> None:
     docs = render(
         **{"featureGates.NVMLDeviceHealthCheck": "true", "featureGates.TimeSlicingSettings": "true"}
@@ -534,90 +297,6 @@ def test_gpu_lending_reaches_the_gpu_plugin_with_its_spot_class_only_when_enable
     for bad in ("0", "some", "-1"):
         with pytest.raises(AssertionError, match="consumableShares"):
             render(**{"consumableShares": bad})
-
-
-# --- metrics and node labels (docs/observability.md) -----------------------------------------------
-
-SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
-NODE_LABEL_POLICY = {
-    ("ValidatingAdmissionPolicy", "r-dra-fake-kubelet-plugin-own-node-label"),
-    ("ValidatingAdmissionPolicyBinding", "r-dra-fake-kubelet-plugin-own-node-label"),
-}
-
-
-def gpu_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    [ds] = of_kind(docs, "DaemonSet")
-    ctr: dict[str, Any] = ds["spec"]["template"]["spec"]["containers"][0]
-    return ctr
-
-
-def plugin_rules(docs: list[dict[str, Any]]) -> dict[str, list[str]]:
-    role = by_name(docs, "ClusterRole", "r-dra-fake-kubelet-plugin")
-    return {r["resources"][0]: r["verbs"] for r in role["rules"] if r["apiGroups"] == [""]}
-
-
-def test_dcgm_exporter_endpoint_service_and_service_monitor() -> None:
-    docs = render(apis=[*V1, SERVICE_MONITOR_API])
-    ctr = gpu_container(docs)
-    env = {e["name"]: e.get("value") for e in ctr["env"]}
-    assert (env["DCGM_EXPORTER_PORT"], env["NODE_LABELS"], env["MIG_STRATEGY"]) == ("9400", "true", "none")
-    assert {"name": "dcgm-metrics", "containerPort": 9400, "protocol": "TCP"} in ctr["ports"]
-    svc = by_name(docs, "Service", "r-dra-fake-dcgm-exporter")
-    assert svc["spec"]["ports"] == [
-        {"name": "metrics", "port": 9400, "targetPort": "dcgm-metrics", "protocol": "TCP"}
-    ]
-    assert svc["spec"]["selector"]["dra-fake.dev/gpu-metrics"] == "true"
-    monitor = by_name(docs, "ServiceMonitor", "r-dra-fake-dcgm-exporter")
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
-    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
-    assert plugin_rules(docs)["pods"] == ["list", "watch"]
-    # without the Prometheus Operator's CRD no ServiceMonitor; disabled: no port, no pod watch
-    assert not of_kind(render(), "ServiceMonitor")
-    off = render(**{"dcgmExporter.enabled": "false"})
-    env = {e["name"]: e.get("value") for e in gpu_container(off)["env"]}
-    assert env["DCGM_EXPORTER_PORT"] == "-1" and "pods" not in plugin_rules(off)
-    assert "r-dra-fake-dcgm-exporter" not in names(off, "Service")
-
-
-def test_grafana_dashboard_config_map() -> None:
-    assert "r-dra-fake-gpu-dashboard" not in names(render(), "ConfigMap")
-    docs = render(**{"dcgmExporter.grafanaDashboard.enabled": "true"})
-    cm = by_name(docs, "ConfigMap", "r-dra-fake-gpu-dashboard")
-    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
-    dashboard = json.loads(cm["data"]["dra-fake-gpus.json"])
-    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
-    for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"):
-        assert metric in exprs
-    assert 'pod!=""' in exprs  # per-pod panels
-
-
-def test_node_labels_rights_policy_and_uninstall_hook() -> None:
-    docs = render()
-    assert plugin_rules(docs)["nodes"] == ["get", "patch"]
-    assert kinds_and_names(docs) >= NODE_LABEL_POLICY
-    hook = [d for d in docs if "helm.sh/hook" in d["metadata"].get("annotations", {})]
-    assert {(d["kind"], d["metadata"]["annotations"]["helm.sh/hook"]) for d in hook} == {
-        ("ServiceAccount", "pre-delete"),
-        ("ClusterRole", "pre-delete"),
-        ("ClusterRoleBinding", "pre-delete"),
-        ("Job", "pre-delete"),
-    }
-    job = by_name(docs, "Job", "r-dra-fake-node-labels-cleanup")
-    pod = job["spec"]["template"]["spec"]
-    assert pod["containers"][0]["command"] == ["dra-fake", "node-labels", "remove"]
-    assert pod["serviceAccountName"] == "r-dra-fake-node-labels-cleanup"
-    role = by_name(docs, "ClusterRole", "r-dra-fake-node-labels-cleanup")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "patch"]}]
-    policy = by_name(docs, "ValidatingAdmissionPolicy", "r-dra-fake-kubelet-plugin-own-node-label")
-    own = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "ownLabels")
-    assert "resource.nvidia.com/computeDomain" in own and "nvidia[.]com/(gfd[.]|gpu[.]" in own
-    off = render(**{"nodeLabels.enabled": "false"})
-    assert plugin_rules(off)["nodes"] == ["get"] and "Job" not in {d["kind"] for d in off}
-    policy = by_name(off, "ValidatingAdmissionPolicy", "r-dra-fake-kubelet-plugin-own-node-label")
-    own = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "ownLabels")
-    assert "gpu[.]" not in own  # only the ComputeDomain label left
-    neither = render(**{"nodeLabels.enabled": "false", "computeDomains.enabled": "false"})
-    assert not kinds_and_names(neither) & NODE_LABEL_POLICY
 
 
 def test_device_plugin_pool() -> None:
@@ -704,103 +383,3 @@ def test_device_plugin_configs_as_nvidias_chart() -> None:
         render(mode="device-plugin", **two, **{"devicePlugin.config.default": "c"})
     with pytest.raises(AssertionError, match="fallbackStrategies"):
         render(mode="device-plugin", **{"devicePlugin.config.fallbackStrategies": "{first}"})
-
-
-# ---- hardening (issue 46, docs/security.md) -------------------------------------------------------
-
-
-def pod_specs(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {
-        f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]["spec"]
-        for d in docs
-        if d["kind"] in ("DaemonSet", "Deployment", "Job")
-    }
-
-
-def test_every_pod_sets_the_runtime_default_seccomp_profile() -> None:
-    specs = pod_specs(render()) | pod_specs(render(values=str(CHART / "ci" / "pools-values.yaml")))
-    assert len(specs) >= 5, sorted(specs)  # plugins, device plugin, controller, the cleanup hook
-    for name, spec in specs.items():
-        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
-
-
-def test_the_metrics_ports_are_reachable_only_from_prometheus() -> None:
-    [policy] = of_kind(render(), "NetworkPolicy")
-    spec = policy["spec"]
-    assert spec["policyTypes"] == ["Ingress"]
-    assert spec["podSelector"]["matchExpressions"][0]["values"] == [
-        "kubelet-plugin",
-        "device-plugin",
-        "compute-domain-controller",
-    ]
-    metrics, health = spec["ingress"]
-    assert metrics["from"] == [
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
-    ]
-    assert sorted(p["port"] for p in metrics["ports"]) == [8080, 8080, 8081, 9400]
-    assert "from" not in health and sorted(p["port"] for p in health["ports"]) == [51515, 51516]
-    [custom] = of_kind(
-        render(**{"networkPolicy.prometheusNamespaceSelector.matchLabels.team": "obs"}), "NetworkPolicy"
-    )
-    assert custom["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["team"] == "obs"
-    assert not of_kind(render(**{"networkPolicy.enabled": "false"}), "NetworkPolicy")
-
-
-def test_admission_policies_pin_each_account_to_its_own_objects() -> None:
-    docs = render(apis=[])  # no --api-versions: rendered all the same
-    policies = {p["metadata"]["name"]: p for p in of_kind(docs, "ValidatingAdmissionPolicy")}
-    bindings = {b["spec"]["policyName"] for b in of_kind(docs, "ValidatingAdmissionPolicyBinding")}
-    assert (
-        sorted(policies)
-        == sorted(bindings)
-        == [
-            "compute-domain-daemon-service-account-own-pod-label",
-            "r-dra-fake-compute-domain-claims",
-            "r-dra-fake-compute-domain-controller-imex-daemonsets",
-            "r-dra-fake-compute-domain-controller-node-label",
-            "r-dra-fake-gpufault-noexecute",
-            "r-dra-fake-kubelet-plugin-own-node-faults",
-            "r-dra-fake-kubelet-plugin-own-node-label",
-            "r-dra-fake-kubelet-plugin-own-node-slices",
-        ]
-    )
-    users = {
-        name: [c["expression"] for c in p["spec"].get("matchConditions", [])] for name, p in policies.items()
-    }
-    assert users["r-dra-fake-compute-domain-controller-imex-daemonsets"] == [
-        'request.userInfo.username == "system:serviceaccount:dra-fake:r-dra-fake-compute-domain-controller"'
-    ]
-    assert users["compute-domain-daemon-service-account-own-pod-label"] == [
-        'request.userInfo.username == "system:serviceaccount:dra-fake:compute-domain-daemon-service-account"'
-    ]
-    assert users["r-dra-fake-compute-domain-claims"] == []  # every user
-    noexecute = policies["r-dra-fake-gpufault-noexecute"]["spec"]["validations"][0]["expression"]
-    assert '["system:masters","kubeadm:cluster-admins"]' in noexecute
-    assert all(p["spec"]["failurePolicy"] == "Fail" for p in policies.values())
-    assert not of_kind(render(**{"validatingAdmissionPolicy.enabled": "false"}), "ValidatingAdmissionPolicy")
-    without_cd = {
-        p["metadata"]["name"]
-        for p in of_kind(render(**{"computeDomains.enabled": "false"}), "ValidatingAdmissionPolicy")
-    }
-    assert without_cd == {
-        "r-dra-fake-gpufault-noexecute",
-        "r-dra-fake-kubelet-plugin-own-node-faults",
-        "r-dra-fake-kubelet-plugin-own-node-label",
-        "r-dra-fake-kubelet-plugin-own-node-slices",
-    }
-
-
-def test_the_plugins_refuse_real_gpu_nodes_unless_the_values_allow_it() -> None:
-    def allowed(**values: str) -> list[str]:
-        docs = render(values=str(CHART / "ci" / "pools-values.yaml"), **values)
-        return [
-            e["value"]
-            for spec in pod_specs(docs).values()
-            for c in spec["containers"]
-            for e in c.get("env", [])
-            if e["name"] == "ALLOW_REAL_GPU_NODE"
-        ]
-
-    default = allowed()
-    assert len(default) >= 2 and set(default) == {"false"}  # every GPU plugin and the device plugin
-    assert set(allowed(allowRealGpuNodes="true")) == {"true"}

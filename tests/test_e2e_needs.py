@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from e2e.conftest import Environment
-from e2e.testbed import HarnessBed, KindBed
+from e2e.harnessbed import HarnessBed
+from e2e.kindbed import KindBed
 
 
 class Item:

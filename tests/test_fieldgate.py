@@ -74,51 +74,41 @@ def stripped(manifest: dict[str, Any]) -> dict[str, Any]:
     return stored
 
 
+# What the server does with the probe: each answer has its refusal (DROPPED, REFUSED, TOO_OLD) or none.
+ANSWERS = ("keeps the fields", "drops the fields", "refuses the dry run", "is too old")
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
 @pytest.mark.parametrize("feature", sorted(GATES))
-def test_a_server_keeping_the_fields_passes_and_one_dropping_them_is_refused_naming_the_gate(
-    feature: str, monkeypatch: pytest.MonkeyPatch
+def test_the_probe_refuses_naming_the_gate_by_what_the_server_does(
+    feature: str, answer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Kept fields pass; dropped fields, a 4xx answer to the dry run and a server too old for the
+    fields are refused with their text, the last by its version without a dry run."""
     gate, setting = GATES[feature]
     sent: list[dict[str, Any]] = []
 
-    def keeps(api: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+    def dry_run(api: Any, manifest: dict[str, Any]) -> dict[str, Any]:
         sent.append(manifest)
-        return manifest
+        if answer == "refuses the dry run":
+            raise ApiException(status=422, reason="Unprocessable Entity")
+        return stripped(manifest) if answer == "drops the fields" else manifest
 
-    monkeypatch.setattr(fieldgate, "dry_run_create", keeps)
-    assert refusal(gate, setting) is None
+    monkeypatch.setattr(fieldgate, "dry_run_create", dry_run)
+    if answer == "is too old":
+        version, expected = TOO_OLD[feature]
+        monkeypatch.setattr(fieldgate, "git_version", lambda api: "v1.33.4")
+        assert refusal(gate, setting, ServerInfo(version, ("v1beta1",))) == expected
+        assert sent == [], "a server refused by its version gets no dry run"
+        return
+    refusals = {
+        "keeps the fields": None,
+        "drops the fields": DROPPED[feature],
+        "refuses the dry run": REFUSED[feature],
+    }
+    assert refusal(gate, setting) == refusals[answer]
     assert [m["spec"]["devices"][0]["name"] for m in sent] == [gate.probe_device["name"]]
     assert sent[0]["spec"]["nodeName"] == "node-a" and sent[0]["spec"]["driver"] == DRIVER
-    monkeypatch.setattr(fieldgate, "dry_run_create", lambda api, manifest: stripped(manifest))
-    assert refusal(gate, setting) == DROPPED[feature]
-
-
-@pytest.mark.parametrize("feature", sorted(GATES))
-def test_a_dry_run_answered_with_a_client_error_is_the_reason(
-    feature: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    gate, setting = GATES[feature]
-
-    def refuses(api: Any, manifest: dict[str, Any]) -> dict[str, Any]:
-        raise ApiException(status=422, reason="Unprocessable Entity")
-
-    monkeypatch.setattr(fieldgate, "dry_run_create", refuses)
-    assert refusal(gate, setting) == REFUSED[feature]
-
-
-@pytest.mark.parametrize("feature", sorted(GATES))
-def test_a_server_too_old_is_refused_by_its_version_without_a_dry_run(
-    feature: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    gate, setting = GATES[feature]
-    version, expected = TOO_OLD[feature]
-
-    def no_dry_run(api: Any, manifest: dict[str, Any]) -> dict[str, Any]:
-        raise AssertionError("a server refused by its version gets no dry run")
-
-    monkeypatch.setattr(fieldgate, "dry_run_create", no_dry_run)
-    monkeypatch.setattr(fieldgate, "git_version", lambda api: "v1.33.4")
-    assert refusal(gate, setting, ServerInfo(version, ("v1beta1",))) == expected
 
 
 def test_a_busy_server_is_asked_again() -> None:

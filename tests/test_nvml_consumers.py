@@ -1,6 +1,6 @@
 """The NVML consumers of e2e/test_nvml.py (e2e/nvmlview.py) on files: the probe, gpustat, nvitop and
 the go-nvml program run against dra-fake's library on the device and live files of
-tests/test_nvml_lib.py (an H200, an H200 in MIG mode with two MIG devices, a lost GPU), each parsed
+tests/nvmlbed.py (an H200, an H200 in MIG mode with two MIG devices, a lost GPU), each parsed
 into the view the e2e tests compare with the metrics. Pins the parsers to what the pinned tools
 print, and the comparison to the values that differ."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from e2e.nvmlview import CONSUMERS, PARSERS, GpuView, MetricsGpu, differences, on_host
-from tests.test_nvml_lib import H200_LIVE, H200_UUID, MIG_GPU_UUID, MIG_UUIDS, Bed, bed, lib_path  # noqa: F401
+from tests.nvmlbed import H200_LIVE, H200_UUID, MIG_GPU_UUID, MIG_UUIDS, Bed
 
 # the H200's readings as the node's metrics serve them (the live file below)
 METRICS = MetricsGpu(
@@ -38,7 +38,7 @@ def views(consumer: str, lib: Path, files: Bed) -> list[GpuView]:
 
 
 @pytest.mark.parametrize("consumer", CONSUMERS)
-def test_each_consumer_prints_the_files_values(consumer: str, lib_path: Path, bed: Bed) -> None:  # noqa: F811
+def test_each_consumer_prints_the_files_values(consumer: str, lib_path: Path, bed: Bed) -> None:
     bed.set_live(H200_UUID, H200_LIVE | {"utilization": 75, "memory_used": 10240, "power_draw": "77.45"})
     if consumer == "gonvml":  # it stops at a lost GPU (e2e/test_nvml.py checks how)
         (bed.devices / "00000000-3B-00.0_gpu").unlink()

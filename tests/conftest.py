@@ -1,0 +1,7 @@
+"""Fixtures several test modules share, each defined beside what it serves: the NVML library and the
+device and live files it is loaded on (tests/nvmlbed.py); the node of two A100s, one in MIG mode, whose
+claims nvidia-smi runs for (tests/smi_container.py)."""
+
+from smi_container import a100  # noqa: F401
+
+from tests.nvmlbed import bed, lib_path, nvml  # noqa: F401
