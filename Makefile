@@ -134,6 +134,7 @@ kind-kwok: venv ## KWOK in the kind cluster of K8S for dra-fake fleet's nodes, p
 
 e2e-kind: kind-images ## the e2e suite in real containers on the kind cluster of K8S (brought up if not running)
 	hack/install-tools.sh helm
+	PYTHON=$(PY) hack/kind/previous-release.sh
 	$(PY) -m e2e.kindcluster up --if-missing --k8s $(K8S) --nodes $(KIND_NODES)
 	KUBECONFIG=$$($(PY) -m e2e.kindcluster kubeconfig --k8s $(K8S)) $(VENV)/bin/pytest -q -rs -p no:cacheprovider e2e
 

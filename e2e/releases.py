@@ -10,6 +10,7 @@ import functools
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,3 +65,25 @@ def find(repo: Path = REPO, files: str | None = None) -> PreviousRelease | str:
 @functools.cache
 def previous() -> PreviousRelease | str:
     return find()
+
+
+def missing(repo: Path = REPO) -> str | None:
+    """The previous release's tag when its files are missing (hack/kind/previous-release.sh builds
+    them); None when there is no such tag or its files are there."""
+    tag = previous_tag(repo)
+    return tag if tag is not None and not isinstance(find(repo), PreviousRelease) else None
+
+
+def main(argv: list[str]) -> int:
+    """`python -m e2e.releases missing`: print missing()'s tag, if any."""
+    if argv != ["missing"]:
+        print("usage: python -m e2e.releases missing", file=sys.stderr)
+        return 2
+    tag = missing()
+    if tag:
+        print(tag)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -33,12 +33,10 @@ debian_image() {
   log "built $name"
 }
 
-python_base=$IMAGE_PREFIX/python:3.11-$DEBIAN_SUITE
-debian_image "$python_base" python3,python3-venv,ca-certificates
+debian_image "$PYTHON_BASE" python3,python3-venv,ca-certificates
 # The Dockerfile's native stage (libnvidia-ml.so.1, nvidia-smi) needs a C toolchain; its default
 # base installs one with apt, which has no package index here.
-native_base=$IMAGE_PREFIX/native:$DEBIAN_SUITE
-debian_image "$native_base" gcc,libc6-dev,make
+debian_image "$NATIVE_BASE" gcc,libc6-dev,make
 
 # Wheels of the driver and its dependencies (and setuptools for its build), for an offline pip.
 wheels=$REPO/build/wheels
@@ -51,9 +49,8 @@ if ! fresh wheels "$wheel_key" || [ -z "$(ls "$wheels" 2>/dev/null)" ]; then
   stamp wheels "$wheel_key"
 fi
 
-log "docker build dra-fake:$tag (Dockerfile, PYTHON_IMAGE=$python_base, NATIVE_IMAGE=$native_base)"
-docker_build -q -t "dra-fake:$tag" --build-arg PYTHON_IMAGE="$python_base" \
-  --build-arg NATIVE_IMAGE="$native_base" --build-arg PIP_OFFLINE=1 \
+log "docker build dra-fake:$tag (Dockerfile, PYTHON_IMAGE=$PYTHON_BASE, NATIVE_IMAGE=$NATIVE_BASE)"
+docker_build -q -t "dra-fake:$tag" "${OFFLINE_BUILD_ARGS[@]}" \
   --build-arg VERSION="$(git -C "$REPO" describe --tags --always --dirty 2>/dev/null || echo dev)" \
   --build-arg REVISION="$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)" "$REPO" >/dev/null
 docker image prune -f --filter label=org.opencontainers.image.title=dra-fake >/dev/null  # superseded builds
@@ -91,7 +88,7 @@ if ! image_exists "$consumers" || ! fresh image-consumers "$consumers_key"; then
   "$PYTHON" -m pip wheel -q --no-deps -w "$cwork/wheels" -r "$REPO/hack/nvml/consumers.txt" >/dev/null
   (cd "$REPO/hack/nvml/gonvml" && CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations go build -trimpath -o "$cwork/gonvml" .)
   cp "$REPO/hack/kind/nvml-consumers/Dockerfile" "$REPO/hack/nvml/probe.py" "$cwork/"
-  docker_build -q -t "$consumers" --build-arg BASE="$python_base" "$cwork" >/dev/null
+  docker_build -q -t "$consumers" --build-arg BASE="$PYTHON_BASE" "$cwork" >/dev/null
   rm -rf "$cwork"
   stamp image-consumers "$consumers_key"
   log "built $consumers"

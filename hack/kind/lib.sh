@@ -18,6 +18,11 @@ CRICTL_VERSION=v1.37.0
 COREDNS_VERSION=v1.14.6
 DEBIAN_SUITE=bookworm   # systemd 252 still boots on cgroup v1 hosts (kind's trixie base does not)
 IMAGE_PREFIX=dra-fake-kind   # local image names: never pushed, never pulled
+# The Dockerfile's offline bases (hack/kind/driver-image.sh builds them with debootstrap) and the
+# build arguments that use them with the wheels in build/wheels instead of a package index.
+PYTHON_BASE=$IMAGE_PREFIX/python:3.11-$DEBIAN_SUITE
+NATIVE_BASE=$IMAGE_PREFIX/native:$DEBIAN_SUITE
+OFFLINE_BUILD_ARGS=(--build-arg "PYTHON_IMAGE=$PYTHON_BASE" --build-arg "NATIVE_IMAGE=$NATIVE_BASE" --build-arg PIP_OFFLINE=1)
 
 _t0=$(date +%s)
 log() { printf '[%s %4ss] %s\n' "${LOG_NAME:-kind}" "$(( $(date +%s) - _t0 ))" "$*"; }
