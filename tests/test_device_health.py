@@ -23,7 +23,7 @@ from dra_fake.kubelet.pb.drahealth.v1alpha1 import api_pb2_grpc as h_v1alpha1_gr
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2 as regpb
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2_grpc as regpb_grpc
 from dra_fake.kubelet.server import KubeletPlugin
-from tests.test_kubelet_grpc import FakeHandler, short_tmpdir
+from tests.kubeletbed import FakeHandler, short_tmpdir
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,6 +1,8 @@
-"""dcgm-exporter's metrics and GPU Feature Discovery's labels for simulated GPUs: the exposition
-against the reference tables of docs/reference/dcgm-exporter-and-gfd.md, read by a real Prometheus
-text parser; the values' behaviour; pod attribution; GFD labels; the HTTP endpoint."""
+"""dcgm-exporter's metrics for simulated GPUs: the exposition against the reference tables of
+docs/reference/dcgm-exporter-and-gfd.md, read by a real Prometheus text parser; the values'
+behaviour; the HTTP endpoint and the dashboard. Pod attribution is in
+tests/test_observability_workloads.py, GPU Feature Discovery's labels in
+tests/test_observability_gfd.py; the node they share in tests/metricsnode.py."""
 
 from __future__ import annotations
 
@@ -10,82 +12,31 @@ import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_fake.gpu import dcgm
-from dra_fake.gpu import monitor as monitor_module
-from dra_fake.gpu.gfd import family, gfd_labels, is_gfd_key, sanitise
-from dra_fake.gpu.inventory import Inventory, build_inventory, parse_config
-from dra_fake.gpu.monitor import GpuMonitor, serve_metrics
-from dra_fake.gpu.nodelabels import RECORD_ANNOTATION, TIMESTAMP_LABEL, label_patch, removal_patch
-from dra_fake.gpu.nvidia_smi import NvidiaSmi
-from dra_fake.gpu.profiles import load_profiles
+from dra_fake.gpu.monitor import serve_metrics
 from dra_fake.gpu.telemetry import SAMPLE_PERIOD, Simulator, draw
 from dra_fake.gpu.workloads import (
     ANNOTATION_MEMORY,
     ANNOTATION_UTILIZATION,
-    DEFAULT_LOAD,
     ClaimHolding,
     HeldDevice,
-    Load,
-    LoadError,
-    parse_load,
-    users_by_device,
 )
-
-REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "dcgm-exporter-and-gfd.md"
-NODE = "node-a"
-T0 = 1_800_000_000.0
-
-
-def inventory(config: dict[str, Any]) -> Inventory:
-    return build_inventory(parse_config(config, "test"), NODE, load_profiles())
-
-
-H100x2 = {"gpus": [{"profile": "h100-sxm5-80gb", "count": 2}]}
-A100_STATIC = {
-    "gpus": [
-        {
-            "profile": "a100-sxm4-40gb",
-            "mig": "static",
-            "migDevices": [{"profile": "3g.20gb", "start": 0}, {"profile": "1g.5gb", "start": 4}],
-        }
-    ]
-}
-
-
-def pod(name: str, claim: str, annotations: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "annotations": annotations or {}},
-        "spec": {
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-            "containers": [{"name": "main", "resources": {"claims": [{"name": "gpu"}]}}],
-        },
-        "status": {"phase": "Running"},
-        **extra,
-    }
-
-
-def holding(claim: str, *devices: str) -> ClaimHolding:
-    return ClaimHolding("ns", claim, tuple(HeldDevice(d, NODE, ("gpu",)) for d in devices))
-
-
-def monitor_for(tmp_path: Path, inv: Inventory, holdings: list[ClaimHolding], now: float = T0) -> GpuMonitor:
-    clock = [now]
-    m = GpuMonitor(inv, lambda: holdings, NvidiaSmi.from_inventory(tmp_path, inv), NODE, "gpu.nvidia.com")
-    m.clock = lambda: clock[0]
-    m.simulator.boot_time = now - 3600
-    return m
-
-
-def samples(text: str) -> list[Any]:
-    """Samples named as exposed (the Python parser renames counter samples to `<name>_total`;
-    a Prometheus server stores them under the exposed name)."""
-    return [s._replace(name=f.name) for f in text_string_to_metric_families(text) for s in f.samples]
-
+from tests.metricsnode import (
+    A100_STATIC,
+    NODE,
+    REFERENCE,
+    T0,
+    H100x2,
+    holding,
+    inventory,
+    monitor_for,
+    pod,
+    samples,
+)
 
 # ---- the exposition against the reference --------------------------------------------------------
 
@@ -293,247 +244,6 @@ def test_draw_is_deterministic_and_covers_the_range() -> None:
     assert draw(10, 20, "a", "b") == draw(10, 20, "a", "b")
 
 
-# ---- workloads ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("annotations", "load"),
-    [
-        ({}, DEFAULT_LOAD),
-        ({ANNOTATION_UTILIZATION: "75"}, Load((75, 75), memory_fraction=0.5)),
-        (
-            {ANNOTATION_UTILIZATION: " 10 - 20 ", ANNOTATION_MEMORY: "40%"},
-            Load((10, 20), memory_fraction=0.4),
-        ),
-        ({ANNOTATION_MEMORY: "20Gi"}, Load((80, 100), memory_mib=20480)),
-        ({ANNOTATION_MEMORY: "512"}, Load((80, 100), memory_mib=512)),
-    ],
-)
-def test_parse_load(annotations: dict[str, str], load: Load) -> None:
-    assert parse_load(annotations) == load
-
-
-@pytest.mark.parametrize(
-    ("annotations", "named"),
-    [
-        ({ANNOTATION_UTILIZATION: "90-10"}, ANNOTATION_UTILIZATION),
-        ({ANNOTATION_UTILIZATION: "120"}, ANNOTATION_UTILIZATION),
-        ({ANNOTATION_UTILIZATION: "lots"}, ANNOTATION_UTILIZATION),
-        ({ANNOTATION_MEMORY: "150%"}, ANNOTATION_MEMORY),
-        ({ANNOTATION_MEMORY: "2 GB"}, ANNOTATION_MEMORY),
-    ],
-)
-def test_malformed_load_annotation_names_itself(annotations: dict[str, str], named: str) -> None:
-    with pytest.raises(LoadError, match=re.escape(named)):
-        parse_load(annotations)
-
-
-def test_users_by_device_resolves_templates_requests_and_extended_resources() -> None:
-    templated = pod("t", "unused")
-    templated["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "tpl"}]
-    templated["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "t-gpu-x1"}]
-    by_request = pod("r", "two")
-    by_request["spec"]["containers"] = [
-        {"name": "a", "resources": {"claims": [{"name": "gpu", "request": "first"}]}},
-        {"name": "b", "resources": {"claims": [{"name": "gpu", "request": "second"}]}},
-    ]
-    extended: dict[str, Any] = {
-        "metadata": {"name": "x", "namespace": "ns", "uid": "uid-x"},
-        "spec": {"containers": [{"name": "cuda"}]},
-        "status": {
-            "phase": "Running",
-            "extendedResourceClaimStatus": {
-                "resourceClaimName": "x-extended-resources-abc",
-                "requestMappings": [
-                    {
-                        "containerName": "cuda",
-                        "resourceName": "nvidia.com/gpu",
-                        "requestName": "container-0-request-0",
-                    }
-                ],
-            },
-        },
-    }
-    done = pod("d", "gone")
-    done["status"]["phase"] = "Succeeded"
-    bad = pod("bad", "bad-claim", {ANNOTATION_UTILIZATION: "x"})
-    claims = [
-        holding("t-gpu-x1", "gpu-0"),
-        ClaimHolding(
-            "ns", "two", (HeldDevice("gpu-1", NODE, ("first",)), HeldDevice("gpu-2", NODE, ("second/h100",)))
-        ),
-        ClaimHolding(
-            "ns", "x-extended-resources-abc", (HeldDevice("gpu-3", NODE, ("container-0-request-0",)),)
-        ),
-        holding("gone", "gpu-4"),
-        holding("bad-claim", "gpu-5"),
-    ]
-    users, errors = users_by_device([templated, by_request, extended, done, bad], claims)
-    assert {d: [(u.pod, u.container) for u in us] for d, us in users.items()} == {
-        "gpu-0": [("t", "main")],
-        "gpu-1": [("r", "a")],
-        "gpu-2": [("r", "b")],
-        "gpu-3": [("x", "cuda")],
-        "gpu-5": [("bad", "main")],
-    }
-    assert users["gpu-5"][0].load == DEFAULT_LOAD
-    assert list(errors) == ["ns/bad"] and ANNOTATION_UTILIZATION in errors["ns/bad"]
-
-
-@pytest.mark.parametrize(
-    "hostile",
-    [
-        {ANNOTATION_MEMORY: "9" * 5000},  # int() of it raises a plain ValueError (the digit limit)
-        {ANNOTATION_MEMORY: "99999999Ti"},
-        {ANNOTATION_MEMORY: "1" + "0" * 20},
-        {ANNOTATION_MEMORY: "50." + "0" * 5000 + "%"},
-        {ANNOTATION_UTILIZATION: "5" * 100},
-        {ANNOTATION_UTILIZATION: " " * 10_000 + "5"},
-    ],
-    ids=["5000-digits", "huge-ti", "21-digits", "long-percent", "long-utilization", "padded"],
-)
-def test_a_hostile_annotation_costs_only_its_own_pod(hostile: dict[str, str]) -> None:
-    """Any pod of the node may carry the annotations: a value past the bounds is that pod's error
-    (named), it gets the default load, and every other pod is still attributed."""
-    with pytest.raises(LoadError, match=re.escape(next(iter(hostile)))):
-        parse_load(hostile)
-    good = pod("good", "good-claim", {ANNOTATION_UTILIZATION: "10-20"})
-    bad = pod("bad", "bad-claim", hostile)
-    users, errors = users_by_device(
-        [bad, good], [holding("good-claim", "gpu-0"), holding("bad-claim", "gpu-1")]
-    )
-    assert list(errors) == ["ns/bad"] and next(iter(hostile)) in errors["ns/bad"]
-    assert users["gpu-0"][0].load == Load((10, 20), memory_fraction=0.5)
-    assert users["gpu-1"][0].load == DEFAULT_LOAD
-
-
-def test_a_pod_that_cannot_be_read_costs_only_itself() -> None:
-    broken = pod("broken", "bad-claim")
-    broken["spec"]["containers"] = [{"resources": {"claims": [{"name": "gpu"}]}}]  # no name
-    good = pod("good", "good-claim")
-    users, errors = users_by_device(
-        [broken, good], [holding("good-claim", "gpu-0"), holding("bad-claim", "gpu-1")]
-    )
-    assert list(users) == ["gpu-0"] and list(errors) == ["ns/broken"]
-    assert "pod not understood" in errors["ns/broken"]
-
-
-def test_the_monitor_posts_one_event_on_the_pod_with_a_bad_annotation(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    posted: list[tuple[str, str, str, str]] = []
-
-    def post(api: Any, namespace: str, name: str, uid: str, node: str, **kw: str) -> None:
-        posted.append((namespace, name, uid, kw["reason"]))
-        assert ANNOTATION_MEMORY in kw["message"] and node == NODE
-
-    monkeypatch.setattr(monitor_module, "post_pod_event", post)
-    inv = inventory(H100x2)
-    m = monitor_for(tmp_path, inv, [holding("bad-claim", "gpu-0"), holding("good-claim", "gpu-1")])
-    m._api = object()  # type: ignore[assignment]
-    m.set_pods([pod("bad", "bad-claim", {ANNOTATION_MEMORY: "9" * 5000}), pod("good", "good-claim")])
-    text = m.sample()
-    m.sample()  # the same error again: no second event
-    assert posted == [("ns", "bad", "uid-bad", monitor_module.EVENT_REASON)]
-    attributed = {s.labels.get("pod") for s in samples(text) if s.name == "DCGM_FI_DEV_GPU_UTIL"}
-    assert attributed == {"bad", "good"}  # both attributed, the bad one with the default load
-
-
-# ---- GPU Feature Discovery labels -----------------------------------------------------------------
-
-
-def test_gfd_labels_of_an_h100_node() -> None:
-    labels = gfd_labels(inventory(H100x2), machine="ProLiant DL380 Gen10 (x)")
-    assert {k: labels[k] for k in sorted(labels) if k.startswith("nvidia.com/gpu.")} == {
-        "nvidia.com/gpu.compute.major": "9",
-        "nvidia.com/gpu.compute.minor": "0",
-        "nvidia.com/gpu.count": "2",
-        "nvidia.com/gpu.family": "hopper",
-        "nvidia.com/gpu.machine": "ProLiant-DL380-Gen10-x",
-        "nvidia.com/gpu.memory": "81559",
-        "nvidia.com/gpu.mode": "compute",
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-        "nvidia.com/gpu.replicas": "1",
-        "nvidia.com/gpu.sharing-strategy": "none",
-    }
-    assert labels["nvidia.com/cuda.driver-version.full"] == "580.105.08"
-    assert labels["nvidia.com/cuda.driver-version.revision"] == "08"
-    assert labels["nvidia.com/cuda.runtime-version.full"] == "13.0"
-    assert labels["nvidia.com/mig.capable"] == "true" and "nvidia.com/mig.strategy" not in labels
-    assert all(is_gfd_key(k) for k in labels)
-
-
-def test_gfd_mig_strategies() -> None:
-    inv = inventory(A100_STATIC)
-    mixed = gfd_labels(inv, "mixed")
-    assert mixed["nvidia.com/mig.strategy"] == "mixed"
-    assert mixed["nvidia.com/mig-1g.5gb.count"] == "1"
-    assert mixed["nvidia.com/mig-3g.20gb.product"] == "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"
-    assert mixed["nvidia.com/mig-3g.20gb.slices.gi"] == "3"
-    assert mixed["nvidia.com/gpu.replicas"] == "0"  # the MIG-enabled GPU itself
-    invalid = gfd_labels(inv, "single")  # two profiles: single cannot describe it
-    assert invalid["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-INVALID"
-    assert invalid["nvidia.com/gpu.count"] == "0"
-    one = A100_STATIC | {
-        "gpus": [
-            A100_STATIC["gpus"][0]
-            | {"migDevices": [{"profile": "3g.20gb", "start": 0}, {"profile": "3g.20gb", "start": 4}]}
-        ]
-    }
-    single = gfd_labels(inventory(one), "single")
-    assert single["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"
-    assert (single["nvidia.com/gpu.count"], single["nvidia.com/gpu.memory"]) == ("2", "19968")
-    with pytest.raises(ValueError, match="MIG strategy"):
-        gfd_labels(inv, "double")
-    # dynamic MIG: a Hopper serves whole until a claim splits it (MIG off for NVML), an A100 keeps MIG on
-    hopper = gfd_labels(inventory({"gpus": [{"profile": "h100-sxm5-80gb", "mig": "dynamic"}]}))
-    ampere = gfd_labels(inventory({"gpus": [{"profile": "a100-sxm4-40gb", "mig": "dynamic"}]}))
-    assert (hopper["nvidia.com/gpu.replicas"], ampere["nvidia.com/gpu.replicas"]) == ("1", "0")
-    # a whole GPU beside a MIG-enabled one: the whole one describes nvidia.com/gpu, whatever the order
-    both = {"gpus": [{"profile": "h100-sxm5-80gb"}, A100_STATIC["gpus"][0]]}
-    labels = gfd_labels(inventory(both), "mixed")
-    assert (labels["nvidia.com/gpu.product"], labels["nvidia.com/gpu.replicas"]) == (
-        "NVIDIA-H100-80GB-HBM3",
-        "1",
-    )
-
-
-def test_gfd_clique_family_and_sanitise() -> None:
-    clique = "7b968a6d-c8aa-45e1-9e07-e1e51be99c31.1"
-    labels = gfd_labels(inventory({"gpus": [{"profile": "gb200", "count": 4}], "imexCliqueID": clique}))
-    assert labels["nvidia.com/gpu.clique"] == clique and labels["nvidia.com/gpu.family"] == "blackwell"
-    assert [family(cc) for cc in ("7.0", "7.5", "8.0", "8.9", "9.0", "10.0", "12.0", "13.0", "4.0")] == [
-        "volta", "turing", "ampere", "ada-lovelace", "hopper", "blackwell", "blackwell", "rubin", "undefined",
-    ]  # fmt: skip
-    assert sanitise("NVIDIA A100-SXM4-40GB (rev/a)") == "NVIDIA-A100-SXM4-40GB-reva"
-    assert gfd_labels(inventory({"gpus": [{"profile": "t4"}]}))["nvidia.com/gpu.product"] == "Tesla-T4"
-
-
-def test_label_patch_records_its_keys_and_removes_only_those() -> None:
-    wanted = {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "X"}
-    node: dict[str, Any] = {
-        "metadata": {"labels": {"nvidia.com/gpu.deploy.x": "true", "nvidia.com/mig-1g.5gb.count": "1"}}
-    }
-    patch = label_patch(node, wanted, T0)
-    assert patch is not None
-    assert patch["metadata"]["labels"] == wanted | {TIMESTAMP_LABEL: str(int(T0))}
-    assert patch["metadata"]["annotations"][RECORD_ANNOTATION] == "gfd.timestamp,gpu.count,gpu.product"
-    node["metadata"]["labels"] |= patch["metadata"]["labels"]
-    node["metadata"]["annotations"] = patch["metadata"]["annotations"]
-    assert label_patch(node, wanted, T0 + 60) is None  # nothing changed: no write, no new timestamp
-    smaller = label_patch(node, {"nvidia.com/gpu.count": "8"}, T0 + 60)
-    assert smaller is not None and smaller["metadata"]["labels"]["nvidia.com/gpu.product"] is None
-    removal = removal_patch(node)
-    assert removal == {
-        "metadata": {
-            "labels": {TIMESTAMP_LABEL: None, "nvidia.com/gpu.count": None, "nvidia.com/gpu.product": None},
-            "annotations": {RECORD_ANNOTATION: None},
-        }
-    }  # labels it did not write (the operator's gpu.deploy.x, an older mig-* label) stay
-    assert removal_patch({"metadata": {"labels": {"nvidia.com/gpu.count": "1"}}}) is None
-
-
 # ---- the endpoint ---------------------------------------------------------------------------------
 
 
@@ -571,24 +281,3 @@ def test_dashboard_queries_use_metrics_and_labels_the_endpoint_has() -> None:
             assert {g.strip() for g in group.split(",")} <= labels, expr
         for name in re.findall(r"(\w+)(?:=~|!=|=)\"", expr):
             assert name in labels, expr
-
-
-def test_gfd_labels_of_shared_gpus() -> None:
-    from dra_fake.gpu.gfd import Shared
-
-    inv = inventory(H100x2)
-    shared = gfd_labels(inv, shared=Shared("time-slicing", {"nvidia.com/gpu": 4}))
-    assert shared["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
-    assert (shared["nvidia.com/gpu.replicas"], shared["nvidia.com/gpu.sharing-strategy"]) == (
-        "4",
-        "time-slicing",
-    )
-    renamed = gfd_labels(inv, shared=Shared("time-slicing", {"nvidia.com/gpu": 4}, renamed=True))
-    assert renamed["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"  # nvidia.com/gpu.shared tells instead
-    mps = gfd_labels(inv, shared=Shared("mps", {"nvidia.com/gpu": 2}))
-    assert (mps["nvidia.com/mps.capable"], mps["nvidia.com/gpu.sharing-strategy"]) == ("true", "mps")
-    mixed = gfd_labels(
-        inventory(A100_STATIC), "mixed", shared=Shared("time-slicing", {"nvidia.com/mig-1g.5gb": 2})
-    )
-    assert mixed["nvidia.com/mig-1g.5gb.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED"
-    assert mixed["nvidia.com/mig-1g.5gb.replicas"] == "2" and mixed["nvidia.com/mig-3g.20gb.replicas"] == "1"
