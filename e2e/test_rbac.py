@@ -913,6 +913,43 @@ def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_l
     )
 
 
+def test_the_controller_releases_an_imex_daemonset_an_earlier_release_rendered(
+    cd_installed: dict[str, Path], admin: client.ApiClient
+) -> None:
+    """After an upgrade the IMEX DaemonSets of existing domains still run the previous release's
+    image: the controller may still drop its finalizer from one (else the domain never goes), and
+    still may not change its spec."""
+    apps_admin, apps = client.AppsV1Api(admin), client.AppsV1Api(sa_api(cd_installed["controller"]))
+    label = {"resource.nvidia.com/computeDomain": "0e000000-0000-4000-8000-000000000000"}
+    name = "computedomain-daemon-0e000000-0000-4000-8000-000000000000"
+    container = {"name": "d", "image": "dra-fake:0.0.1", "command": ["dra-fake", "imex-daemon", "run"]}
+    old = {
+        "metadata": {"name": name, "labels": label, "finalizers": ["resource.nvidia.com/computeDomain"]},
+        "spec": {
+            "selector": {"matchLabels": label},
+            "template": {
+                "metadata": {"labels": label},
+                "spec": {"serviceAccountName": DAEMON_SA, "containers": [container]},
+            },
+        },
+    }
+    apps_admin.create_namespaced_daemon_set(NS, old)
+    try:
+        new_image = {"spec": {"template": {"spec": {"containers": [{**container, "image": "x"}]}}}}
+        refused_by_policy(
+            lambda: apps.patch_namespaced_daemon_set(name, NS, new_image),
+            "may change only the metadata of an IMEX daemon DaemonSet",
+        )
+        drop = [
+            {"op": "test", "path": "/metadata/finalizers/0", "value": "resource.nvidia.com/computeDomain"},
+            {"op": "remove", "path": "/metadata/finalizers/0"},
+        ]
+        released = apps.patch_namespaced_daemon_set(name, NS, drop)  # a list: a JSON patch
+        assert not released.metadata.finalizers
+    finally:
+        apps_admin.delete_namespaced_daemon_set(name, NS)
+
+
 def test_admission_policy_keeps_the_imex_daemon_to_its_own_pod(
     cd_installed: dict[str, Path], admin: client.ApiClient
 ) -> None:
