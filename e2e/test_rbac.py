@@ -59,8 +59,18 @@ NODES = ("node-1", "node-2")
 # Rendered with leader election on, so its Lease rules are exercised too.
 VALUES = ["--set", "computeDomains.controller.leaderElection.enabled=true"]
 
-# A dedicated local control plane; on kind the plugins run with the chart's RBAC anyway.
-pytestmark = pytest.mark.needs("harness")
+# A dedicated local control plane; on kind the plugins run with the chart's RBAC anyway. The
+# refusal and admission-policy checks would hold on kind's API server too, with tokens bound to the
+# chart's real pods: not ported yet (the fixtures below build this module's own cluster).
+pytestmark = pytest.mark.needs(
+    "harness",
+    reason="its own control plane (release rbac, 2 harness nodes, plugins as host processes with "
+    "pod-bound tokens of the chart's ServiceAccounts); not ported to kind's API server yet",
+)
+# Tests that start a plugin outside any container, once per set of rules: harness only.
+HOST_PLUGIN = pytest.mark.needs(
+    "harness", reason="starts the plugin as a host process with the chart's rules minus one, per case"
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -1060,6 +1070,7 @@ def forbidden(log: Path) -> list[str]:
     return errors
 
 
+@HOST_PLUGIN
 @pytest.mark.parametrize(
     ("resource", "verb"),
     [
@@ -1166,6 +1177,7 @@ def test_each_startup_rule_is_needed(
             )
 
 
+@HOST_PLUGIN
 @pytest.mark.parametrize(
     ("verb"), ["", "get", "watch"], ids=["all-rules-follow-the-label", "nodes-get", "nodes-watch"]
 )
