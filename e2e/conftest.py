@@ -8,7 +8,7 @@ processes: harness or kind), "partitionable" (dynamic MIG: counters in ResourceS
 "counter-rollback" (a scheduler that gives back the counters of a device a constraint rejected:
 not 1.34 and 1.35, docs/reference/kubernetes-dra.md#counter-leak-in-the-134-and-135-allocator),
 "consumable-shares" and "gpu-lending" (1.36+: docs/sharing.md), "kwok" (a bed that starts KWOK:
-harness or kind). Tests a
+harness or kind); `reason="..."` says why a bed cannot run it. Tests a
 cluster cannot run are deselected at collection, with the reason printed, never skipped: in CI
 a skip is a failure.
 """
@@ -149,7 +149,8 @@ class Environment:
                     if not met:
                         return reason
                 elif need not in self.capabilities:
-                    return f"needs the {need} test bed (this is {self.bed})"
+                    why = marker.kwargs.get("reason")  # needs("harness", reason="...")
+                    return f"needs the {need} test bed (this is {self.bed})" + (f": {why}" if why else "")
         params = getattr(item, "callspec", None)
         version = params.params.get("api_version") if params else None
         if version and version not in self.resource_versions:

@@ -59,8 +59,18 @@ NODES = ("node-1", "node-2")
 # Rendered with leader election on, so its Lease rules are exercised too.
 VALUES = ["--set", "computeDomains.controller.leaderElection.enabled=true"]
 
-# A dedicated local control plane; on kind the plugins run with the chart's RBAC anyway.
-pytestmark = pytest.mark.needs("harness")
+# A dedicated local control plane; on kind the plugins run with the chart's RBAC anyway. The
+# refusal and admission-policy checks would hold on kind's API server too, with tokens bound to the
+# chart's real pods: not ported yet (the fixtures below build this module's own cluster).
+pytestmark = pytest.mark.needs(
+    "harness",
+    reason="its own control plane (release rbac, 2 harness nodes, plugins as host processes with "
+    "pod-bound tokens of the chart's ServiceAccounts); not ported to kind's API server yet",
+)
+# Tests that start a plugin outside any container, once per set of rules: harness only.
+HOST_PLUGIN = pytest.mark.needs(
+    "harness", reason="starts the plugin as a host process with the chart's rules minus one, per case"
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -913,6 +923,43 @@ def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_l
     )
 
 
+def test_the_controller_releases_an_imex_daemonset_an_earlier_release_rendered(
+    cd_installed: dict[str, Path], admin: client.ApiClient
+) -> None:
+    """After an upgrade the IMEX DaemonSets of existing domains still run the previous release's
+    image: the controller may still drop its finalizer from one (else the domain never goes), and
+    still may not change its spec."""
+    apps_admin, apps = client.AppsV1Api(admin), client.AppsV1Api(sa_api(cd_installed["controller"]))
+    label = {"resource.nvidia.com/computeDomain": "0e000000-0000-4000-8000-000000000000"}
+    name = "computedomain-daemon-0e000000-0000-4000-8000-000000000000"
+    container = {"name": "d", "image": "dra-fake:0.0.1", "command": ["dra-fake", "imex-daemon", "run"]}
+    old = {
+        "metadata": {"name": name, "labels": label, "finalizers": ["resource.nvidia.com/computeDomain"]},
+        "spec": {
+            "selector": {"matchLabels": label},
+            "template": {
+                "metadata": {"labels": label},
+                "spec": {"serviceAccountName": DAEMON_SA, "containers": [container]},
+            },
+        },
+    }
+    apps_admin.create_namespaced_daemon_set(NS, old)
+    try:
+        new_image = {"spec": {"template": {"spec": {"containers": [{**container, "image": "x"}]}}}}
+        refused_by_policy(
+            lambda: apps.patch_namespaced_daemon_set(name, NS, new_image),
+            "may change only the metadata of an IMEX daemon DaemonSet",
+        )
+        drop = [
+            {"op": "test", "path": "/metadata/finalizers/0", "value": "resource.nvidia.com/computeDomain"},
+            {"op": "remove", "path": "/metadata/finalizers/0"},
+        ]
+        released = apps.patch_namespaced_daemon_set(name, NS, drop)  # a list: a JSON patch
+        assert not released.metadata.finalizers
+    finally:
+        apps_admin.delete_namespaced_daemon_set(name, NS)
+
+
 def test_admission_policy_keeps_the_imex_daemon_to_its_own_pod(
     cd_installed: dict[str, Path], admin: client.ApiClient
 ) -> None:
@@ -1023,6 +1070,7 @@ def forbidden(log: Path) -> list[str]:
     return errors
 
 
+@HOST_PLUGIN
 @pytest.mark.parametrize(
     ("resource", "verb"),
     [
@@ -1129,6 +1177,7 @@ def test_each_startup_rule_is_needed(
             )
 
 
+@HOST_PLUGIN
 @pytest.mark.parametrize(
     ("verb"), ["", "get", "watch"], ids=["all-rules-follow-the-label", "nodes-get", "nodes-watch"]
 )

@@ -4,8 +4,9 @@ The previous release (e2e/releases.py: the newest tag vX.Y.Z before this commit,
 and packaged chart from `make release`) is installed over the cluster's release with the cluster's
 values; GPU pods and a Ready ComputeDomain start on it; then `helm upgrade` to this commit's chart
 and image. Every pod keeps running without a restart and sees what it saw, no claim is prepared
-again, the domain stays Ready, and the new plugin read the old one's checkpoint: it unprepares the
-old claim when its pod goes. Deselected when there is no previous release tag, or no files for it.
+again, the domain stays Ready, the new plugin read the old one's checkpoint: it unprepares the
+old claim when its pod goes, and the new controller deletes the domain the old one made (its
+DaemonSet runs the old image). Deselected when there is no previous release tag, or no files for it.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from e2e.test_computedomain import (
     channel_pod,
     channels_seen,
     create_cd,
+    delete_cd_and_wait_clean,
     get_template,
     node_statuses,
 )
-from e2e.test_upgrade import NAMESPACE, RELEASE, helm, plugin_pods
+from e2e.test_upgrade import NAMESPACE, PLUGIN_PODS, RELEASE, helm, plugin_pods
 from e2e.testbed import NODE_CDI_ROOT, TestBed, assert_sees_its_gpus
 
 pytestmark = pytest.mark.needs("kind", "previous-release")
@@ -44,11 +46,16 @@ def restarts(kube: Kube, ns: str, pods: list[str]) -> dict[str, tuple[str, str, 
     return out
 
 
-def prepared_in_logs(kube: Kube, pods: dict[str, str]) -> list[str]:
-    """`claim prepared` lines in the logs of the given plugin pods' GPU containers."""
+def prepared_in_logs(kube: Kube, uids: dict[str, str]) -> list[str]:
+    """`claim prepared` lines in the logs of the GPU containers of the plugin pods with these uids
+    (plugin_pods' keys)."""
     lines = []
-    for name in pods:
-        log = kube.core.read_namespaced_pod_log(name, NAMESPACE, container="gpus", _request_timeout=30)
+    for pod in kube.core.list_namespaced_pod(NAMESPACE, label_selector=PLUGIN_PODS).items:
+        if pod.metadata.uid not in uids:
+            continue
+        log = kube.core.read_namespaced_pod_log(
+            pod.metadata.name, NAMESPACE, container="gpus", _request_timeout=30
+        )
         lines += [line for line in log.splitlines() if "claim prepared" in line]
     return lines
 
@@ -80,7 +87,7 @@ def test_upgrade_from_the_previous_release_keeps_pods_claims_and_a_ready_domain(
     spec_path = f"{NODE_CDI_ROOT}/k8s.gpu.nvidia.com-claim_{claim['metadata']['uid']}.yaml"
     spec = bed.read_node_file(first, spec_path)
     assert spec, "the previous release prepared the claim"
-    create_cd(kube, ns, cd_manifest("cd", "imex-channel-0", num_nodes=2))
+    cd_uid = create_cd(kube, ns, cd_manifest("cd", "imex-channel-0", num_nodes=2))["metadata"]["uid"]
     poll("workload template", lambda: get_template(kube, ns, "imex-channel-0"))
     workers = {"worker-0": first, "worker-1": second}
     for name, node in workers.items():
@@ -114,3 +121,9 @@ def test_upgrade_from_the_previous_release_keeps_pods_claims_and_a_ready_domain(
     kube.delete_pod(ns, "gpu")
     gone = lambda: bed.read_node_file(first, spec_path) is None  # noqa: E731
     poll("the old claim unprepared by the new plugin", gone, 90)
+
+    # The new controller deletes the domain the old one made: the IMEX DaemonSet, rendered with the
+    # previous release's image, loses its finalizer (the chart's admission policy allows it).
+    for name in workers:
+        kube.delete_pod(ns, name)
+    delete_cd_and_wait_clean(bed, ns, "cd", cd_uid)

@@ -16,8 +16,8 @@ from e2e.kindbed import KindBed
 class Item:
     """What Environment.missing reads of a collected test: its `needs` markers."""
 
-    def __init__(self, *needs: str) -> None:
-        self.mark = pytest.mark.needs(*needs).mark
+    def __init__(self, *needs: str, **kwargs: str) -> None:
+        self.mark = pytest.mark.needs(*needs, **kwargs).mark
 
     def iter_markers(self, name: str) -> Iterator[Any]:
         return iter([self.mark] if name == "needs" else [])
@@ -42,3 +42,10 @@ def test_shared_gpus_and_lending_run_from_1_36_on_kind_and_the_harness(need: str
     assert harness.missing(item) is None
     api = Environment("api", frozenset(), ("v1",), True, 37, True)
     assert api.missing(item) == "needs the node test bed (this is api)"
+
+
+def test_a_needs_marker_says_why_another_bed_cannot_run_it() -> None:
+    item: Any = Item("harness", reason="it restarts the API server")
+    assert kind(37).missing(item) == "needs the harness test bed (this is kind): it restarts the API server"
+    harness = Environment("harness", HarnessBed.capabilities, ("v1",), True, 37, True)
+    assert harness.missing(item) is None

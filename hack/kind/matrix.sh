@@ -12,6 +12,7 @@ out=$KIND_WORK/matrix.tsv
 commit=$(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet || echo -dirty)
 for v in "${versions[@]}"; do
   "$REPO/hack/kind/images.sh" "$v" >/dev/null
+  PYTHON=$PY "$REPO/hack/kind/previous-release.sh"  # the upgrade test's release (built the first time only)
   t0=$(date +%s)
   "$PY" -m e2e.kindcluster up --k8s "$v" --nodes 3 > "$KIND_WORK/matrix-$v.log" 2>&1 || { log "$v: cluster failed"; continue; }
   up=$(( $(date +%s) - t0 ))
