@@ -25,7 +25,8 @@ from typing import Any
 
 from bench import computedomain, fleet, kwok, machinery, prepare, publish, sharing, summary
 from bench.common import REFDRIVER, REPO, cpu_ticks, loadavg, machine_facts, steal_percent, tree_facts
-from bench.report import HISTORY, RESULTS, history_line, read_history, render
+from bench.history import HISTORY, RESULTS, history_line, read_history
+from bench.report import render
 from e2e.localcluster import LocalCluster
 
 ROOT = Path("/tmp/lc-bench")

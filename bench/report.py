@@ -10,16 +10,9 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
-HISTORY = RESULTS / "history.jsonl"  # one line per full run of make bench (history_line)
-
-
-def _table(header: str) -> list[str]:
-    """A Markdown table's header (its columns joined by " | ") and separator lines."""
-    return [f"| {header} |", "|" + " --- |" * (header.count(" | ") + 1)]
+from bench.history import HISTORY, RESULTS, across_runs, read_history, table
 
 
 def _lat(s: dict[str, Any]) -> str:
@@ -42,7 +35,7 @@ def _kwok(kw: dict[str, Any]) -> list[str]:
         "(DRA) or none (plain KWOK), on the same nodes. Rates: pods over the seconds from the first "
         "create until the last is bound (allocated, Running), polled every second: median [min-max].",
         "",
-        *_table("run | create s | pods scheduled/s | claims allocated/s | pods Running/s"),
+        *table("run | create s | pods scheduled/s | claims allocated/s | pods Running/s"),
     ]
     for name in ("dra", "plain"):
         r = kw[name]
@@ -72,7 +65,7 @@ def _prepare(prep: dict[str, Any]) -> list[str]:
         "",
         "What each driver does per claim:",
         "",
-        *_table("call | driver | work | files, fsyncs"),
+        *table("call | driver | work | files, fsyncs"),
         *(f"| {call} | {driver} | {work} | {cost} |" for call, driver, work, cost in PER_CLAIM_WORK),
         "",
     ]
@@ -83,7 +76,7 @@ def _prepare(prep: dict[str, Any]) -> list[str]:
         )
     out += [
         "",
-        *_table(
+        *table(
             "storage | devices/claim | callers | driver | prepare p50 ms | prepare p99 ms | "
             "unprepare p50 ms | unprepare p99 ms | prepare claims/s | unprepare claims/s | "
             "CPU ms per claim | checkpoint bytes (claims held)"
@@ -123,13 +116,13 @@ def _machinery(m: dict[str, Any]) -> list[str]:
         "(relative to without), *costs* where worse by more, else *within noise*. A piece keeps its "
         "place when a figure users feel (marked *) says so.",
         "",
-        *_table("piece | without it | verdict"),
+        *table("piece | without it | verdict"),
         *(
             f"| {name} | {p['what']} | {m['verdicts'].get(name, 'not measured')} |"
             for name, p in m["pieces"].items()
         ),
         "",
-        *_table("piece | case | figure | with | without | with / without | noise | verdict"),
+        *table("piece | case | figure | with | without | with / without | noise | verdict"),
     ]
     for r in m["table"]:
         ratio = "n/a" if r["ratio_with_over_without"] is None else f"{r['ratio_with_over_without']:.2f}x"
@@ -154,7 +147,7 @@ def _sharing(result: dict[str, Any]) -> list[str]:
         f"times ({result['storage']}): median [min-max]; ratio = share / full of the medians (budget "
         f"{BUDGET}x for the latencies: {'kept' if result['within_budget'] else 'EXCEEDED'}).",
         "",
-        *_table(
+        *table(
             "claims | prepare p50 ms | prepare p99 ms | unprepare p50 ms | unprepare p99 ms | CPU ms/claim"
         ),
     ]
@@ -178,7 +171,7 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
         "",
         "## Machine",
         "",
-        *_table("fact | value"),
+        *table("fact | value"),
     ]
     for key in (
         "date_utc",
@@ -218,7 +211,7 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
             "",
             "## Floor of this machine",
             "",
-            *_table("operation | p50 / p95 / p99 (ms) | n"),
+            *table("operation | p50 / p95 / p99 (ms) | n"),
         ]
         for key, label in (
             (
@@ -253,7 +246,7 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
             f"generation. RSS: 5 s after that. Each plugin started {len(next(iter(pub.values()))['repetitions'])} "
             "times (the plugins alternating): median [min-max].",
             "",
-            *_table(
+            *table(
                 "plugin | slices | devices | registration socket s | registered with kubelet s | "
                 "all slices visible s | RSS at rest MiB"
             ),
@@ -282,7 +275,7 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
             "[min-max]; fleet / bare = the ratio of the medians, and the ratios of the single "
             "repetitions beside it.",
             "",
-            *_table(
+            *table(
                 "nodes | fleet wall s | fleet API requests | fleet RSS MiB (max) | bare client wall s | "
                 "bare API requests | fleet / bare wall | per repetition | CPU s fleet / bare | "
                 "API server CPU s fleet / bare"
@@ -331,7 +324,7 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
             f"controller has removed them. Each size ran {cd.get('repeat', 1)} times: median [min-max] of "
             "each figure (the percentiles are over the domains of one burst).",
             "",
-            *_table(
+            *table(
                 "CDs | create calls s | p50 ms | p95 ms | p99 ms | mean ms | all reconciled s | all deleted s"
             ),
         ]
@@ -348,7 +341,7 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
             "binds the daemon pod, sets it Running and Ready as a kubelet would, and writes the clique as the IMEX "
             f"daemon would; status polled every {r['poll_interval_ms']:g} ms):",
             "",
-            *_table("transition | p50 / p95 / p99 ms | mean ms"),
+            *table("transition | p50 / p95 / p99 ms | mean ms"),
             f"| clique says the daemon is Ready -> CD status Ready | {_lat(r['clique_ready_to_status_ready'])} | "
             f"{r['clique_ready_to_status_ready']['mean_ms']} |",
             f"| daemon pod Ready=False -> CD status NotReady | {_lat(r['pod_not_ready_to_status_not_ready'])} | "
@@ -358,118 +351,6 @@ def render(results: dict[str, Any], history: list[dict[str, Any]] | None = None)
         ]
     out += across_runs(history or [])
     return "\n".join(out) + "\n"
-
-
-ACROSS_RUNS = 10  # lines of history.jsonl shown
-PREPARE_CASES = ((1, 1), (1, 16), (8, 1), (8, 16))  # (devices per claim, callers)
-
-
-def prepare_key(storage: str, devices_per_claim: int, callers: int) -> str:
-    """A prepare case's key in history.jsonl (then `_ours` / `_reference`)."""
-    return f"prepare_{storage}_d{devices_per_claim}_c{callers}"
-
-
-def _p50_ratio(line: dict[str, Any], devices_per_claim: int, callers: int) -> str:
-    key = prepare_key("disk", devices_per_claim, callers)
-    ours, ref = line.get(f"{key}_ours"), line.get(f"{key}_reference")
-    if not ours or not ref or not ref.get("p50_ms"):
-        return "-"
-    return f"{ours['p50_ms'] / ref['p50_ms']:.2f}x"
-
-
-def _socket_s(line: dict[str, Any]) -> str:
-    """The slower of our two start-ups (8 GPUs, 8 GPUs with dynamic MIG) to the socket."""
-    times = [
-        r["socket_s"]
-        for name, r in line.items()
-        if name.startswith("publish_ours_") and isinstance(r, dict) and "socket_s" in r
-    ]
-    return f"{max(times):.3f}" if times else "-"
-
-
-def _or_dash(value: Any, fmt: str = "{}") -> str:
-    return "-" if value is None else fmt.format(value)
-
-
-def across_runs(history: list[dict[str, Any]]) -> list[str]:
-    """The figures with a target in the last runs from clean trees: one run's ratio moves with the
-    machine's hour (docs/benchmarks/history.md#fourteenth-round-what-the-state-costs-a-burst), so read it beside the runs before."""
-    lines = [h for h in history if not h.get("dirty")][-ACROSS_RUNS:]
-    if not lines:
-        return []
-    out = [
-        "",
-        "## Across runs",
-        "",
-        f"The figures with a target in the last {len(lines)} runs of `make bench` from clean trees "
-        "([history.jsonl](history.jsonl), this run last): prepare p50 on disk, ours / reference (the "
-        "ratio of the medians; target at most 1.0x), devices per claim x callers; fleet mode at 1000 "
-        "nodes / the bare client (at most 1.25x); the slower of our two start-ups to the registration "
-        "socket (at most 0.5 s); 200 ComputeDomains, p99 create -> objects (at most 1000 ms). "
-        "`-`: not measured by that run.",
-        "",
-        *_table(
-            "date (UTC) | commit | CPU steal % | prepare 1 x 1 | 1 x 16 | 8 x 1 | 8 x 16 | "
-            "fleet 1000 / bare | start -> socket s | 200 CDs p99 ms"
-        ),
-    ]
-    for h in lines:
-        prepare = " | ".join(_p50_ratio(h, *case) for case in PREPARE_CASES)
-        out.append(
-            f"| {str(h.get('date_utc', ''))[:16]} | `{str(h.get('commit') or '')[:7]}` "
-            f"| {_or_dash(h.get('cpu_steal_percent'))} | {prepare} "
-            f"| {_or_dash(h.get('fleet_1000_over_bare_wall'), '{:.2f}x')} | {_socket_s(h)} "
-            f"| {_or_dash(h.get('computedomain_p99_ms'), '{:.0f}')} |"
-        )
-    return out
-
-
-def read_history(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def history_line(results: dict[str, Any]) -> dict[str, Any]:
-    """One line of bench/results/history.jsonl: when, which commit, the load, and the headline
-    medians of each section (a regression shows as a jump between lines)."""
-    m, sections = results["machine"], results["sections"]
-    line: dict[str, Any] = {
-        "date_utc": m["date_utc"],
-        "commit": m.get("git_commit"),
-        "dirty": m.get("git_dirty"),
-        "loadavg_start": m.get("loadavg_start"),
-        "loadavg_end": m.get("loadavg_end"),
-        "cpu_steal_percent": m.get("cpu_steal_percent"),
-        "failed": sorted(name for name, sec in sections.items() if "error" in sec),
-    }
-    for case in (sections.get("prepare", {}).get("result") or {}).get("cases", []):
-        key = prepare_key(case["storage"], case["devices_per_claim"], case["callers"])
-        for kind in ("ours", "reference"):
-            c = case[kind]
-            line[f"{key}_{kind}"] = {
-                "p50_ms": c["prepare_p50_ms"]["median"],
-                "claims_per_s": c["prepare_claims_per_s"]["median"],
-                "unprepare_p50_ms": c["unprepare_p50_ms"]["median"],
-                "cpu_ms_per_claim": c["cpu_ms_per_claim"]["median"],
-            }
-    for name, r in (sections.get("publish", {}).get("result") or {}).items():
-        line[f"publish_{name}"] = {
-            "socket_s": r["registration_socket_s"]["median"],
-            "slices_s": r["all_slices_visible_s"]["median"],
-        }
-    for r in (sections.get("fleet", {}).get("result") or {}).get("runs", []):
-        line[f"fleet_{r['nodes']}_over_bare_wall"] = r["ratio_fleet_over_bare_wall"]
-    mem = sections.get("fleet_memory", {}).get("result")
-    if mem:
-        line[f"fleet_{mem['nodes']}_max_rss_mib"] = mem["max_rss_mib"]
-    cd = sections.get("computedomain", {}).get("result")
-    if cd:
-        for b in cd["bursts"]:
-            suffix = "" if b["computedomains"] == 200 else f"_{b['computedomains']}"
-            line[f"computedomain{suffix}_p99_ms"] = b["p99_ms"]["median"]
-        line["computedomain_readiness_max_ms"] = cd["readiness"]["max_ms"]
-    return line
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from bench.report import HISTORY, PREPARE_CASES, RESULTS, prepare_key, read_history
+from bench.history import HISTORY, PREPARE_CASES, RESULTS, prepare_key, read_history
 
 REPO = RESULTS.parents[1]
 PAGE = REPO / "docs" / "benchmarks.md"

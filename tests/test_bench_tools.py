@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.burst import kth_answers
+from bench.history import ACROSS_RUNS, HISTORY, RESULTS, across_runs, history_line, read_history
 from bench.profile import summarize
-from bench.report import ACROSS_RUNS, HISTORY, RESULTS, across_runs, history_line, read_history
 from bench.summary import BEGIN, PAGE, PLOT, SERIES, history_svg, latest_table, page
 
 
