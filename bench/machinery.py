@@ -2,11 +2,10 @@
 (same commit, same cluster, variants alternating within each repetition); a piece keeps its place
 only where the difference is larger than the run-to-run noise on a figure users feel.
 
-The pieces (dra_fake.core.trials, `DRA_FAKE_WITHOUT`): httpconn, entrycache, yamlwriter, gcfreeze,
-journal; and the CPU pinning (`--cpu-affinity` one vs inherit). Every variant runs as its own
-plugin on its own kubelet-less node, all started together, state on disk. Figures: prepare and
-unprepare (bench/prepare.py's `drive`), the slices published after a start (httpconn; publishing
-writes no YAML, so not yamlwriter), and a fleet's rate (httpconn, gcfreeze)."""
+The pieces (dra_fake.core.trials.PIECES, `DRA_FAKE_WITHOUT`), and the CPU pinning
+(`--cpu-affinity` one vs inherit). Every variant runs as its own plugin on its own kubelet-less
+node, all started together, state on disk. Figures: prepare and unprepare (bench/prepare.py's
+`drive`), the slices published after a start (PUBLISH_PIECES), and a fleet's rate (FLEET_PIECES)."""
 
 from __future__ import annotations
 
@@ -66,7 +65,7 @@ PREPARE_FIGURES = {
 }
 PUBLISH_FIGURES = {"all_slices_visible_s": (True, True)}
 FLEET_FIGURES = {"nodes_per_s": (False, True)}
-PUBLISH_PIECES = ("httpconn",)  # publishing writes no YAML: yamlwriter has nothing to change there
+PUBLISH_PIECES = ("httpconn",)  # publishing writes no checkpoint and no YAML
 FLEET_PIECES = ("httpconn", "gcfreeze")  # the fleet's own machinery among them
 
 KEEPS, WITHIN, COSTS = "keeps its place", "within noise", "costs"

@@ -8,6 +8,7 @@ from typing import Any
 from bench import machinery
 from bench.machinery import BASELINE, COSTS, KEEPS, WITHIN, Piece, compare, verdict, verdicts
 from bench.report import render
+from dra_fake.core import trials
 
 
 def fig(median: float, low: float | None = None, high: float | None = None) -> dict[str, float]:
@@ -89,7 +90,7 @@ def test_the_report_shows_the_verdicts_and_each_comparison() -> None:
 
 def test_every_switch_of_the_plugin_and_the_pinning_is_on_trial() -> None:
     names = [p.name for p in machinery.pieces()]
-    assert names == ["httpconn", "entrycache", "yamlwriter", "gcfreeze", "journal", "cpuaffinity"]
+    assert names == [*trials.PIECES, "cpuaffinity"]
 
 
 def test_each_variant_goes_first_in_turn() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
 import pytest
 
+from dra_fake.fleet import main as fleet_main
 from dra_fake.fleet.cli import add_fleet_parser
 from dra_fake.fleet.core import (
     FLEET_LABEL,
@@ -18,6 +20,7 @@ from dra_fake.fleet.core import (
     pod_running_status,
     untaint_patch,
 )
+from tests.trialswitch import Without
 
 
 def slice_obj(name: str, node: str, rv: int, generation: int = 1) -> dict[str, Any]:
@@ -289,3 +292,17 @@ def test_every_node_publisher_of_a_fleet_is_the_fleet_process_instance(
     nodes = [NodePublisher(fleet, f"fleet-{i}", f"uid-{i}") for i in range(3)]
     assert len(asked) == 1
     assert all(p.instance is instance for p in nodes)
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_without_gcfreeze_nothing_is_frozen(without: Without, off: bool) -> None:
+    """DRA_FAKE_WITHOUT=gcfreeze (dra_fake.core.trials): start-up's objects not frozen."""
+    without("gcfreeze" if off else "")
+    gc.unfreeze()
+    threshold = gc.get_threshold()
+    try:
+        fleet_main.quieter_garbage_collector()
+        assert (gc.get_freeze_count() == 0) is off
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)

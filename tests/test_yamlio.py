@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dra_fake.core import cdi, yamlio
+from tests.trialswitch import Without
 
 # Words near the edges of PyYAML's plain-scalar rules: indicators, `: `, ` #`, spaces, numbers,
 # booleans, dates, non-ASCII, line breaks, long values that PyYAML folds.
@@ -158,3 +161,14 @@ def test_fragments_forget_everything_past_their_limit() -> None:
     fragments.register(c)
     assert fragments.texts(a) is None and fragments.texts(b) is None and fragments.texts(c) == {}
     assert fragments.texts({"c": 3}) is None  # an equal mapping is not the registered one
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_without_yamlwriter_cdi_specs_go_through_pyyaml(without: Without, off: bool) -> None:
+    """DRA_FAKE_WITHOUT=yamlwriter (dra_fake.core.trials): PyYAML's dumper, not dump_block."""
+    without("yamlwriter" if off else "")
+    doc = {"cdiVersion": "0.5.0", "devices": [{"name": "a", "containerEdits": {"env": ["X=1"]}}]}
+    with mock.patch.object(yamlio, "dump_block", wraps=yamlio.dump_block) as direct:
+        text = yamlio.dump(doc)
+    assert text == yamlio.dump_pyyaml(doc)
+    assert direct.called is not off
