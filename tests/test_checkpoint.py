@@ -9,7 +9,6 @@ import logging
 import stat
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -21,7 +20,6 @@ from dra_fake.core.checkpoint import CheckpointData, CheckpointedDevice, ClaimEn
 from dra_fake.core.checkpointcodec import Codec
 from dra_fake.core.checkpointstore import CheckpointStore
 from dra_fake.gpu.claimdata import GpuClaimData, MigDeviceRecord, TimeSliceRecord
-from tests.trialswitch import Without
 
 DATA = Path(__file__).with_name("data")
 Data = CheckpointData[GpuClaimData]
@@ -449,20 +447,3 @@ def test_canonical_json_is_json_dumps_sorted_and_compact(value: Any) -> None:
     of checkpoints written by earlier versions, over their canonical bytes, still hold."""
     expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     assert checkpoint.canonical_json(value) == expected
-
-
-@pytest.mark.parametrize("off", [False, True])
-def test_without_entrycache_every_entry_is_serialised_again(without: Without, off: bool) -> None:
-    """DRA_FAKE_WITHOUT=entrycache (dra_fake.core.trials): no serialisation reused."""
-    without("entrycache" if off else "")
-    codec, entry = Codec(GpuClaimData), sample().claims["uid-1"]
-    with mock.patch.object(
-        ClaimEntry, "model_dump", autospec=True, side_effect=ClaimEntry.model_dump
-    ) as dump:
-        first = codec.entry_json("u", entry)
-        entry.state = "PrepareStarted"  # a changeable field: the cached body is reused when on
-        second = codec.entry_json("u", entry)
-        third = codec.entry_json("u", entry)
-    assert dump.call_count == (3 if off else 1)
-    assert (third[1] is second[1]) is not off
-    assert first[1] != second[1] == third[1] and b'"state":"PrepareStarted"' in second[1]
