@@ -53,6 +53,8 @@ def test_config_selection_as_config_manager(configs: Path) -> None:
         ConfigSet(configs, fallbacks=("named", "single")).select("")
     with pytest.raises(ConfigSelectionError, match=r"^unknown fallback strategy: first$"):
         parse_fallbacks("named,first")
+    with pytest.raises(ConfigSelectionError, match=r"^unknown fallback strategy: a\\nb$"):  # one line
+        parse_fallbacks("a\nb")
     assert parse_fallbacks("named, single") == ("named", "single") and parse_fallbacks("") == ()
     empty = configs.parent / "empty"
     empty.mkdir()

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_fake.core.claims import one_line
+
 log = logging.getLogger(__name__)
 
 NODE_LABEL = "nvidia.com/device-plugin.config"
@@ -30,7 +32,7 @@ def parse_fallbacks(raw: str) -> tuple[str, ...]:
     out = tuple(s.strip() for s in raw.split(",") if s.strip())
     for strategy in out:
         if strategy not in FALLBACK_STRATEGIES:
-            raise ConfigSelectionError(f"unknown fallback strategy: {strategy}")
+            raise ConfigSelectionError(f"unknown fallback strategy: {one_line(strategy)}")  # one log line
     return out
 
 
