@@ -59,13 +59,14 @@ NODES = ("node-1", "node-2")
 # Rendered with leader election on, so its Lease rules are exercised too.
 VALUES = ["--set", "computeDomains.controller.leaderElection.enabled=true"]
 
-# A dedicated local control plane; on kind the plugins run with the chart's RBAC anyway. The
-# refusal and admission-policy checks would hold on kind's API server too, with tokens bound to the
-# chart's real pods: not ported yet (the fixtures below build this module's own cluster).
+# A dedicated local control plane; on kind the plugins run with the chart's RBAC anyway, and
+# e2e/test_rbac_kind.py runs the plugin-token refusals (REFUSED_CALLS, the assert_* checks below)
+# with tokens bound to the chart's real pods. The other checks would hold there too: not ported yet.
 pytestmark = pytest.mark.needs(
     "harness",
     reason="its own control plane (release rbac, 2 harness nodes, plugins as host processes with "
-    "pod-bound tokens of the chart's ServiceAccounts); not ported to kind's API server yet",
+    "pod-bound tokens of the chart's ServiceAccounts); on kind, e2e/test_rbac_kind.py runs the "
+    "plugin-token refusals, the rest is not ported yet",
 )
 # Tests that start a plugin outside any container, once per set of rules: harness only.
 HOST_PLUGIN = pytest.mark.needs(
@@ -441,82 +442,98 @@ def test_a_hostile_load_annotation_gets_an_event_and_stops_nothing(
         core.delete_namespaced_pod("bad-load", NS, grace_period_seconds=0)
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        pytest.param(lambda api: client.CoreV1Api(api).list_secret_for_all_namespaces(), id="list-secrets"),
-        pytest.param(lambda api: client.CoreV1Api(api).list_node(), id="list-nodes"),
-        pytest.param(
-            lambda api: client.CoreV1Api(api).create_namespaced_pod(
-                "default", {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
-            ),
-            id="create-pod",
+# Calls a plugin's token is refused (403): RBAC, not the admission policies (e2e/test_rbac_kind.py too).
+REFUSED_CALLS = [
+    pytest.param(lambda api: client.CoreV1Api(api).list_secret_for_all_namespaces(), id="list-secrets"),
+    pytest.param(lambda api: client.CoreV1Api(api).list_node(), id="list-nodes"),
+    pytest.param(
+        lambda api: client.CoreV1Api(api).create_namespaced_pod(
+            "default", {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
         ),
-        pytest.param(
-            lambda api: client.CustomObjectsApi(api).delete_namespaced_custom_object(
-                "resource.k8s.io", "v1", "default", "resourceclaims", "x"
-            ),
-            id="delete-claim",
+        id="create-pod",
+    ),
+    pytest.param(
+        lambda api: client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            "resource.k8s.io", "v1", "default", "resourceclaims", "x"
         ),
-        pytest.param(
-            lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(
-                "resource.k8s.io",
-                "v1",
-                "deviceclasses",
-                {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "x"}},
-            ),
-            id="create-deviceclass",
+        id="delete-claim",
+    ),
+    pytest.param(
+        lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(
+            "resource.k8s.io",
+            "v1",
+            "deviceclasses",
+            {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "x"}},
         ),
-        pytest.param(
-            lambda api: client.CustomObjectsApi(api).patch_namespaced_custom_object(
-                "resource.k8s.io", "v1", "default", "resourceclaims", "x", {"spec": {}}
-            ),
-            id="write-claim",
+        id="create-deviceclass",
+    ),
+    pytest.param(
+        lambda api: client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            "resource.k8s.io", "v1", "default", "resourceclaims", "x", {"spec": {}}
         ),
-        pytest.param(
-            lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(
-                "dra-fake.dev",
-                "v1alpha1",
-                "gpufaults",
-                {
-                    "apiVersion": "dra-fake.dev/v1alpha1",
-                    "kind": "GpuFault",
-                    "metadata": {"name": "x"},
-                    "spec": {"nodeName": "node-1", "device": "gpu-0", "kind": "gpu-lost"},
-                },
-            ),
-            id="create-gpufault",
+        id="write-claim",
+    ),
+    pytest.param(
+        lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(
+            "dra-fake.dev",
+            "v1alpha1",
+            "gpufaults",
+            {
+                "apiVersion": "dra-fake.dev/v1alpha1",
+                "kind": "GpuFault",
+                "metadata": {"name": "x"},
+                "spec": {"nodeName": "node-1", "device": "gpu-0", "kind": "gpu-lost"},
+            },
         ),
-    ],
-)
+        id="create-gpufault",
+    ),
+]
+
+
+@pytest.mark.parametrize("call", REFUSED_CALLS)
 def test_everything_else_is_refused(installed: dict[str, Path], call: Any) -> None:
     with pytest.raises(ApiException) as err:
         call(sa_api(installed["node-1"]))
     assert err.value.status == 403, err.value
 
 
+def assert_slices_of_its_own_node_only(
+    plugin: client.ApiClient, own: str, other: str, other_slice: str
+) -> None:
+    """A node's plugin (a token bound to its pod) may not create or delete another node's
+    ResourceSlices, and may its own node's (e2e/test_rbac_kind.py too)."""
+    custom = client.CustomObjectsApi(plugin)
+    with pytest.raises(ApiException) as err:
+        custom.create_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices", slice_body(other, "evil")
+        )
+    assert err.value.status in (403, 422) and f"may not modify ResourceSlices of node {other}" in str(
+        err.value.body
+    )
+    with pytest.raises(ApiException) as err:
+        custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", other_slice)
+    assert err.value.status in (403, 422), err.value
+    # its own node: allowed (and cleaned up)
+    custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", slice_body(own, "own-x"))
+    custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", "own-x")
+
+
+def assert_unbound_token_writes_no_slices(unbound: client.ApiClient, node: str) -> None:
+    """A token of the plugin's ServiceAccount not bound to a pod names no node: no slice at all."""
+    with pytest.raises(ApiException) as err:
+        client.CustomObjectsApi(unbound).create_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices", slice_body(node, "x")
+        )
+    assert err.value.status in (403, 422) and "no node name" in str(err.value.body), err.value
+
+
 def test_admission_policy_keeps_a_plugin_on_its_own_node(
     installed: dict[str, Path], admin: client.ApiClient
 ) -> None:
-    custom = client.CustomObjectsApi(sa_api(installed["node-1"]))
-    with pytest.raises(ApiException) as err:
-        custom.create_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", slice_body("node-2", "evil")
-        )
-    assert err.value.status in (403, 422) and "may not modify ResourceSlices of node node-2" in str(
-        err.value.body
-    )
     other = Kube(installed["node-2"].parent / "kubeconfig").slices(node="node-2")[0]
-    with pytest.raises(ApiException) as err:
-        custom.delete_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", other["metadata"]["name"]
-        )
-    assert err.value.status in (403, 422), err.value
-    # its own node: allowed (and cleaned up)
-    custom.create_cluster_custom_object(
-        "resource.k8s.io", "v1", "resourceslices", slice_body("node-1", "own-x")
+    assert_slices_of_its_own_node_only(
+        sa_api(installed["node-1"]), "node-1", "node-2", other["metadata"]["name"]
     )
-    custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", "own-x")
 
 
 def test_admission_policy_limits_node_patches_to_the_own_nodes_plugin_labels(
@@ -560,12 +577,7 @@ def test_token_without_node_binding_cannot_write_slices(
     installed: dict[str, Path], admin: client.ApiClient, cluster: LocalCluster
 ) -> None:
     kc = token_kubeconfig(cluster, request_token(admin, None), cluster.root / "sa-unbound.kubeconfig")
-    custom = client.CustomObjectsApi(sa_api(kc))
-    with pytest.raises(ApiException) as err:
-        custom.create_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", slice_body("node-1", "x")
-        )
-    assert err.value.status in (403, 422) and "no node name" in str(err.value.body), err.value
+    assert_unbound_token_writes_no_slices(sa_api(kc), "node-1")
 
 
 # --- ComputeDomains with the chart's RBAC -------------------------------------------------------
