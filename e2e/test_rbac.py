@@ -60,13 +60,14 @@ NODES = ("node-1", "node-2")
 VALUES = ["--set", "computeDomains.controller.leaderElection.enabled=true"]
 
 # A dedicated local control plane; on kind the plugins run with the chart's RBAC anyway, and
-# e2e/test_rbac_kind.py runs the plugin-token refusals (REFUSED_CALLS, the assert_* checks below)
-# with tokens bound to the chart's real pods. The other checks would hold there too: not ported yet.
+# e2e/test_rbac_kind.py runs the plugin's and controller's refusals (REFUSED_CALLS, the assert_*
+# checks below) with tokens bound to the chart's real pods. The others would hold there too: not
+# ported yet.
 pytestmark = pytest.mark.needs(
     "harness",
     reason="its own control plane (release rbac, 2 harness nodes, plugins as host processes with "
     "pod-bound tokens of the chart's ServiceAccounts); on kind, e2e/test_rbac_kind.py runs the "
-    "plugin-token refusals, the rest is not ported yet",
+    "plugin's and controller's refusals, the rest is not ported yet",
 )
 # Tests that start a plugin outside any container, once per set of rules: harness only.
 HOST_PLUGIN = pytest.mark.needs(
@@ -899,9 +900,17 @@ def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_l
     """The controller's `daemonsets create, patch, delete` would reach the kubelet plugin's
     DaemonSet (root, host paths), its `nodes patch` every label: the policies allow only the
     DaemonSets it renders and the ComputeDomain label."""
-    apps = client.AppsV1Api(sa_api(cd_installed["controller"]))
-    core = client.CoreV1Api(sa_api(cd_installed["controller"]))
-    plugin_ds = f"{RELEASE}-dra-fake-kubelet-plugin"
+    assert_controller_kept_to_imex_daemonsets(
+        sa_api(cd_installed["controller"]), f"{RELEASE}-dra-fake-kubelet-plugin", "node-1"
+    )
+
+
+def assert_controller_kept_to_imex_daemonsets(
+    controller: client.ApiClient, plugin_ds: str, node: str
+) -> None:
+    """The controller's token may not touch the plugin's DaemonSet, create a DaemonSet it would not
+    render, or label a node with anything but the ComputeDomain label (e2e/test_rbac_kind.py too)."""
+    apps, core = client.AppsV1Api(controller), client.CoreV1Api(controller)
     refused_by_policy(
         lambda: apps.patch_namespaced_daemon_set(plugin_ds, NS, {"metadata": {"labels": {"x": "y"}}}),
         "may change only IMEX daemon DaemonSets",
@@ -930,7 +939,7 @@ def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_l
         lambda: apps.create_namespaced_daemon_set(NS, rogue), "may create only IMEX daemon DaemonSets"
     )
     refused_by_policy(
-        lambda: core.patch_node("node-1", {"metadata": {"labels": {"evil.example/owned": "yes"}}}),
+        lambda: core.patch_node(node, {"metadata": {"labels": {"evil.example/owned": "yes"}}}),
         "may change only the label resource.nvidia.com/computeDomain",
     )
 
@@ -938,10 +947,16 @@ def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_l
 def test_the_controller_releases_an_imex_daemonset_an_earlier_release_rendered(
     cd_installed: dict[str, Path], admin: client.ApiClient
 ) -> None:
+    assert_controller_releases_an_earlier_daemonset(sa_api(cd_installed["controller"]), admin)
+
+
+def assert_controller_releases_an_earlier_daemonset(
+    controller: client.ApiClient, admin: client.ApiClient
+) -> None:
     """After an upgrade the IMEX DaemonSets of existing domains still run the previous release's
     image: the controller may still drop its finalizer from one (else the domain never goes), and
-    still may not change its spec."""
-    apps_admin, apps = client.AppsV1Api(admin), client.AppsV1Api(sa_api(cd_installed["controller"]))
+    still may not change its spec (e2e/test_rbac_kind.py too)."""
+    apps_admin, apps = client.AppsV1Api(admin), client.AppsV1Api(controller)
     label = {"resource.nvidia.com/computeDomain": "0e000000-0000-4000-8000-000000000000"}
     name = "computedomain-daemon-0e000000-0000-4000-8000-000000000000"
     container = {"name": "d", "image": "dra-fake:0.0.1", "command": ["dra-fake", "imex-daemon", "run"]}
@@ -951,7 +966,11 @@ def test_the_controller_releases_an_imex_daemonset_an_earlier_release_rendered(
             "selector": {"matchLabels": label},
             "template": {
                 "metadata": {"labels": label},
-                "spec": {"serviceAccountName": DAEMON_SA, "containers": [container]},
+                "spec": {
+                    "serviceAccountName": DAEMON_SA,
+                    "containers": [container],
+                    "nodeSelector": {"dra-fake.dev/e2e": "no-such-node"},  # no pods on kind
+                },
             },
         },
     }

@@ -1,7 +1,8 @@
-"""e2e/test_rbac.py's checks of the plugin's rights on kind's API server, with the chart as Helm
-installed it: tokens of the chart's ServiceAccount bound to its real kubelet-plugin pods (so each
-token names its pod's node, as the plugin's own does), the calls its RBAC refuses, and the
-admission policy that keeps a node's plugin to its own node's ResourceSlices. The rest of
+"""e2e/test_rbac.py's checks of the plugin's and the ComputeDomain controller's rights on kind's API
+server, with the chart as Helm installed it: tokens of the chart's ServiceAccounts bound to its real
+pods (so a plugin's token names its pod's node, as the plugin's own does), the calls their RBAC
+refuses, and the admission policies that keep a node's plugin to its own node's ResourceSlices and
+the controller to the IMEX DaemonSets it renders. The rest of
 e2e/test_rbac.py builds a control plane of its own (the needs marker there says why)."""
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from kubernetes.client.exceptions import ApiException
 from e2e.kube import Kube
 from e2e.test_rbac import (
     REFUSED_CALLS,
+    assert_controller_kept_to_imex_daemonsets,
+    assert_controller_releases_an_earlier_daemonset,
     assert_slices_of_its_own_node_only,
     assert_unbound_token_writes_no_slices,
 )
@@ -94,3 +97,29 @@ def test_admission_policy_keeps_a_plugin_on_its_own_node(
 
 def test_token_without_node_binding_cannot_write_slices(plugins: dict[str, Any], bed: TestBed) -> None:
     assert_unbound_token_writes_no_slices(plugins["unbound"], bed.workers[0])
+
+
+@pytest.fixture(scope="module")
+def controller(kube: Kube, kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> client.ApiClient:
+    """A token of the controller's ServiceAccount bound to the chart's controller pod."""
+    pods = kube.core.list_namespaced_pod(
+        NS, label_selector="app.kubernetes.io/component=compute-domain-controller"
+    )
+    [pod] = [p for p in pods.items if p.status.phase == "Running"]
+    path = tmp_path_factory.mktemp("rbac-kind") / "controller.kubeconfig"
+    return token_api(kubeconfig, token(kube, pod.spec.service_account_name, pod), path)
+
+
+def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_label(
+    controller: client.ApiClient, kube: Kube, bed: TestBed
+) -> None:
+    node = bed.workers[0]
+    [owner] = plugin_pod(kube, node).metadata.owner_references  # the chart's kubelet-plugin DaemonSet
+    assert owner.kind == "DaemonSet"
+    assert_controller_kept_to_imex_daemonsets(controller, owner.name, node)
+
+
+def test_the_controller_releases_an_imex_daemonset_an_earlier_release_rendered(
+    controller: client.ApiClient, kube: Kube
+) -> None:
+    assert_controller_releases_an_earlier_daemonset(controller, kube.api)
