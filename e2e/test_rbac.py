@@ -60,14 +60,14 @@ NODES = ("node-1", "node-2")
 VALUES = ["--set", "computeDomains.controller.leaderElection.enabled=true"]
 
 # A dedicated local control plane; on kind the plugins run with the chart's RBAC anyway, and
-# e2e/test_rbac_kind.py runs the plugin's and controller's refusals (REFUSED_CALLS, the assert_*
-# checks below) with tokens bound to the chart's real pods. The others would hold there too: not
-# ported yet.
+# e2e/test_rbac_kind.py runs the refusals of the plugin, controller and IMEX daemon (REFUSED_CALLS,
+# CD_REFUSED_CALLS, the assert_* checks below) with tokens of the chart's ServiceAccounts. The
+# others would hold there too: not ported yet.
 pytestmark = pytest.mark.needs(
     "harness",
     reason="its own control plane (release rbac, 2 harness nodes, plugins as host processes with "
     "pod-bound tokens of the chart's ServiceAccounts); on kind, e2e/test_rbac_kind.py runs the "
-    "plugin's and controller's refusals, the rest is not ported yet",
+    "refusals of the plugin, controller and IMEX daemon, the rest is not ported yet",
 )
 # Tests that start a plugin outside any container, once per set of rules: harness only.
 HOST_PLUGIN = pytest.mark.needs(
@@ -733,79 +733,79 @@ def test_compute_domain_flow_with_the_charts_rbac(
         kube.delete_namespace(ns)
 
 
-def _custom(kc: Path) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(sa_api(kc))
-
-
 CD = ("resource.nvidia.com", "v1beta1")
 
 
-@pytest.mark.parametrize(
-    ("who", "call"),
-    [
-        pytest.param(
-            "node-1",
-            lambda kc: _custom(kc).create_namespaced_custom_object(
-                *CD,
-                "default",
-                "computedomains",
-                {
-                    "apiVersion": "resource.nvidia.com/v1beta1",
-                    "kind": "ComputeDomain",
-                    "metadata": {"name": "x"},
-                    "spec": {"channel": {"resourceClaimTemplate": {"name": "x"}}},
-                },
-            ),
-            id="plugin-create-computedomain",
+# Calls each ComputeDomain component's token is refused (403): who is "node-1" (a plugin),
+# "controller" or "daemon" (e2e/test_rbac_kind.py too).
+CD_REFUSED_CALLS = [
+    pytest.param(
+        "node-1",
+        lambda api: client.CustomObjectsApi(api).create_namespaced_custom_object(
+            *CD,
+            "default",
+            "computedomains",
+            {
+                "apiVersion": "resource.nvidia.com/v1beta1",
+                "kind": "ComputeDomain",
+                "metadata": {"name": "x"},
+                "spec": {"channel": {"resourceClaimTemplate": {"name": "x"}}},
+            },
         ),
-        pytest.param(
-            "node-1",
-            lambda kc: _custom(kc).list_namespaced_custom_object(*CD, NS, "computedomaincliques"),
-            id="plugin-list-cliques",
+        id="plugin-create-computedomain",
+    ),
+    pytest.param(
+        "node-1",
+        lambda api: client.CustomObjectsApi(api).list_namespaced_custom_object(
+            *CD, NS, "computedomaincliques"
         ),
-        pytest.param(
-            "node-1", lambda kc: client.CoreV1Api(sa_api(kc)).delete_node("node-2"), id="plugin-delete-node"
+        id="plugin-list-cliques",
+    ),
+    pytest.param("node-1", lambda api: client.CoreV1Api(api).delete_node("node-2"), id="plugin-delete-node"),
+    pytest.param(
+        "controller",
+        lambda api: client.CoreV1Api(api).list_secret_for_all_namespaces(),
+        id="controller-list-secrets",
+    ),
+    pytest.param(
+        "controller",
+        lambda api: client.AppsV1Api(api).list_namespaced_daemon_set("kube-system"),
+        id="controller-daemonsets-elsewhere",
+    ),
+    pytest.param(
+        "controller",
+        lambda api: client.CoreV1Api(api).create_namespaced_pod(
+            NS, {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
         ),
-        pytest.param(
-            "controller",
-            lambda kc: client.CoreV1Api(sa_api(kc)).list_secret_for_all_namespaces(),
-            id="controller-list-secrets",
+        id="controller-create-pod",
+    ),
+    pytest.param(
+        "controller",
+        lambda api: client.CoordinationV1Api(api).read_namespaced_lease("other-lease", NS),
+        id="controller-other-lease",
+    ),
+    pytest.param(
+        "daemon",
+        lambda api: client.CustomObjectsApi(api).list_cluster_custom_object(*CD, "computedomains"),
+        id="daemon-list-computedomains",
+    ),
+    pytest.param(
+        "daemon",
+        lambda api: client.CustomObjectsApi(api).get_namespaced_custom_object(
+            *CD, "default", "computedomaincliques", "x"
         ),
-        pytest.param(
-            "controller",
-            lambda kc: client.AppsV1Api(sa_api(kc)).list_namespaced_daemon_set("kube-system"),
-            id="controller-daemonsets-elsewhere",
-        ),
-        pytest.param(
-            "controller",
-            lambda kc: client.CoreV1Api(sa_api(kc)).create_namespaced_pod(
-                NS, {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
-            ),
-            id="controller-create-pod",
-        ),
-        pytest.param(
-            "controller",
-            lambda kc: client.CoordinationV1Api(sa_api(kc)).read_namespaced_lease("other-lease", NS),
-            id="controller-other-lease",
-        ),
-        pytest.param(
-            "daemon",
-            lambda kc: _custom(kc).list_cluster_custom_object(*CD, "computedomains"),
-            id="daemon-list-computedomains",
-        ),
-        pytest.param(
-            "daemon",
-            lambda kc: _custom(kc).get_namespaced_custom_object(*CD, "default", "computedomaincliques", "x"),
-            id="daemon-cliques-elsewhere",
-        ),
-        pytest.param("daemon", lambda kc: client.CoreV1Api(sa_api(kc)).list_node(), id="daemon-list-nodes"),
-    ],
-)
+        id="daemon-cliques-elsewhere",
+    ),
+    pytest.param("daemon", lambda api: client.CoreV1Api(api).list_node(), id="daemon-list-nodes"),
+]
+
+
+@pytest.mark.parametrize(("who", "call"), CD_REFUSED_CALLS)
 def test_compute_domain_components_are_refused_the_rest(
     cd_installed: dict[str, Path], who: str, call: Any
 ) -> None:
     with pytest.raises(ApiException) as err:
-        call(cd_installed[who])
+        call(sa_api(cd_installed[who]))
     assert err.value.status == 403, err.value
 
 
@@ -994,16 +994,19 @@ def assert_controller_releases_an_earlier_daemonset(
 def test_admission_policy_keeps_the_imex_daemon_to_its_own_pod(
     cd_installed: dict[str, Path], admin: client.ApiClient
 ) -> None:
+    assert_daemon_patches_no_other_pod(sa_api(cd_installed["daemon"]), admin)
+
+
+def assert_daemon_patches_no_other_pod(daemon: client.ApiClient, admin: client.ApiClient) -> None:
     """The daemon's `pods patch` is for its own pod's clique label: a token not bound to that pod
-    (the credentials here) patches no pod."""
+    (the credentials here) patches no pod (e2e/test_rbac_kind.py too)."""
     plugin_pod = (
         client.CoreV1Api(admin)
         .list_namespaced_pod(NS, label_selector="app.kubernetes.io/component=kubelet-plugin")
         .items[0]
     )
-    core = client.CoreV1Api(sa_api(cd_installed["daemon"]))
     refused_by_policy(
-        lambda: core.patch_namespaced_pod(
+        lambda: client.CoreV1Api(daemon).patch_namespaced_pod(
             plugin_pod.metadata.name,
             NS,
             {"metadata": {"labels": {"resource.nvidia.com/computeDomain.cliqueID": ""}}},

@@ -2,7 +2,7 @@
 server, with the chart as Helm installed it: tokens of the chart's ServiceAccounts bound to its real
 pods (so a plugin's token names its pod's node, as the plugin's own does), the calls their RBAC
 refuses, and the admission policies that keep a node's plugin to its own node's ResourceSlices and
-the controller to the IMEX DaemonSets it renders. The rest of
+the controller to the IMEX DaemonSets it renders and the IMEX daemon to its own pod. The rest of
 e2e/test_rbac.py builds a control plane of its own (the needs marker there says why)."""
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.kube import Kube
 from e2e.test_rbac import (
+    CD_REFUSED_CALLS,
+    DAEMON_SA,
     REFUSED_CALLS,
     assert_controller_kept_to_imex_daemonsets,
     assert_controller_releases_an_earlier_daemonset,
+    assert_daemon_patches_no_other_pod,
     assert_slices_of_its_own_node_only,
     assert_unbound_token_writes_no_slices,
 )
@@ -123,3 +126,29 @@ def test_the_controller_releases_an_imex_daemonset_an_earlier_release_rendered(
     controller: client.ApiClient, kube: Kube
 ) -> None:
     assert_controller_releases_an_earlier_daemonset(controller, kube.api)
+
+
+@pytest.fixture(scope="module")
+def daemon(kube: Kube, kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> client.ApiClient:
+    """A token of the IMEX daemon's ServiceAccount, bound to no pod."""
+    path = tmp_path_factory.mktemp("rbac-kind") / "daemon.kubeconfig"
+    return token_api(kubeconfig, token(kube, DAEMON_SA, None), path)
+
+
+@pytest.mark.parametrize(("who", "call"), CD_REFUSED_CALLS)
+def test_compute_domain_components_are_refused_the_rest(
+    plugins: dict[str, Any],
+    controller: client.ApiClient,
+    daemon: client.ApiClient,
+    bed: TestBed,
+    who: str,
+    call: Any,
+) -> None:
+    api = {"node-1": plugins[bed.workers[0]], "controller": controller, "daemon": daemon}[who]
+    with pytest.raises(ApiException) as err:
+        call(api)
+    assert err.value.status == 403, err.value
+
+
+def test_admission_policy_keeps_the_imex_daemon_to_its_own_pod(daemon: client.ApiClient, kube: Kube) -> None:
+    assert_daemon_patches_no_other_pod(daemon, kube.api)
