@@ -59,13 +59,15 @@ NODES = ("node-1", "node-2")
 # Rendered with leader election on, so its Lease rules are exercised too.
 VALUES = ["--set", "computeDomains.controller.leaderElection.enabled=true"]
 
-# A dedicated local control plane; on kind the plugins run with the chart's RBAC anyway. The
-# refusal and admission-policy checks would hold on kind's API server too, with tokens bound to the
-# chart's real pods: not ported yet (the fixtures below build this module's own cluster).
+# A dedicated local control plane; on kind the plugins run with the chart's RBAC anyway, and
+# e2e/test_rbac_kind.py runs the refusals of the plugin, controller and IMEX daemon (REFUSED_CALLS,
+# CD_REFUSED_CALLS, the assert_* checks below) with tokens of the chart's ServiceAccounts. The
+# others would hold there too: not ported yet.
 pytestmark = pytest.mark.needs(
     "harness",
     reason="its own control plane (release rbac, 2 harness nodes, plugins as host processes with "
-    "pod-bound tokens of the chart's ServiceAccounts); not ported to kind's API server yet",
+    "pod-bound tokens of the chart's ServiceAccounts); on kind, e2e/test_rbac_kind.py runs the "
+    "refusals of the plugin, controller and IMEX daemon, the rest is not ported yet",
 )
 # Tests that start a plugin outside any container, once per set of rules: harness only.
 HOST_PLUGIN = pytest.mark.needs(
@@ -441,82 +443,98 @@ def test_a_hostile_load_annotation_gets_an_event_and_stops_nothing(
         core.delete_namespaced_pod("bad-load", NS, grace_period_seconds=0)
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        pytest.param(lambda api: client.CoreV1Api(api).list_secret_for_all_namespaces(), id="list-secrets"),
-        pytest.param(lambda api: client.CoreV1Api(api).list_node(), id="list-nodes"),
-        pytest.param(
-            lambda api: client.CoreV1Api(api).create_namespaced_pod(
-                "default", {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
-            ),
-            id="create-pod",
+# Calls a plugin's token is refused (403): RBAC, not the admission policies (e2e/test_rbac_kind.py too).
+REFUSED_CALLS = [
+    pytest.param(lambda api: client.CoreV1Api(api).list_secret_for_all_namespaces(), id="list-secrets"),
+    pytest.param(lambda api: client.CoreV1Api(api).list_node(), id="list-nodes"),
+    pytest.param(
+        lambda api: client.CoreV1Api(api).create_namespaced_pod(
+            "default", {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
         ),
-        pytest.param(
-            lambda api: client.CustomObjectsApi(api).delete_namespaced_custom_object(
-                "resource.k8s.io", "v1", "default", "resourceclaims", "x"
-            ),
-            id="delete-claim",
+        id="create-pod",
+    ),
+    pytest.param(
+        lambda api: client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            "resource.k8s.io", "v1", "default", "resourceclaims", "x"
         ),
-        pytest.param(
-            lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(
-                "resource.k8s.io",
-                "v1",
-                "deviceclasses",
-                {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "x"}},
-            ),
-            id="create-deviceclass",
+        id="delete-claim",
+    ),
+    pytest.param(
+        lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(
+            "resource.k8s.io",
+            "v1",
+            "deviceclasses",
+            {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "x"}},
         ),
-        pytest.param(
-            lambda api: client.CustomObjectsApi(api).patch_namespaced_custom_object(
-                "resource.k8s.io", "v1", "default", "resourceclaims", "x", {"spec": {}}
-            ),
-            id="write-claim",
+        id="create-deviceclass",
+    ),
+    pytest.param(
+        lambda api: client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            "resource.k8s.io", "v1", "default", "resourceclaims", "x", {"spec": {}}
         ),
-        pytest.param(
-            lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(
-                "dra-fake.dev",
-                "v1alpha1",
-                "gpufaults",
-                {
-                    "apiVersion": "dra-fake.dev/v1alpha1",
-                    "kind": "GpuFault",
-                    "metadata": {"name": "x"},
-                    "spec": {"nodeName": "node-1", "device": "gpu-0", "kind": "gpu-lost"},
-                },
-            ),
-            id="create-gpufault",
+        id="write-claim",
+    ),
+    pytest.param(
+        lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(
+            "dra-fake.dev",
+            "v1alpha1",
+            "gpufaults",
+            {
+                "apiVersion": "dra-fake.dev/v1alpha1",
+                "kind": "GpuFault",
+                "metadata": {"name": "x"},
+                "spec": {"nodeName": "node-1", "device": "gpu-0", "kind": "gpu-lost"},
+            },
         ),
-    ],
-)
+        id="create-gpufault",
+    ),
+]
+
+
+@pytest.mark.parametrize("call", REFUSED_CALLS)
 def test_everything_else_is_refused(installed: dict[str, Path], call: Any) -> None:
     with pytest.raises(ApiException) as err:
         call(sa_api(installed["node-1"]))
     assert err.value.status == 403, err.value
 
 
+def assert_slices_of_its_own_node_only(
+    plugin: client.ApiClient, own: str, other: str, other_slice: str
+) -> None:
+    """A node's plugin (a token bound to its pod) may not create or delete another node's
+    ResourceSlices, and may its own node's (e2e/test_rbac_kind.py too)."""
+    custom = client.CustomObjectsApi(plugin)
+    with pytest.raises(ApiException) as err:
+        custom.create_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices", slice_body(other, "evil")
+        )
+    assert err.value.status in (403, 422) and f"may not modify ResourceSlices of node {other}" in str(
+        err.value.body
+    )
+    with pytest.raises(ApiException) as err:
+        custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", other_slice)
+    assert err.value.status in (403, 422), err.value
+    # its own node: allowed (and cleaned up)
+    custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", slice_body(own, "own-x"))
+    custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", "own-x")
+
+
+def assert_unbound_token_writes_no_slices(unbound: client.ApiClient, node: str) -> None:
+    """A token of the plugin's ServiceAccount not bound to a pod names no node: no slice at all."""
+    with pytest.raises(ApiException) as err:
+        client.CustomObjectsApi(unbound).create_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices", slice_body(node, "x")
+        )
+    assert err.value.status in (403, 422) and "no node name" in str(err.value.body), err.value
+
+
 def test_admission_policy_keeps_a_plugin_on_its_own_node(
     installed: dict[str, Path], admin: client.ApiClient
 ) -> None:
-    custom = client.CustomObjectsApi(sa_api(installed["node-1"]))
-    with pytest.raises(ApiException) as err:
-        custom.create_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", slice_body("node-2", "evil")
-        )
-    assert err.value.status in (403, 422) and "may not modify ResourceSlices of node node-2" in str(
-        err.value.body
-    )
     other = Kube(installed["node-2"].parent / "kubeconfig").slices(node="node-2")[0]
-    with pytest.raises(ApiException) as err:
-        custom.delete_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", other["metadata"]["name"]
-        )
-    assert err.value.status in (403, 422), err.value
-    # its own node: allowed (and cleaned up)
-    custom.create_cluster_custom_object(
-        "resource.k8s.io", "v1", "resourceslices", slice_body("node-1", "own-x")
+    assert_slices_of_its_own_node_only(
+        sa_api(installed["node-1"]), "node-1", "node-2", other["metadata"]["name"]
     )
-    custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", "own-x")
 
 
 def test_admission_policy_limits_node_patches_to_the_own_nodes_plugin_labels(
@@ -560,12 +578,7 @@ def test_token_without_node_binding_cannot_write_slices(
     installed: dict[str, Path], admin: client.ApiClient, cluster: LocalCluster
 ) -> None:
     kc = token_kubeconfig(cluster, request_token(admin, None), cluster.root / "sa-unbound.kubeconfig")
-    custom = client.CustomObjectsApi(sa_api(kc))
-    with pytest.raises(ApiException) as err:
-        custom.create_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", slice_body("node-1", "x")
-        )
-    assert err.value.status in (403, 422) and "no node name" in str(err.value.body), err.value
+    assert_unbound_token_writes_no_slices(sa_api(kc), "node-1")
 
 
 # --- ComputeDomains with the chart's RBAC -------------------------------------------------------
@@ -720,79 +733,79 @@ def test_compute_domain_flow_with_the_charts_rbac(
         kube.delete_namespace(ns)
 
 
-def _custom(kc: Path) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(sa_api(kc))
-
-
 CD = ("resource.nvidia.com", "v1beta1")
 
 
-@pytest.mark.parametrize(
-    ("who", "call"),
-    [
-        pytest.param(
-            "node-1",
-            lambda kc: _custom(kc).create_namespaced_custom_object(
-                *CD,
-                "default",
-                "computedomains",
-                {
-                    "apiVersion": "resource.nvidia.com/v1beta1",
-                    "kind": "ComputeDomain",
-                    "metadata": {"name": "x"},
-                    "spec": {"channel": {"resourceClaimTemplate": {"name": "x"}}},
-                },
-            ),
-            id="plugin-create-computedomain",
+# Calls each ComputeDomain component's token is refused (403): who is "node-1" (a plugin),
+# "controller" or "daemon" (e2e/test_rbac_kind.py too).
+CD_REFUSED_CALLS = [
+    pytest.param(
+        "node-1",
+        lambda api: client.CustomObjectsApi(api).create_namespaced_custom_object(
+            *CD,
+            "default",
+            "computedomains",
+            {
+                "apiVersion": "resource.nvidia.com/v1beta1",
+                "kind": "ComputeDomain",
+                "metadata": {"name": "x"},
+                "spec": {"channel": {"resourceClaimTemplate": {"name": "x"}}},
+            },
         ),
-        pytest.param(
-            "node-1",
-            lambda kc: _custom(kc).list_namespaced_custom_object(*CD, NS, "computedomaincliques"),
-            id="plugin-list-cliques",
+        id="plugin-create-computedomain",
+    ),
+    pytest.param(
+        "node-1",
+        lambda api: client.CustomObjectsApi(api).list_namespaced_custom_object(
+            *CD, NS, "computedomaincliques"
         ),
-        pytest.param(
-            "node-1", lambda kc: client.CoreV1Api(sa_api(kc)).delete_node("node-2"), id="plugin-delete-node"
+        id="plugin-list-cliques",
+    ),
+    pytest.param("node-1", lambda api: client.CoreV1Api(api).delete_node("node-2"), id="plugin-delete-node"),
+    pytest.param(
+        "controller",
+        lambda api: client.CoreV1Api(api).list_secret_for_all_namespaces(),
+        id="controller-list-secrets",
+    ),
+    pytest.param(
+        "controller",
+        lambda api: client.AppsV1Api(api).list_namespaced_daemon_set("kube-system"),
+        id="controller-daemonsets-elsewhere",
+    ),
+    pytest.param(
+        "controller",
+        lambda api: client.CoreV1Api(api).create_namespaced_pod(
+            NS, {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
         ),
-        pytest.param(
-            "controller",
-            lambda kc: client.CoreV1Api(sa_api(kc)).list_secret_for_all_namespaces(),
-            id="controller-list-secrets",
+        id="controller-create-pod",
+    ),
+    pytest.param(
+        "controller",
+        lambda api: client.CoordinationV1Api(api).read_namespaced_lease("other-lease", NS),
+        id="controller-other-lease",
+    ),
+    pytest.param(
+        "daemon",
+        lambda api: client.CustomObjectsApi(api).list_cluster_custom_object(*CD, "computedomains"),
+        id="daemon-list-computedomains",
+    ),
+    pytest.param(
+        "daemon",
+        lambda api: client.CustomObjectsApi(api).get_namespaced_custom_object(
+            *CD, "default", "computedomaincliques", "x"
         ),
-        pytest.param(
-            "controller",
-            lambda kc: client.AppsV1Api(sa_api(kc)).list_namespaced_daemon_set("kube-system"),
-            id="controller-daemonsets-elsewhere",
-        ),
-        pytest.param(
-            "controller",
-            lambda kc: client.CoreV1Api(sa_api(kc)).create_namespaced_pod(
-                NS, {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
-            ),
-            id="controller-create-pod",
-        ),
-        pytest.param(
-            "controller",
-            lambda kc: client.CoordinationV1Api(sa_api(kc)).read_namespaced_lease("other-lease", NS),
-            id="controller-other-lease",
-        ),
-        pytest.param(
-            "daemon",
-            lambda kc: _custom(kc).list_cluster_custom_object(*CD, "computedomains"),
-            id="daemon-list-computedomains",
-        ),
-        pytest.param(
-            "daemon",
-            lambda kc: _custom(kc).get_namespaced_custom_object(*CD, "default", "computedomaincliques", "x"),
-            id="daemon-cliques-elsewhere",
-        ),
-        pytest.param("daemon", lambda kc: client.CoreV1Api(sa_api(kc)).list_node(), id="daemon-list-nodes"),
-    ],
-)
+        id="daemon-cliques-elsewhere",
+    ),
+    pytest.param("daemon", lambda api: client.CoreV1Api(api).list_node(), id="daemon-list-nodes"),
+]
+
+
+@pytest.mark.parametrize(("who", "call"), CD_REFUSED_CALLS)
 def test_compute_domain_components_are_refused_the_rest(
     cd_installed: dict[str, Path], who: str, call: Any
 ) -> None:
     with pytest.raises(ApiException) as err:
-        call(cd_installed[who])
+        call(sa_api(cd_installed[who]))
     assert err.value.status == 403, err.value
 
 
@@ -887,9 +900,17 @@ def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_l
     """The controller's `daemonsets create, patch, delete` would reach the kubelet plugin's
     DaemonSet (root, host paths), its `nodes patch` every label: the policies allow only the
     DaemonSets it renders and the ComputeDomain label."""
-    apps = client.AppsV1Api(sa_api(cd_installed["controller"]))
-    core = client.CoreV1Api(sa_api(cd_installed["controller"]))
-    plugin_ds = f"{RELEASE}-dra-fake-kubelet-plugin"
+    assert_controller_kept_to_imex_daemonsets(
+        sa_api(cd_installed["controller"]), f"{RELEASE}-dra-fake-kubelet-plugin", "node-1"
+    )
+
+
+def assert_controller_kept_to_imex_daemonsets(
+    controller: client.ApiClient, plugin_ds: str, node: str
+) -> None:
+    """The controller's token may not touch the plugin's DaemonSet, create a DaemonSet it would not
+    render, or label a node with anything but the ComputeDomain label (e2e/test_rbac_kind.py too)."""
+    apps, core = client.AppsV1Api(controller), client.CoreV1Api(controller)
     refused_by_policy(
         lambda: apps.patch_namespaced_daemon_set(plugin_ds, NS, {"metadata": {"labels": {"x": "y"}}}),
         "may change only IMEX daemon DaemonSets",
@@ -918,7 +939,7 @@ def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_l
         lambda: apps.create_namespaced_daemon_set(NS, rogue), "may create only IMEX daemon DaemonSets"
     )
     refused_by_policy(
-        lambda: core.patch_node("node-1", {"metadata": {"labels": {"evil.example/owned": "yes"}}}),
+        lambda: core.patch_node(node, {"metadata": {"labels": {"evil.example/owned": "yes"}}}),
         "may change only the label resource.nvidia.com/computeDomain",
     )
 
@@ -926,10 +947,16 @@ def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_l
 def test_the_controller_releases_an_imex_daemonset_an_earlier_release_rendered(
     cd_installed: dict[str, Path], admin: client.ApiClient
 ) -> None:
+    assert_controller_releases_an_earlier_daemonset(sa_api(cd_installed["controller"]), admin)
+
+
+def assert_controller_releases_an_earlier_daemonset(
+    controller: client.ApiClient, admin: client.ApiClient
+) -> None:
     """After an upgrade the IMEX DaemonSets of existing domains still run the previous release's
     image: the controller may still drop its finalizer from one (else the domain never goes), and
-    still may not change its spec."""
-    apps_admin, apps = client.AppsV1Api(admin), client.AppsV1Api(sa_api(cd_installed["controller"]))
+    still may not change its spec (e2e/test_rbac_kind.py too)."""
+    apps_admin, apps = client.AppsV1Api(admin), client.AppsV1Api(controller)
     label = {"resource.nvidia.com/computeDomain": "0e000000-0000-4000-8000-000000000000"}
     name = "computedomain-daemon-0e000000-0000-4000-8000-000000000000"
     container = {"name": "d", "image": "dra-fake:0.0.1", "command": ["dra-fake", "imex-daemon", "run"]}
@@ -939,7 +966,11 @@ def test_the_controller_releases_an_imex_daemonset_an_earlier_release_rendered(
             "selector": {"matchLabels": label},
             "template": {
                 "metadata": {"labels": label},
-                "spec": {"serviceAccountName": DAEMON_SA, "containers": [container]},
+                "spec": {
+                    "serviceAccountName": DAEMON_SA,
+                    "containers": [container],
+                    "nodeSelector": {"dra-fake.dev/e2e": "no-such-node"},  # no pods on kind
+                },
             },
         },
     }
@@ -963,16 +994,19 @@ def test_the_controller_releases_an_imex_daemonset_an_earlier_release_rendered(
 def test_admission_policy_keeps_the_imex_daemon_to_its_own_pod(
     cd_installed: dict[str, Path], admin: client.ApiClient
 ) -> None:
+    assert_daemon_patches_no_other_pod(sa_api(cd_installed["daemon"]), admin)
+
+
+def assert_daemon_patches_no_other_pod(daemon: client.ApiClient, admin: client.ApiClient) -> None:
     """The daemon's `pods patch` is for its own pod's clique label: a token not bound to that pod
-    (the credentials here) patches no pod."""
+    (the credentials here) patches no pod (e2e/test_rbac_kind.py too)."""
     plugin_pod = (
         client.CoreV1Api(admin)
         .list_namespaced_pod(NS, label_selector="app.kubernetes.io/component=kubelet-plugin")
         .items[0]
     )
-    core = client.CoreV1Api(sa_api(cd_installed["daemon"]))
     refused_by_policy(
-        lambda: core.patch_namespaced_pod(
+        lambda: client.CoreV1Api(daemon).patch_namespaced_pod(
             plugin_pod.metadata.name,
             NS,
             {"metadata": {"labels": {"resource.nvidia.com/computeDomain.cliqueID": ""}}},
