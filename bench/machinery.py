@@ -253,15 +253,29 @@ def compare(results: Mapping[str, Any], all_pieces: Sequence[Piece]) -> list[dic
 
 
 def verdicts(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Per piece: KEEPS where any figure users feel says so; else COSTS where one does; else WITHIN."""
-    out: dict[str, str] = {}
+    """Per piece: KEEPS when, on one figure users feel, the piece is better in every case measured
+    and by more than the noise in at least one; COSTS when worse in every case and by more than
+    the noise in one; else WITHIN. One case beating its noise alone is not enough: with seven
+    variants, four cases and three repetitions, some case does by chance (make bench at 56f6e0b:
+    every piece had one, while the other cases went either way)."""
+    families: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for row in rows:
-        if not row["user_felt"]:
-            out.setdefault(row["piece"], WITHIN)
+        families.setdefault((row["piece"], row["figure"]), []).append(row)
+    out: dict[str, str] = {}
+    for (piece, _), family in families.items():
+        out.setdefault(piece, WITHIN)
+        if not family[0]["user_felt"] or out[piece] == KEEPS:
             continue
-        current = out.get(row["piece"], WITHIN)
-        if row["verdict"] == KEEPS or (row["verdict"] == COSTS and current != KEEPS):
-            out[row["piece"]] = row["verdict"]
-        else:
-            out.setdefault(row["piece"], WITHIN)
+        found = {row["verdict"] for row in family}
+        better = {_better(row) for row in family}
+        if better == {True} and KEEPS in found:
+            out[piece] = KEEPS
+        elif better == {False} and COSTS in found:
+            out[piece] = COSTS
     return out
+
+
+def _better(row: Mapping[str, Any]) -> bool:
+    """Whether the figure is better with the piece than without it (by any amount)."""
+    lower_is_better = {**PREPARE_FIGURES, **PUBLISH_FIGURES, **FLEET_FIGURES}[row["figure"]][0]
+    return bool((row["with"] < row["without"]) == lower_is_better)

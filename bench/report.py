@@ -114,7 +114,8 @@ def _machinery(m: dict[str, Any]) -> list[str]:
         "with / without: medians of the repetitions; noise: the baseline's (max - min) / median over "
         "its repetitions; verdict: *keeps its place* where the piece is better by more than the noise "
         "(relative to without), *costs* where worse by more, else *within noise*. A piece keeps its "
-        "place when a figure users feel (marked *) says so.",
+        "place when, on one figure users feel (marked *), it is better in every case and by more than "
+        "the noise in at least one; it costs in the mirror case; else it is within noise.",
         "",
         *table("piece | without it | verdict"),
         *(

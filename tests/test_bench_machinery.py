@@ -98,3 +98,26 @@ def test_each_variant_goes_first_in_turn() -> None:
     orders = [machinery._rotated(names, r) for r in range(3)]
     assert [o[0] for o in orders] == names
     assert all(sorted(o) == sorted(names) for o in orders)
+
+
+def test_a_piece_keeps_its_place_only_where_every_case_goes_its_way() -> None:
+    data = results()
+    first = data["prepare"][0]
+    second = {
+        "devices_per_claim": 1,
+        "callers": 1,
+        "variants": {
+            BASELINE: variant(10.0, noise=0.1),
+            "journal": variant(15.0),  # better with it here too: kept
+            "yamlwriter": variant(10.2),
+            "entrycache": variant(9.0),
+            "cpuaffinity": variant(12.0),  # pinned: slower here, twice as fast in the first case
+        },
+    }
+    data["prepare"] = [first, second]
+    assert verdicts(compare(data, PIECES)) == {
+        "journal": KEEPS,
+        "yamlwriter": WITHIN,
+        "entrycache": COSTS,  # worse with it in both cases, by more than the noise in one
+        "cpuaffinity": WITHIN,  # one case beyond the noise, the other the other way
+    }
