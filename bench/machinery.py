@@ -66,7 +66,7 @@ PREPARE_FIGURES = {
 PUBLISH_FIGURES = {"all_slices_visible_s": (True, True)}
 FLEET_FIGURES = {"nodes_per_s": (False, True)}
 PUBLISH_PIECES = ("httpconn",)  # publishing writes no checkpoint and no YAML
-FLEET_PIECES = ("httpconn", "gcfreeze")  # the fleet's own machinery among them
+FLEET_PIECES = ("httpconn",)  # the fleet's own machinery among them
 
 KEEPS, WITHIN, COSTS = "keeps its place", "within noise", "costs"
 

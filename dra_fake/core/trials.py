@@ -17,7 +17,6 @@ ENV = "DRA_FAKE_WITHOUT"
 
 # name -> what runs instead
 PIECES = {
-    "gcfreeze": "start-up's objects stay in the garbage collector's reach (no gc.freeze)",
     "httpconn": "API requests read whole go over http.client, not dra_fake.core.httpconn",
     "journal": "every checkpoint save rewrites the whole file; no journal (checkpointstore)",
     "entrycache": "every checkpoint entry is serialised at every save (checkpointcodec)",

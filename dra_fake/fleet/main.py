@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from kubernetes import config
 
-from dra_fake.core import logs, trials, yamlio
+from dra_fake.core import logs, yamlio
 from dra_fake.core.kubeconfig import StartupError
 from dra_fake.fleet.client import counting_client
 from dra_fake.fleet.options import FleetOptions
@@ -64,10 +64,7 @@ GC_THRESHOLD = (50_000, 20, 20)
 
 
 def quieter_garbage_collector() -> None:
-    """What is loaded at start-up (modules, the inventory) is never collected; scan less often."""
-    gc.collect()
-    if not trials.without("gcfreeze"):
-        gc.freeze()
+    """Scan less often (GC_THRESHOLD)."""
     gc.set_threshold(*GC_THRESHOLD)
 
 
