@@ -20,7 +20,6 @@ PIECES = {
     "gcfreeze": "start-up's objects stay in the garbage collector's reach (no gc.freeze)",
     "httpconn": "API requests read whole go over http.client, not dra_fake.core.httpconn",
     "journal": "every checkpoint save rewrites the whole file; no journal (checkpointstore)",
-    "entrycache": "every checkpoint entry is serialised at every save (checkpointcodec)",
     "yamlwriter": "CDI specs are written by PyYAML's dumper, not yamlio.dump_block",
 }
 
