@@ -307,9 +307,9 @@ def test_encode_is_compact_canonical_and_older_indented_files_still_decode() -> 
     assert err.value.reason == checkpoint.REASON_CHECKSUM
 
 
-def test_the_reused_entry_serialisations_give_the_canonical_bytes_after_every_kind_of_change() -> None:
-    """Codec.entry_json reuses an entry's bytes while the entry is the same object with the same
-    state/unpreparing/recovered; every change the plugins make must still give canonical JSON."""
+def test_the_entry_by_entry_payload_gives_the_canonical_bytes_after_every_kind_of_change() -> None:
+    """Codec assembles the payload entry by entry and records what it wrote; every change the
+    plugins make must still give canonical JSON."""
     codec = Codec(GpuClaimData)
     data = sample()
 
@@ -321,7 +321,7 @@ def test_the_reused_entry_serialisations_give_the_canonical_bytes_after_every_ki
         lambda: setattr(data.claims["uid-2"], "state", "PrepareCompleted"),
         lambda: setattr(data.claims["uid-1"], "unpreparing", True),
         lambda: setattr(data.claims["uid-1"], "recovered", True),
-        lambda: setattr(data.claims["uid-1"], "state", "PrepareStarted"),  # the body reused
+        lambda: setattr(data.claims["uid-1"], "state", "PrepareStarted"),
         lambda: setattr(data.claims["uid-1"], "unpreparing", False),
         # The ComputeDomain plugin completes an entry with its device and spec at the same time.
         lambda: (
@@ -329,7 +329,7 @@ def test_the_reused_entry_serialisations_give_the_canonical_bytes_after_every_ki
             setattr(data.claims["uid-1"], "preparedDevices", []),
             setattr(data.claims["uid-1"], "cdiSpec", {"kind": "k8s.gpu.nvidia.com/claim", "\u00e9": [1]}),
         ),
-        lambda: (  # not done by the plugins, but a field replaced with a flag must not go unseen
+        lambda: (  # not done by the plugins
             setattr(data.claims["uid-1"], "name", "renamed"),
             setattr(data.claims["uid-1"], "unpreparing", True),
         ),

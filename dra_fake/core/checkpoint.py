@@ -90,9 +90,8 @@ P = TypeVar("P", bound=DriverData)
 class ClaimEntry(_Model, Generic[P]):
     """One claim. Once saved, an entry is changed only in `state`, `unpreparing` and `recovered`
     (other fields at most replaced at the same time, never changed in place), or replaced by a new
-    object: the codec reuses an entry's serialisation while those three are unchanged, and the
-    rest's while its fields hold the same objects (Codec.entry_json); the journal records an entry
-    again only when one of the three changed or the object was replaced."""
+    object: the journal records an entry again only when one of the three changed or the object
+    was replaced (Codec.changes)."""
 
     state: ClaimState
     name: str = ""

@@ -1,5 +1,5 @@
-"""Encoding a checkpoint (dra_fake.core.checkpoint's format) with each entry serialised once
-while it is unchanged, and decoding one into a driver's typed models."""
+"""Encoding a checkpoint (dra_fake.core.checkpoint's format), each entry recorded as written (what
+the journal compares), and decoding one into a driver's typed models."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any, Generic, NamedTuple
 
 from pydantic import ValidationError
 
-from dra_fake.core import trials
 from dra_fake.core.checkpoint import (
     FORMAT_VERSION,
     REASON_SCHEMA,
@@ -30,35 +29,11 @@ def _key(entry: ClaimEntry[Any]) -> _Key:
     return (entry.state, entry.unpreparing, entry.recovered)
 
 
-# The changeable fields sort after every other field of an entry, so its canonical JSON is the
-# rest's ("body") followed by these three: a change of state re-serialises three values, not the
-# claim's CDI spec and devices again.
-_FLAGS = ("recovered", "state", "unpreparing")
-_BODY_FIELDS = tuple(sorted(set(ClaimEntry.model_fields) - set(_FLAGS)))
-if sorted(ClaimEntry.model_fields)[-len(_FLAGS) :] != list(_FLAGS):
-    raise AssertionError("ClaimEntry's changeable fields must sort last (Codec.entry_json)")
-
-
-class _Serialised(NamedTuple):
-    """An entry as last serialised: the object, its changeable fields, the canonical uid and
-    entry, the entry's body (without the changeable fields and the closing brace) and the field
-    values the body was made from."""
+class _Written(NamedTuple):
+    """An entry as last serialised: the object and its changeable fields."""
 
     entry: ClaimEntry[Any]
     key: _Key
-    uid: bytes
-    json: bytes
-    body: bytes
-    values: tuple[object, ...]
-
-
-def _with_flags(body: bytes, entry: ClaimEntry[Any]) -> bytes:
-    return body + b'%s"recovered":%s,"state":%s,"unpreparing":%s}' % (
-        b"," if len(body) > 1 else b"",
-        b"true" if entry.recovered else b"false",
-        canonical_json(entry.state),
-        b"true" if entry.unpreparing else b"false",
-    )
 
 
 class Codec(Generic[P]):
@@ -69,7 +44,7 @@ class Codec(Generic[P]):
         self.model: type[CheckpointData[P]] = CheckpointData[payload]  # type: ignore[valid-type]
         # uid -> the entry as last serialised: after a successful write, what the files hold
         # (CheckpointStore appends what differs)
-        self._entries: dict[str, _Serialised] = {}
+        self._entries: dict[str, _Written] = {}
 
     def empty(self, boot_id: str = "") -> CheckpointData[P]:
         return self.model(nodeBootID=boot_id)
@@ -80,8 +55,7 @@ class Codec(Generic[P]):
     def encode_with_checksum(self, data: CheckpointData[P]) -> tuple[bytes, str]:
         """`{"checksum":…,"data":…,"version":…}` (keys sorted), compact, the checksum over the same
         canonical bytes that go into the file; and that checksum. The payload is serialised
-        compactly (`canonical_json`), and only the entries that changed since they were last
-        serialised are: see `entry_json`."""
+        compactly (`canonical_json`), entry by entry (`entry_json`)."""
         payload = self._payload(data)
         digest = "sha256:" + hashlib.sha256(payload).hexdigest()
         raw = (
@@ -90,29 +64,9 @@ class Codec(Generic[P]):
         return raw, digest
 
     def entry_json(self, uid: str, entry: ClaimEntry[P]) -> tuple[bytes, bytes]:
-        """The canonical JSON of `uid` and of `entry`, reused while the entry is the same object
-        with the same `state`, `unpreparing` and `recovered`: the only fields changed on a saved
-        entry (see ClaimEntry). A checkpoint holds every prepared claim's CDI spec; serialising
-        all of them at each write made a prepare's cost grow with the claims held. When only
-        those three changed (the other fields hold the same objects), the rest is not
-        serialised again: a prepare's PrepareCompleted and an unprepare's first step."""
-        key = _key(entry)
-        hit = None if trials.without("entrycache") else self._entries.get(uid)
-        if hit is not None and hit.entry is entry and hit.key == key:
-            return hit.uid, hit.json
-        values = tuple(getattr(entry, name) for name in _BODY_FIELDS)
-        if (
-            hit is not None
-            and hit.entry is entry
-            and all(a is b for a, b in zip(values, hit.values, strict=True))
-        ):
-            body = hit.body
-        else:
-            dumped = entry.model_dump(mode="json", exclude_none=True, exclude=set(_FLAGS))
-            body = canonical_json(dumped)[:-1]
-        hit = _Serialised(entry, key, canonical_json(uid), _with_flags(body, entry), body, values)
-        self._entries[uid] = hit
-        return hit.uid, hit.json
+        """The canonical JSON of `uid` and of `entry`; the entry recorded as written (`changes`)."""
+        self._entries[uid] = _Written(entry, _key(entry))
+        return canonical_json(uid), canonical_json(entry.model_dump(mode="json", exclude_none=True))
 
     def changes(
         self, data: CheckpointData[P], touched: Collection[str] | None = None
@@ -151,7 +105,8 @@ class Codec(Generic[P]):
         return {uid: (hit.key[0], len(hit.entry.preparedDevices)) for uid, hit in list(self._entries.items())}
 
     def _payload(self, data: CheckpointData[P]) -> bytes:
-        """canonical_json(data), assembled from per-entry serialisations kept between calls."""
+        """canonical_json(data), assembled entry by entry (`entry_json`), the entries no longer
+        held forgotten."""
         parts = []
         for uid in sorted(data.claims):
             uid_json, entry_json = self.entry_json(uid, data.claims[uid])

@@ -19,7 +19,6 @@ ENV = "DRA_FAKE_WITHOUT"
 PIECES = {
     "httpconn": "API requests read whole go over http.client, not dra_fake.core.httpconn",
     "journal": "every checkpoint save rewrites the whole file; no journal (checkpointstore)",
-    "entrycache": "every checkpoint entry is serialised at every save (checkpointcodec)",
     "yamlwriter": "CDI specs are written by PyYAML's dumper, not yamlio.dump_block",
 }
 
