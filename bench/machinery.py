@@ -65,8 +65,8 @@ PREPARE_FIGURES = {
 }
 PUBLISH_FIGURES = {"all_slices_visible_s": (True, True)}
 FLEET_FIGURES = {"nodes_per_s": (False, True)}
-PUBLISH_PIECES = ("httpconn",)  # publishing writes no checkpoint and no YAML
-FLEET_PIECES = ("httpconn",)  # the fleet's own machinery among them
+PUBLISH_PIECES: tuple[str, ...] = ()  # publishing writes no checkpoint and no YAML
+FLEET_PIECES: tuple[str, ...] = ()  # the fleet's own machinery among them
 
 KEEPS, WITHIN, COSTS = "keeps its place", "within noise", "costs"
 
@@ -81,8 +81,9 @@ def run(
     fleet_nodes: int = 1000,
 ) -> dict[str, Any]:
     """Every variant `repeat` times per case, alternating, after one unmeasured round each; then
-    the publish and fleet variants (`fleet_nodes` 0 skips the fleet). Figures per repetition,
-    their median and spread, and the comparison (`table`, `verdicts`)."""
+    the publish and fleet variants (where a piece is on trial there; `fleet_nodes` 0 skips the
+    fleet). Figures per repetition, their median and spread, and the comparison (`table`,
+    `verdicts`)."""
     trials.check()  # this process's own value, read before any variant's is set for a child
     all_pieces = pieces()
     api = cluster_api(cluster)
@@ -135,14 +136,15 @@ def run(
         for d in drivers.values():
             d.stop()
     _remove(api, drivers.values(), [ref for refs in claims.values() for ref in refs])
-    results["publish"] = _repeat(
-        repeat,
-        {name: variants[name] for name in (BASELINE, *PUBLISH_PIECES)},
-        lambda name, env: publish.measure(
-            cluster, "ours", f"mach-pub-{name}", CONFIGS / "h100x8.yaml", work, 0.0, env
-        ),
-    )
-    if fleet_nodes:
+    if PUBLISH_PIECES:
+        results["publish"] = _repeat(
+            repeat,
+            {name: variants[name] for name in (BASELINE, *PUBLISH_PIECES)},
+            lambda name, env: publish.measure(
+                cluster, "ours", f"mach-pub-{name}", CONFIGS / "h100x8.yaml", work, 0.0, env
+            ),
+        )
+    if fleet_nodes and FLEET_PIECES:
 
         def one_fleet(name: str, env: Mapping[str, str]) -> dict[str, Any]:
             out = fleet.run_fleet(cluster, fleet_nodes, fleet=f"mach-{name}", env=env)
@@ -245,7 +247,8 @@ def compare(results: Mapping[str, Any], all_pieces: Sequence[Piece]) -> list[dic
     for case in results["prepare"]:
         where = f"{case['devices_per_claim']}x{case['callers']}"
         rows += _rows(where, case["variants"], PREPARE_FIGURES, all_pieces)
-    rows += _rows("publish", results["publish"]["variants"], PUBLISH_FIGURES, all_pieces)
+    if "publish" in results:
+        rows += _rows("publish", results["publish"]["variants"], PUBLISH_FIGURES, all_pieces)
     if "fleet" in results:
         where = f"fleet {results['fleet']['nodes']}"
         rows += _rows(where, results["fleet"]["variants"], FLEET_FIGURES, all_pieces)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 import threading
@@ -17,7 +16,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_fake.core import httpconn, kube
-from tests.trialswitch import Without
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -214,26 +212,3 @@ def test_what_is_not_http_fails_the_request() -> None:
         conn.exchange("POST", "/x", {}, b"{}")
     assert not conn.open
     listener.close()
-
-
-def test_without_httpconn_the_same_requests_go_over_http_client(
-    server: ThreadingHTTPServer, without: Without
-) -> None:
-    """DRA_FAKE_WITHOUT=httpconn (dra_fake.core.trials): httpconn.ClientConnection instead."""
-    without("httpconn")
-    api = api_for(server)
-    original = http.client.HTTPConnection.request
-    with (
-        mock.patch.object(httpconn.Connection, "exchange", side_effect=AssertionError("httpconn used")),
-        mock.patch.object(http.client.HTTPConnection, "request", autospec=True, side_effect=original) as sent,
-    ):
-        got = kube.get_json(api, "/api/v1/nodes/{name}", name="a b")
-        stored = kube.send_json(api, "POST", "/chunked", {"x": 1})
-        with pytest.raises(ApiException) as err:
-            kube.get_json(api, "/api/v1/nodes/{name}", name="missing")
-    assert got == {"ok": 0} and stored == {"ok": 1} and err.value.status == 404
-    first, second, _ = Recorder.seen
-    assert first["path"] == "/api/v1/nodes/a%20b"
-    assert first["headers"]["Authorization"] == "Bearer secret-token"
-    assert json.loads(second["body"]) == {"x": 1}
-    assert sent.call_count == 3 and len({r["client_port"] for r in Recorder.seen}) == 1  # one kept alive

@@ -16,8 +16,8 @@ import orjson
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from dra_fake.core import trials, yamlio
-from dra_fake.core.httpconn import ClientConnection, Connection
+from dra_fake.core import yamlio
+from dra_fake.core.httpconn import Connection
 from dra_fake.core.kubeconfig import StartupError, kubeconfig_path
 
 # (connect, read) seconds for every API call; watches pass their own.
@@ -194,8 +194,8 @@ def _url(path: str, path_params: Mapping[str, str], query: Mapping[str, Any] | N
 class DirectJson:
     """Requests whose answer is read whole (get_json, send_json) on kept-alive connections, one
     per thread (dra_fake.core.httpconn): the ApiClient's host, TLS files and credentials (its
-    refresh hook included), without urllib3's pool, http.client and the client's call layers,
-    which cost most of the CPU of a claim GET (docs/benchmarks/history.md). Only for configurations it
+    refresh hook included), without urllib3's pool and the client's call layers, which cost most
+    of the CPU of a claim GET (docs/benchmarks/history.md). Only for configurations it
     reproduces exactly (`supports`); anything else (a proxy, a TLS server name, inline CA data)
     goes through the client."""
 
@@ -259,10 +259,9 @@ class DirectJson:
     def _send(
         self, method: str, url: str, body: bytes | None, headers: dict[str, str]
     ) -> tuple[int, str, bytes]:
-        conn: Connection | ClientConnection | None = getattr(self._local, "conn", None)
+        conn: Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            transport = ClientConnection if trials.without("httpconn") else Connection
-            conn = transport(self._host, self._port, self._tls, REQUEST_TIMEOUT)
+            conn = Connection(self._host, self._port, self._tls, REQUEST_TIMEOUT)
             self._local.conn = conn
         if conn.closed_by_peer():
             conn.close()

@@ -2,7 +2,7 @@
 each replaced by the plain way it replaced, so that a benchmark can measure what each one buys
 (bench/machinery.py; docs/benchmarks/history.md#machinery-on-trial). Unset, everything is on.
 
-    DRA_FAKE_WITHOUT=httpconn,journal python -m dra_fake gpu-kubelet-plugin ...
+    DRA_FAKE_WITHOUT=journal python -m dra_fake gpu-kubelet-plugin ...
 
 Each piece asks `without(name)` at its one decision point. The value is read once per process;
 an unknown name is an error at start-up (`check`, from dra_fake.cli) naming the value.
@@ -17,7 +17,6 @@ ENV = "DRA_FAKE_WITHOUT"
 
 # name -> what runs instead
 PIECES = {
-    "httpconn": "API requests read whole go over http.client, not dra_fake.core.httpconn",
     "journal": "every checkpoint save rewrites the whole file; no journal (checkpointstore)",
     "yamlwriter": "CDI specs are written by PyYAML's dumper, not yamlio.dump_block",
 }
