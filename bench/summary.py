@@ -96,6 +96,28 @@ def latest_table(results: dict[str, Any]) -> list[str]:
         rows.append(f"| fleet mode, {mem['nodes']} nodes, peak RSS MiB | {mem['max_rss_mib']:.1f} |")
     if rows:
         out += ["", "| figure | value |", "| --- | --- |", *rows]
+    return out + _machinery((sections.get("machinery") or {}).get("result"))
+
+
+def _machinery(m: dict[str, Any] | None) -> list[str]:
+    """The machinery trial's verdicts, with prepare p50 with / without each piece per case."""
+    if not m:
+        return []
+    p50 = [r for r in m["table"] if r["figure"] == "prepare_p50_ms"]
+    cases = list(dict.fromkeys(r["case"] for r in p50))
+    out = [
+        "",
+        f"Machinery on trial (with and without each piece, {m['repeat']} repetitions; "
+        "[how](benchmarks/history.md#machinery-on-trial)): prepare p50 with / without it, "
+        "devices x callers:",
+        "",
+        "| piece | " + " | ".join(cases) + " | verdict |",
+        "| --- |" + " --- |" * (len(cases) + 1),
+    ]
+    for piece, verdict in m["verdicts"].items():
+        ratios = {r["case"]: r["ratio_with_over_without"] for r in p50 if r["piece"] == piece}
+        cells = " | ".join(f"{ratios[c]:.2f}x" if ratios.get(c) else "-" for c in cases)
+        out.append(f"| {piece} | {cells} | {verdict} |")
     return out
 
 
