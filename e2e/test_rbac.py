@@ -656,7 +656,7 @@ def test_compute_domain_flow_with_the_charts_rbac(
     """CD -> workload template (controller) -> 2 pods on 2 nodes: node labels (plugins), daemon
     DaemonSet (controller), daemons join their clique (daemon SA) -> channels injected -> Ready ->
     deleted: every object and label gone (controller). No 403 in any of their logs."""
-    from e2e.test_computedomain import (
+    from e2e.computedomainbed import (
         cd_manifest,
         channel_pod,
         create_cd,
