@@ -1,9 +1,9 @@
-"""e2e/test_rbac.py's checks of the plugin's and the ComputeDomain controller's rights on kind's API
+"""The checks of e2e/rbac/checks.py (the plugin's and the ComputeDomain components' rights) on kind's API
 server, with the chart as Helm installed it: tokens of the chart's ServiceAccounts bound to its real
 pods (so a plugin's token names its pod's node, as the plugin's own does), the calls their RBAC
 refuses, and the admission policies that keep a node's plugin to its own node's ResourceSlices and
 the controller to the IMEX DaemonSets it renders and the IMEX daemon to its own pod. The rest of
-e2e/test_rbac.py builds a control plane of its own (the needs marker there says why)."""
+e2e/rbac builds a control plane of its own (the needs marker of its files says why)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from e2e.kube import Kube
-from e2e.test_rbac import (
+from e2e.rbac.bed import DAEMON_SA
+from e2e.rbac.checks import (
     CD_REFUSED_CALLS,
-    DAEMON_SA,
     REFUSED_CALLS,
     assert_controller_kept_to_imex_daemonsets,
     assert_controller_releases_an_earlier_daemonset,

@@ -16,11 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.kindbed import KindBed
-from e2e.kindcluster.cluster import KIND
-from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll
-from e2e.releases import PreviousRelease, previous
-from e2e.test_computedomain import (
+from e2e.computedomainbed import (
     cd_manifest,
     channel_pod,
     channels_seen,
@@ -29,6 +25,10 @@ from e2e.test_computedomain import (
     get_template,
     node_statuses,
 )
+from e2e.kindbed import KindBed
+from e2e.kindcluster.cluster import KIND
+from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll
+from e2e.releases import PreviousRelease, previous
 from e2e.test_upgrade import NAMESPACE, PLUGIN_PODS, RELEASE, helm, plugin_pods
 from e2e.testbed import NODE_CDI_ROOT, TestBed, assert_sees_its_gpus
 

@@ -5,7 +5,7 @@
 #  3. tests/test_chart*.py: what helm template renders for 1.32 (v1beta1), 1.33 and the latest;
 #  4. shellcheck (native/ build scripts, hack/ scripts, e2e/kind/run.sh, .ci/run), hadolint (Dockerfile),
 #     actionlint (GitHub workflows; shellcheck on their run: steps);
-#  5. e2e/test_rbac.py: a local control plane gets the rendered objects; kubeconform validates every
+#  5. e2e/rbac/: a local control plane gets the rendered objects; kubeconform validates every
 #     rendered object against strict schemas generated from that API server (and CRDs); the GPU
 #     plugins run with the chart's ServiceAccount token and RBAC; the admission policy is enforced.
 set -euo pipefail
@@ -29,5 +29,5 @@ echo "== shellcheck, hadolint, actionlint"
 "$T/actionlint" -shellcheck "$T/shellcheck" .github/workflows/*.yaml
 if [ "${1:-}" = lint ]; then echo "== chart lint passed in $(( $(date +%s) - start ))s"; exit 0; fi
 export LOCAL_CLUSTER_DIR=${LOCAL_CLUSTER_DIR:-$PWD/.local-cluster-chart}
-"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_chart*.py e2e/test_rbac.py
+"$PYTHON" -m pytest -q -p no:cacheprovider tests/test_chart*.py e2e/rbac
 echo "== chart-check passed in $(( $(date +%s) - start ))s"

@@ -59,7 +59,7 @@ class LocalCluster(ControlPlane):
     ) -> None:
         self.root = root.resolve()
         # The credentials of exec'd containers (the IMEX daemon pods): admin unless given, e.g. a
-        # token of the chart's daemon ServiceAccount (e2e/test_rbac.py; the file may come later).
+        # token of the chart's daemon ServiceAccount (e2e/rbac; the file may come later).
         self.exec_kubeconfig = exec_kubeconfig
         self.node_count = nodes
         self.with_plugins = with_plugins

@@ -1,0 +1,64 @@
+"""The chart's objects, rendered for 1.32, 1.33 and this server, with and without pools, valid
+against the schemas this API server serves (kubeconform, strict)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+
+from e2e.localcluster import LocalCluster
+from e2e.rbac.bed import CHART, KUBECONFORM, OWN_CONTROL_PLANE, REPO, helm_template, served
+
+pytestmark = OWN_CONTROL_PLANE
+
+
+def test_rendered_objects_valid_against_this_servers_schemas(
+    cluster: LocalCluster, admin: client.ApiClient, tmp_path: Path
+) -> None:
+    schemas = tmp_path / "schemas"
+    crds = [REPO / "crds", CHART / "crds"]
+    gen = [sys.executable, str(REPO / "hack" / "chart-schemas.py")]
+    gen += ["--kubeconfig", str(cluster.kubeconfig), "--out", str(schemas)]
+    for c in crds:
+        gen += ["--crds", str(c)]
+    subprocess.run(gen, check=True, timeout=120)
+    targets = {
+        "1.32": [
+            "resource.k8s.io/v1beta1/DeviceClass",
+            "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+        ],
+        "1.33": ["resource.k8s.io/v1beta1/DeviceClass", "resource.k8s.io/v1beta2/DeviceClass"],
+        "latest": served(admin),
+    }
+    version = client.VersionApi(admin).get_code().git_version.lstrip("v")
+    for target, apis in targets.items():
+        for values in (None, CHART / "ci" / "pools-values.yaml"):
+            extra = ["-f", str(values)] if values else []
+            docs = helm_template(version if target == "latest" else f"{target}.0", apis, *extra)
+            manifest = tmp_path / f"{target}.yaml"
+            manifest.write_text(yaml.safe_dump_all(docs))
+            expected = "v1beta1" if target == "1.32" else ("v1beta2" if target == "1.33" else "v1")
+            assert {d["apiVersion"] for d in docs if d["kind"] == "DeviceClass"} == {
+                f"resource.k8s.io/{expected}"
+            }
+            # rendered whatever Helm is told of the server's APIs
+            assert any(d["kind"] == "ValidatingAdmissionPolicy" for d in docs), target
+            out = subprocess.run(
+                [
+                    str(KUBECONFORM),
+                    "-strict",
+                    "-summary",
+                    "-schema-location",
+                    str(schemas) + "/{{ .ResourceKind }}{{ .KindSuffix }}.json",
+                    str(manifest),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert out.returncode == 0, f"{target} {values}: {out.stdout}{out.stderr}"
+            assert "Skipped: 0" in out.stdout and "Invalid: 0" in out.stdout, out.stdout

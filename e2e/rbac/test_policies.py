@@ -1,0 +1,182 @@
+"""The admission policies, each account on its own objects (issue 46, docs/security.md): each refuses
+what RBAC alone would let the plugin, a GpuFault author, the controller, the IMEX daemon or a tenant
+do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from e2e.kube import Kube
+from e2e.localcluster import LocalCluster
+from e2e.rbac.bed import NS, OWN_CONTROL_PLANE, RELEASE, refused_by_policy, sa_api, token_kubeconfig
+from e2e.rbac.checks import (
+    assert_controller_kept_to_imex_daemonsets,
+    assert_controller_releases_an_earlier_daemonset,
+    assert_daemon_patches_no_other_pod,
+)
+
+pytestmark = OWN_CONTROL_PLANE
+
+
+def test_admission_policy_keeps_a_plugin_to_its_own_nodes_fault_status(
+    installed: dict[str, Path], admin: client.ApiClient
+) -> None:
+    """`gpufaults/status patch` is cluster-wide in RBAC: node-1's plugin may not write the status of
+    another node's GpuFault (a node without a plugin here, so no one else acts on it)."""
+    custom = client.CustomObjectsApi(admin)
+    fault = {
+        "apiVersion": "dra-fake.dev/v1alpha1",
+        "kind": "GpuFault",
+        "metadata": {"name": "rbac-elsewhere"},
+        "spec": {"nodeName": "node-9", "device": "gpu-0", "kind": "gpu-lost"},
+    }
+    custom.create_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", fault)
+    try:
+        plugin = client.CustomObjectsApi(sa_api(installed["node-1"]))
+        refused_by_policy(
+            lambda: plugin.patch_cluster_custom_object_status(
+                "dra-fake.dev", "v1alpha1", "gpufaults", "rbac-elsewhere", {"status": {"phase": "Failed"}}
+            ),
+            "may not write the status of GpuFaults of node node-9",
+        )
+    finally:
+        custom.delete_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", "rbac-elsewhere")
+
+
+def test_only_admins_create_a_noexecute_gpufault(
+    installed: dict[str, Path], admin: client.ApiClient, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A GpuFault with effect NoExecute evicts every pod on the device: a user allowed to create
+    GpuFaults, outside validatingAdmissionPolicy.adminGroups, may create other faults but not that one."""
+    rbac, core = client.RbacAuthorizationV1Api(admin), client.CoreV1Api(admin)
+    name = "fault-author"
+    core.create_namespaced_service_account(NS, {"metadata": {"name": name}})
+    rule = {"apiGroups": ["dra-fake.dev"], "resources": ["gpufaults"], "verbs": ["create", "delete"]}
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [rule]})
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NS}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        }
+    )
+    token = core.create_namespaced_service_account_token(name, NS, {"spec": {"expirationSeconds": 600}})
+    author = client.CustomObjectsApi(
+        sa_api(token_kubeconfig(cluster, str(token.status.token), tmp_path / "kc"))
+    )
+
+    def fault(effect: str) -> dict[str, Any]:
+        spec = {"nodeName": "node-9", "device": "gpu-0", "kind": "gpu-lost", "effect": effect}
+        return {
+            "apiVersion": "dra-fake.dev/v1alpha1",
+            "kind": "GpuFault",
+            "metadata": {"name": f"by-author-{effect.lower()}"},
+            "spec": spec,
+        }
+
+    try:
+        refused_by_policy(
+            lambda: author.create_cluster_custom_object(
+                "dra-fake.dev", "v1alpha1", "gpufaults", fault("NoExecute")
+            ),
+            "a GpuFault with effect NoExecute evicts other tenants' pods",
+        )
+        author.create_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", fault("NoSchedule"))
+        author.delete_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", "by-author-noschedule")
+        admin_custom = client.CustomObjectsApi(admin)  # system:masters
+        admin_custom.create_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", fault("NoExecute"))
+        admin_custom.delete_cluster_custom_object(
+            "dra-fake.dev", "v1alpha1", "gpufaults", "by-author-noexecute"
+        )
+    finally:
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)
+        core.delete_namespaced_service_account(name, NS)
+
+
+def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_label(
+    cd_installed: dict[str, Path],
+) -> None:
+    """The controller's `daemonsets create, patch, delete` would reach the kubelet plugin's
+    DaemonSet (root, host paths), its `nodes patch` every label: the policies allow only the
+    DaemonSets it renders and the ComputeDomain label."""
+    assert_controller_kept_to_imex_daemonsets(
+        sa_api(cd_installed["controller"]), f"{RELEASE}-dra-fake-kubelet-plugin", "node-1"
+    )
+
+
+def test_the_controller_releases_an_imex_daemonset_an_earlier_release_rendered(
+    cd_installed: dict[str, Path], admin: client.ApiClient
+) -> None:
+    assert_controller_releases_an_earlier_daemonset(sa_api(cd_installed["controller"]), admin)
+
+
+def test_admission_policy_keeps_the_imex_daemon_to_its_own_pod(
+    cd_installed: dict[str, Path], admin: client.ApiClient
+) -> None:
+    assert_daemon_patches_no_other_pod(sa_api(cd_installed["daemon"]), admin)
+
+
+@pytest.mark.parametrize("kind", ["resourceclaims", "resourceclaimtemplates"])
+@pytest.mark.parametrize(
+    "device_class", ["compute-domain-default-channel.nvidia.com", "compute-domain-daemon.nvidia.com"]
+)
+def test_compute_domain_devices_are_claimed_only_through_the_controllers_templates(
+    cd_installed: dict[str, Path],
+    admin: client.ApiClient,
+    cluster: LocalCluster,
+    tmp_path: Path,
+    kind: str,
+    device_class: str,
+) -> None:
+    """A tenant's claim of a node's one daemon or channel device, in a namespace without the
+    ComputeDomain, would block every ComputeDomain on that node: refused at admission, before any
+    allocation, though RBAC lets the tenant create claims there; a GPU claim passes. (The
+    controller's own templates pass: the ComputeDomain flow of test_compute_domains.py ran with this
+    policy.)"""
+    kube = Kube(cd_installed["controller"].parent / "kubeconfig")
+    ns = kube.namespace("tenant")
+    rbac, core = client.RbacAuthorizationV1Api(admin), client.CoreV1Api(admin)
+    try:
+        core.create_namespaced_service_account(ns, {"metadata": {"name": "tenant"}})
+        rule = {"apiGroups": ["resource.k8s.io"], "resources": [kind], "verbs": ["create"]}
+        rbac.create_namespaced_role(ns, {"metadata": {"name": "tenant"}, "rules": [rule]})
+        rbac.create_namespaced_role_binding(
+            ns,
+            {
+                "metadata": {"name": "tenant"},
+                "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+            },
+        )
+        token = core.create_namespaced_service_account_token(
+            "tenant", ns, {"spec": {"expirationSeconds": 600}}
+        )
+        tenant = client.CustomObjectsApi(
+            sa_api(token_kubeconfig(cluster, str(token.status.token), tmp_path / "kc"))
+        )
+
+        def body(name: str, device_class: str) -> dict[str, Any]:
+            spec = {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": device_class}}]}}
+            return {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim" if kind == "resourceclaims" else "ResourceClaimTemplate",
+                "metadata": {"name": name},
+                "spec": spec if kind == "resourceclaims" else {"spec": spec},
+            }
+
+        refused_by_policy(
+            lambda: tenant.create_namespaced_custom_object(
+                "resource.k8s.io", "v1", ns, kind, body("grab", device_class)
+            ),
+            "are claimed only through the templates the ComputeDomain controller creates",
+        )
+        tenant.create_namespaced_custom_object(
+            "resource.k8s.io", "v1", ns, kind, body("gpu", "gpu.nvidia.com")
+        )
+    finally:
+        kube.delete_namespace(ns)
