@@ -25,6 +25,10 @@ OURS, REF = "gpu.nvidia.com", "gpu.example.com"
 # (docs/benchmarks/history.md); the chart's and CLI's default is inherit. CPU_AFFINITY=inherit make bench
 # measures the default.
 CPU_AFFINITY = os.environ.get("CPU_AFFINITY", "one")
+# Our plugin's --device-status: false, like for like with the reference, which writes no device
+# status unless --gpu-device-status is given (docs/benchmarks.md). What writing it costs is the
+# machinery trial's devicestatus row; DEVICE_STATUS=true make bench measures the chart's default.
+DEVICE_STATUS = os.environ.get("DEVICE_STATUS", "false")
 DEVICES = 128  # per node: 16 concurrent 8-device claims hold distinct devices
 
 
@@ -94,6 +98,7 @@ class Driver:
         env = {"PYTHONPATH": str(self.src)} if self.src != REPO else {}
         if self.kind == "ours":  # an env, not a flag: older trees of a before/after run ignore it
             env["CPU_AFFINITY"] = CPU_AFFINITY
+            env["DEVICE_STATUS"] = DEVICE_STATUS
             env.update(self.env)
         self.proc = spawn(
             f"bench-{self.node}", self.argv(config, num_devices), self.cluster.logs, env=env, cwd=self.src

@@ -23,13 +23,14 @@ from kubernetes.client.exceptions import ApiException
 from bench import fleet, publish
 from bench.claims import NAMESPACE, make_claims
 from bench.common import CONFIGS, cluster_api, ensure_namespace, spread
-from bench.driver import CPU_AFFINITY, Driver, start_all
+from bench.driver import CPU_AFFINITY, DEVICE_STATUS, Driver, start_all
 from bench.prepare import CASES, drive
 from dra_fake.core import trials
 from e2e.localcluster import LocalCluster
 
 BASELINE = "baseline"
 OTHER_AFFINITY = "inherit" if CPU_AFFINITY == "one" else "one"
+OTHER_DEVICE_STATUS = "true" if DEVICE_STATUS == "false" else "false"
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,10 @@ class Piece:
 
 
 def pieces() -> tuple[Piece, ...]:
-    """Each DRA_FAKE_WITHOUT piece, and the CPU pinning: the bench pins (CPU_AFFINITY, default one),
-    so its variant inherits; CPU_AFFINITY=inherit make bench makes the pinned one the variant."""
+    """Each DRA_FAKE_WITHOUT piece, the CPU pinning and the device status. The bench pins
+    (CPU_AFFINITY, default one), so its variant inherits; CPU_AFFINITY=inherit make bench makes the
+    pinned one the variant. It writes no device status (DEVICE_STATUS, default false), so its
+    variant writes it."""
     return (
         *(Piece(name, {trials.ENV: name}, False, what) for name, what in trials.PIECES.items()),
         Piece(
@@ -50,6 +53,14 @@ def pieces() -> tuple[Piece, ...]:
             {"CPU_AFFINITY": OTHER_AFFINITY},
             OTHER_AFFINITY == "one",
             "--cpu-affinity=inherit: the plugin's threads on the CPUs it was started with",
+        ),
+        # Not machinery but a feature (on in the chart): what writing each claim's device status
+        # costs a prepare, beside the bench's baseline that writes none.
+        Piece(
+            "devicestatus",
+            {"DEVICE_STATUS": OTHER_DEVICE_STATUS},
+            OTHER_DEVICE_STATUS == "true",
+            "--device-status=false: no prepared device's status written into its claim",
         ),
     )
 

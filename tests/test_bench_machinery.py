@@ -90,7 +90,7 @@ def test_the_report_shows_the_verdicts_and_each_comparison() -> None:
 
 def test_every_switch_of_the_plugin_and_the_pinning_is_on_trial() -> None:
     names = [p.name for p in machinery.pieces()]
-    assert names == [*trials.PIECES, "cpuaffinity"]
+    assert names == [*trials.PIECES, "cpuaffinity", "devicestatus"]
 
 
 def test_each_variant_goes_first_in_turn() -> None:
