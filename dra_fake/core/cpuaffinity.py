@@ -8,8 +8,8 @@ concurrent 8-device prepares the plugin spent 0.79-0.83x the CPU per claim and a
 0.87-0.94x as late in four runs (docs/benchmarks/history.md#sixteenth-round-one-cpu). The
 machinery trial of `make bench` at 56f6e0b, every variant started together, did not confirm it:
 the prepare median pinned / not pinned was 0.91x, 1.19x, 1.03x and 1.29x (1x1, 1x16, 8x1, 8x16
-devices x callers), within the run's noise (docs/benchmarks.md). So it is an opt-in, off by
-default (the chart's kubeletPlugin.cpuAffinity).
+devices x callers), within the run's noise (docs/benchmarks/history.md#machinery-on-trial).
+So it is an opt-in, off by default (the chart's kubeletPlugin.cpuAffinity).
 
 The CPU is the one the process is running on when it pins itself, so plugins started on one host
 (a kind cluster's nodes) spread as the scheduler placed them, and it is within the process's

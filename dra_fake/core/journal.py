@@ -23,7 +23,7 @@ returned, so nothing relied on it): it is ignored. A bad line before a good one 
 It keeps its place: in the machinery trial of `make bench` at 56f6e0b (with it and with every
 save rewriting the whole checkpoint, three repetitions) the prepare median was 0.58x, 0.82x,
 0.72x and 0.90x and the unprepare median 0.44x, 0.80x, 0.69x and 0.67x (1x1, 1x16, 8x1, 8x16
-devices x callers) of the rewrites' (docs/benchmarks.md).
+devices x callers) of the rewrites' (docs/benchmarks/history.md#machinery-on-trial).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ mappings and lists of plain words, numbers and booleans) directly, byte for byte
 (tests/test_yamlio.py compares them over generated documents), and declines anything else.
 It keeps its place: in the machinery trial of `make bench` at 56f6e0b (with and without it, three
 repetitions) the prepare median was 0.83x, 0.95x, 0.87x and 0.71x (1x1, 1x16, 8x1, 8x16 devices
-x callers) and the CPU per claim 0.73-0.88x of PyYAML's (docs/benchmarks.md)."""
+x callers) and the CPU per claim 0.73-0.88x of PyYAML's (docs/benchmarks/history.md#machinery-on-trial)."""
 
 from __future__ import annotations
 
