@@ -68,6 +68,12 @@ def main() -> int:
     parser.add_argument("--devices-per-claim", type=int, default=1, choices=[1, 8])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument(
+        "--all-threads",
+        action="store_true",
+        help="sample every running thread, not only the one holding the GIL (time in C: gRPC, I/O)",
+    )
+    parser.add_argument("--rate", type=int, default=250, help="samples per second")
     args = parser.parse_args()
     if not shutil.which("py-spy"):
         raise BenchError("py-spy not found: pip install py-spy")
@@ -96,10 +102,11 @@ def main() -> int:
                 "--format",
                 "raw",
                 "--rate",
-                "250",
-                "--gil",  # only the thread holding the GIL: where the plugin's Python time goes
+                str(args.rate),
                 "-o",
                 str(raw),
+                # only the thread holding the GIL: where the plugin's Python time goes
+                *([] if args.all_threads else ["--gil"]),
             ],
             stdout=subprocess.DEVNULL,
             stderr=open(work / "py-spy.log", "w"),  # noqa: SIM115
@@ -116,7 +123,8 @@ def main() -> int:
     head = (
         f"{name}: {n} prepares in {out['prepare_wall_seconds']:.2f}s, "
         f"{n} unprepares in {out['unprepare_wall_seconds']:.2f}s; commit {tree['git_commit']}"
-        f"{' (uncommitted changes)' if tree['git_dirty'] else ''}, py-spy --gil\n"
+        f"{' (uncommitted changes)' if tree['git_dirty'] else ''}, "
+        f"py-spy {'(running threads)' if args.all_threads else '--gil'} at {args.rate} Hz\n"
     )
     dest = args.out / f"{name}.txt"
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -244,6 +244,29 @@ def test_a_write_in_place_is_seen_by_a_store_that_read_the_files_even_with_a_coa
     assert set(reader.load().data.claims) == {"a", "b", "c"}
 
 
+def test_an_entry_saved_again_records_its_state_and_any_field_replaced_with_it(tmp_path: Path) -> None:
+    """A prepare saves its entry twice (PrepareStarted, then PrepareCompleted): the second record
+    reuses the first's serialised form for the fields that were not replaced (Codec.entry_json),
+    and one replaced at the same time (allowed: ClaimEntry) is recorded as it is now."""
+    store = new_store(tmp_path)
+    data = store.load().data
+    data.claims["u1"] = entry("u1")
+    data.claims["u2"] = entry("u2")
+    store.save(data, durable=False, touched=["u1", "u2"])
+    data.claims["u1"].state = "PrepareCompleted"
+    data.claims["u2"].state = "PrepareCompleted"
+    respec = {"kind": "k8s.gpu.nvidia.com/claim", "devices": [{"name": "u2-gpu-0"}]}
+    data.claims["u2"].cdiSpec = respec
+    store.save(data, touched=["u1", "u2"])
+    back = reread(tmp_path)
+    assert back == data
+    assert back.claims["u1"].state == "PrepareCompleted"
+    assert back.claims["u2"].cdiSpec == {
+        "kind": "k8s.gpu.nvidia.com/claim",
+        "devices": [{"name": "u2-gpu-0"}],
+    }
+
+
 def test_a_format_2_checkpoint_ignores_a_journal_beside_it(tmp_path: Path) -> None:
     """A format-2 file was written by an older binary (after a downgrade): the journal beside it
     is older than that file."""

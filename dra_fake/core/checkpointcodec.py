@@ -4,6 +4,7 @@ the journal compares), and decoding one into a driver's typed models."""
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Collection
 from typing import Any, Generic, NamedTuple
 
@@ -29,11 +30,19 @@ def _key(entry: ClaimEntry[Any]) -> _Key:
     return (entry.state, entry.unpreparing, entry.recovered)
 
 
+def _fixed(entry: ClaimEntry[Any]) -> tuple[object, ...]:
+    """The objects of an entry's other fields: replaced, never changed in place (ClaimEntry)."""
+    return (entry.name, entry.namespace, entry.preparedDevices, entry.driverData, entry.cdiSpec)
+
+
 class _Written(NamedTuple):
-    """An entry as last serialised: the object and its changeable fields."""
+    """An entry as last serialised: the object, its changeable fields, the objects of its other
+    fields (held, so that `is` compares them) and the plain form serialised."""
 
     entry: ClaimEntry[Any]
     key: _Key
+    fixed: tuple[object, ...]
+    dump: dict[str, Any]
 
 
 class Codec(Generic[P]):
@@ -65,8 +74,15 @@ class Codec(Generic[P]):
 
     def entry_json(self, uid: str, entry: ClaimEntry[P]) -> tuple[bytes, bytes]:
         """The canonical JSON of `uid` and of `entry`; the entry recorded as written (`changes`)."""
-        self._entries[uid] = _Written(entry, _key(entry))
-        return canonical_json(uid), canonical_json(entry.model_dump(mode="json", exclude_none=True))
+        key, fixed, hit = _key(entry), _fixed(entry), self._entries.get(uid)
+        if hit is not None and hit.entry is entry and all(map(operator.is_, hit.fixed, fixed)):
+            # a prepare's PrepareCompleted after its PrepareStarted: only the changeable fields
+            # may differ, so the entry is not dumped again
+            dump = {**hit.dump, "state": key[0], "unpreparing": key[1], "recovered": key[2]}
+        else:
+            dump = entry.model_dump(mode="json", exclude_none=True)
+        self._entries[uid] = _Written(entry, key, fixed, dump)
+        return canonical_json(uid), canonical_json(dump)
 
     def changes(
         self, data: CheckpointData[P], touched: Collection[str] | None = None

@@ -195,16 +195,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                 if item.error is None:
                     self._fail(data, item, exc)
             return
-        crash_point("prepare:after-completed")
-        for item in items:
-            if item.error is None and item.devices is not None:
-                _log.debug(  # the caller (serving.ClaimPreparer) logs it at info level
-                    "claim prepared claim=%s namespace=%s name=%s devices=%s",
-                    item.claim.uid,
-                    item.claim.namespace,
-                    item.claim.name,
-                    ",".join(p.device_name for p in item.devices),
-                )
+        crash_point("prepare:after-completed")  # the caller (serving.ClaimPreparer) logs each claim
 
     def _fail(self, data: CheckpointData[GpuClaimData], item: _Prepare, exc: Exception) -> None:
         """A claim of the batch failed after its PrepareStarted entry was written."""

@@ -110,6 +110,7 @@ class NvidiaSmi:
         self.dir = Path(plugin_data_dir) / "nvidia-smi"
         self.binary_path = self.dir / "nvidia-smi"
         self.library_path = self.dir / LIBRARY
+        self._binary_name, self._library_name = str(self.binary_path), str(self.library_path)
         self.live_dir = self.dir / "live"
         self._info_prefix = f"{self.dir / 'devices'}/"  # of a spec's info file mounts
         self._live_prefix = f"{self.live_dir}/"  # of a spec's live directory mounts
@@ -214,11 +215,12 @@ class NvidiaSmi:
         if not os.path.isdir(self.live_dir):
             self.live_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
 
-    def _ensure_live_dir(self, directory: Path) -> None:
+    def _ensure_live_dir(self, path: str | Path) -> None:
         """A device's live directory, before a container mounts it; a file there is a live file of
         the layout before per-device directories (one shared directory), replaced."""
-        if os.path.isdir(directory):
+        if os.path.isdir(path):
             return
+        directory = Path(path)
         if directory.is_file():
             directory.unlink()
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -258,11 +260,16 @@ class NvidiaSmi:
     def ensure_files(self, spec: Mapping[str, Any]) -> None:
         """Write the tools and every info file a CDI spec mounts (idempotent; only changes)."""
         self.ensure_tools()
+        # the tools were just checked; the library is mounted under several names
+        checked = {self._binary_name, self._library_name}
         for edits in _edits(spec):
             for mount in edits.get("mounts") or []:
                 host_path = str(mount.get("hostPath", ""))
+                if host_path in checked:
+                    continue
+                checked.add(host_path)
                 if host_path.startswith(self._live_prefix):
-                    self._ensure_live_dir(Path(host_path))
+                    self._ensure_live_dir(host_path)
                     continue
                 if self._unchanged(host_path):  # a file this process wrote or read: its text follows
                     continue  # from its name (an info file) or is a tool
