@@ -133,13 +133,13 @@ kind-kwok: venv ## KWOK in the kind cluster of K8S for dra-fake fleet's nodes, p
 	$(PY) -m e2e.kindcluster kwok --k8s $(K8S) $(if $(WORKLOAD),--workload $(WORKLOAD)) $(if $(KWOK_DELETE),--delete)
 
 e2e-kind: kind-images ## the e2e suite in real containers on the kind cluster of K8S (brought up if not running)
-	hack/install-tools.sh helm
+	hack/install-tools.sh helm kubeconform
 	PYTHON=$(PY) hack/kind/previous-release.sh
 	$(PY) -m e2e.kindcluster up --if-missing --k8s $(K8S) --nodes $(KIND_NODES)
 	KUBECONFIG=$$($(PY) -m e2e.kindcluster kubeconfig --k8s $(K8S)) $(VENV)/bin/pytest -q -rs -p no:cacheprovider e2e
 
 kind-matrix: venv ## e2e-kind on a fresh cluster of every pinned release (or K8S="1.32 1.33"): .kind/matrix.tsv
-	hack/install-tools.sh helm
+	hack/install-tools.sh helm kubeconform
 	PYTHON=$(PY) hack/kind/matrix.sh $(if $(filter command line environment,$(origin K8S)),$(K8S))
 
 kind-readme: venv ## README.md's kind path as written (install, upgrade, uninstall) on a new cluster dra-fake of K8S: docker, kubectl, internet

@@ -16,28 +16,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import ssl
 import sys
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import config
 
 
 def fetch_openapi(kubeconfig: Path) -> dict[str, Any]:
-    cfg = yaml.safe_load(kubeconfig.read_text())
-    ctx_name = cfg["current-context"]
-    ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == ctx_name)
-    cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
-    user = next(u["user"] for u in cfg["users"] if u["name"] == ctx["user"])
-    ssl_ctx = ssl.create_default_context(cafile=cluster.get("certificate-authority"))
-    req = urllib.request.Request(
-        cluster["server"] + "/openapi/v2", headers={"Authorization": f"Bearer {user['token']}"}
+    """The server's /openapi/v2, with the kubeconfig's credentials (a token or a client certificate)."""
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    request = api.param_serialize(
+        "GET", "/openapi/v2", header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
     )
-    with urllib.request.urlopen(req, timeout=60, context=ssl_ctx) as resp:
-        return dict(json.load(resp))
+    resp = api.call_api(*request, _request_timeout=60)
+    assert resp.status == 200, resp.status
+    return dict(json.loads(resp.read()))
 
 
 def file_name(group: str, version: str, kind: str) -> str:

@@ -18,7 +18,7 @@ tag=${image##*:}
 full=${tag#v}
 
 hack/kind/tools.sh kind >/dev/null   # built from its Go module into .kind/bin
-hack/install-tools.sh helm
+hack/install-tools.sh helm kubeconform
 export PATH=$PWD/.kind/bin:$PATH
 
 echo "== images: the driver (make image) and the workload shell (busybox)"

@@ -1,5 +1,5 @@
-"""What the RBAC tests of the dedicated control plane share: the release's names, rendering the
-chart for this server (helm template), applying it, and API clients with a ServiceAccount's token."""
+"""What the RBAC tests share: the dedicated control plane's release names, rendering the chart for
+this server (helm template), applying it, and API clients with a ServiceAccount's token."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from kubernetes import client, config, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from e2e.kube import poll
-from e2e.localcluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / ".tools" / "bin"
@@ -31,15 +30,12 @@ NODES = ("node-1", "node-2")
 # Rendered with leader election on, so its Lease rules are exercised too.
 VALUES = ["--set", "computeDomains.controller.leaderElection.enabled=true"]
 
-# A dedicated local control plane; on kind the plugins run with the chart's RBAC anyway, and
-# e2e/test_rbac_kind.py runs the refusals of the plugin, controller and IMEX daemon (the checks of
-# checks.py) with tokens of the chart's ServiceAccounts. The others would hold there too: not ported
-# yet. Every test file here is marked with it.
-OWN_CONTROL_PLANE = pytest.mark.needs(
-    "harness",
-    reason="its own control plane (release rbac, 2 harness nodes, plugins as host processes with "
-    "pod-bound tokens of the chart's ServiceAccounts); on kind, e2e/test_rbac_kind.py runs the "
-    "refusals of the plugin, controller and IMEX daemon, the rest is not ported yet",
+# Every test file here runs on a bed where this suite installed the chart: the package's own control
+# plane (the harness) or a kind cluster of ours (chart.py).
+CHART_BED = pytest.mark.needs(
+    "node",
+    reason="the chart as this suite installs it: the package's own control plane (harness) or "
+    "make kind-up's Helm release (kind)",
 )
 
 
@@ -110,20 +106,25 @@ def apply_all(api: client.ApiClient, objs: list[dict[str, Any]]) -> None:
         res.create(body=inert(json.loads(json.dumps(obj))), namespace=namespace)
 
 
-def token_kubeconfig(cluster: LocalCluster, token: str, path: Path) -> Path:
-    cfg = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "sa",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {"server": cluster.api_url, "certificate-authority": str(cluster.ca_file)},
-            }
-        ],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa"}}],
-    }
+def delete_all(api: client.ApiClient, objs: list[dict[str, Any]]) -> None:
+    """Delete what apply_all created (those still there)."""
+    dyn = dynamic.DynamicClient(api)
+    for obj in objs:
+        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        namespace = obj["metadata"].get("namespace", NS) if res.namespaced else None
+        try:
+            res.delete(name=obj["metadata"]["name"], namespace=namespace)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def token_kubeconfig(kubeconfig: Path, token: str, path: Path) -> Path:
+    """The admin's kubeconfig with this token as its only user."""
+    cfg = yaml.safe_load(kubeconfig.read_text())
+    cfg["users"] = [{"name": "sa", "user": {"token": token}}]
+    for ctx in cfg["contexts"]:
+        ctx["context"]["user"] = "sa"
     path.write_text(yaml.safe_dump(cfg))
     path.chmod(0o600)
     return path
@@ -167,11 +168,11 @@ def refused_by_policy(call: Any, message: str) -> None:
     assert err.value.status in (403, 422) and message in str(err.value.body), err.value
 
 
-def forbidden(log: Path) -> list[str]:
+def forbidden(log: str) -> list[str]:
     """Errors of the plugin's JSON log that are the API server's 403 (an ApiException's text
     starts with its status): not just any "403" in a UID or a timestamp."""
     errors = []
-    for line in log.read_text().splitlines():
+    for line in log.splitlines():
         try:
             record = json.loads(line)
         except ValueError:

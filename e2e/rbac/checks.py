@@ -1,6 +1,6 @@
-"""The RBAC and admission-policy checks run on the dedicated control plane (e2e/rbac) and on kind
-(e2e/test_rbac_kind.py), each given API clients with tokens of the chart's ServiceAccounts: the
-calls each component's RBAC refuses, and what the policies keep each account to."""
+"""The longer RBAC and admission-policy checks of e2e/rbac, each given API clients with tokens of the
+chart's ServiceAccounts: the calls each component's RBAC refuses, and what the policies keep each
+account to."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.rbac.bed import DAEMON_SA, NS, refused_by_policy, slice_body
 
-# Calls a plugin's token is refused (403): RBAC, not the admission policies (e2e/test_rbac_kind.py too).
+# Calls a plugin's token is refused (403): RBAC, not the admission policies.
 REFUSED_CALLS = [
     pytest.param(lambda api: client.CoreV1Api(api).list_secret_for_all_namespaces(), id="list-secrets"),
     pytest.param(lambda api: client.CoreV1Api(api).list_node(), id="list-nodes"),
@@ -62,7 +62,7 @@ def assert_slices_of_its_own_node_only(
     plugin: client.ApiClient, own: str, other: str, other_slice: str
 ) -> None:
     """A node's plugin (a token bound to its pod) may not create or delete another node's
-    ResourceSlices, and may its own node's (e2e/test_rbac_kind.py too)."""
+    ResourceSlices, and may its own node's."""
     custom = client.CustomObjectsApi(plugin)
     with pytest.raises(ApiException) as err:
         custom.create_cluster_custom_object(
@@ -91,11 +91,11 @@ def assert_unbound_token_writes_no_slices(unbound: client.ApiClient, node: str) 
 CD = ("resource.nvidia.com", "v1beta1")
 
 
-# Calls each ComputeDomain component's token is refused (403): who is "node-1" (a plugin),
-# "controller" or "daemon" (e2e/test_rbac_kind.py too).
+# Calls each ComputeDomain component's token is refused (403): who is "plugin" (the first node's),
+# "controller" or "daemon".
 CD_REFUSED_CALLS = [
     pytest.param(
-        "node-1",
+        "plugin",
         lambda api: client.CustomObjectsApi(api).create_namespaced_custom_object(
             *CD,
             "default",
@@ -110,13 +110,13 @@ CD_REFUSED_CALLS = [
         id="plugin-create-computedomain",
     ),
     pytest.param(
-        "node-1",
+        "plugin",
         lambda api: client.CustomObjectsApi(api).list_namespaced_custom_object(
             *CD, NS, "computedomaincliques"
         ),
         id="plugin-list-cliques",
     ),
-    pytest.param("node-1", lambda api: client.CoreV1Api(api).delete_node("node-2"), id="plugin-delete-node"),
+    pytest.param("plugin", lambda api: client.CoreV1Api(api).delete_node("node-2"), id="plugin-delete-node"),
     pytest.param(
         "controller",
         lambda api: client.CoreV1Api(api).list_secret_for_all_namespaces(),
@@ -159,7 +159,7 @@ def assert_controller_kept_to_imex_daemonsets(
     controller: client.ApiClient, plugin_ds: str, node: str
 ) -> None:
     """The controller's token may not touch the plugin's DaemonSet, create a DaemonSet it would not
-    render, or label a node with anything but the ComputeDomain label (e2e/test_rbac_kind.py too)."""
+    render, or label a node with anything but the ComputeDomain label."""
     apps, core = client.AppsV1Api(controller), client.CoreV1Api(controller)
     refused_by_policy(
         lambda: apps.patch_namespaced_daemon_set(plugin_ds, NS, {"metadata": {"labels": {"x": "y"}}}),
@@ -199,7 +199,7 @@ def assert_controller_releases_an_earlier_daemonset(
 ) -> None:
     """After an upgrade the IMEX DaemonSets of existing domains still run the previous release's
     image: the controller may still drop its finalizer from one (else the domain never goes), and
-    still may not change its spec (e2e/test_rbac_kind.py too)."""
+    still may not change its spec."""
     apps_admin, apps = client.AppsV1Api(admin), client.AppsV1Api(controller)
     label = {"resource.nvidia.com/computeDomain": "0e000000-0000-4000-8000-000000000000"}
     name = "computedomain-daemon-0e000000-0000-4000-8000-000000000000"
@@ -237,7 +237,7 @@ def assert_controller_releases_an_earlier_daemonset(
 
 def assert_daemon_patches_no_other_pod(daemon: client.ApiClient, admin: client.ApiClient) -> None:
     """The daemon's `pods patch` is for its own pod's clique label: a token not bound to that pod
-    (the credentials here) patches no pod (e2e/test_rbac_kind.py too)."""
+    (the credentials here) patches no pod."""
     plugin_pod = (
         client.CoreV1Api(admin)
         .list_namespaced_pod(NS, label_selector="app.kubernetes.io/component=kubelet-plugin")

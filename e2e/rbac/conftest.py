@@ -1,6 +1,7 @@
-"""The dedicated control plane and the chart installed on it, with the plugins, the ComputeDomain
-controller and the IMEX daemons' credentials: package fixtures, started once for every file of
-e2e/rbac (e2e/rbac/__init__.py says how)."""
+"""The chart the e2e/rbac tests check (`chart`, chart.py): on kind the cluster's Helm release; on
+the harness a dedicated control plane and the chart installed on it, with the plugins, the
+ComputeDomain controller and the IMEX daemons' credentials. Package fixtures, started once for
+every file of e2e/rbac (e2e/rbac/__init__.py says how)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from e2e.harnessbed import HarnessBed
 from e2e.kube import Kube, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
 from e2e.localcluster.processes import Process, free_port, spawn, wait_for
@@ -34,6 +36,7 @@ from e2e.rbac.bed import (
     served,
     token_kubeconfig,
 )
+from e2e.rbac.chart import Chart, kind_chart
 
 
 @pytest.fixture(scope="package", autouse=True)
@@ -64,12 +67,51 @@ def cluster() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture(scope="package")
-def admin(cluster: LocalCluster) -> client.ApiClient:
-    return config.new_client_from_config(config_file=str(cluster.kubeconfig))
+def chart_kubeconfig(request: pytest.FixtureRequest) -> Path:
+    """The admin's kubeconfig: the kind cluster's, else the dedicated control plane's."""
+    if os.environ.get("KUBECONFIG"):
+        return Path(os.environ["KUBECONFIG"])
+    return request.getfixturevalue("cluster").kubeconfig  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="package")
-def rendered(cluster: LocalCluster, admin: client.ApiClient) -> list[dict[str, Any]]:
+def admin(chart_kubeconfig: Path) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(chart_kubeconfig))
+
+
+@pytest.fixture(scope="package")
+def chart(
+    request: pytest.FixtureRequest, chart_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Chart:
+    tmp = tmp_path_factory.mktemp("rbac")
+    if os.environ.get("KUBECONFIG"):
+        return kind_chart(request.getfixturevalue("bed"), chart_kubeconfig, tmp)
+    cluster: LocalCluster = request.getfixturevalue("cluster")
+    credentials: dict[str, Path] = request.getfixturevalue("cd_installed")
+
+    def logs(component: str, node: str | None = None) -> str:
+        if component == "imex-daemons":  # the harness execs them; their output is kept per node
+            return "".join(log.read_text() for log in cluster.root.glob("nodes/*/exec/*.log"))
+        names = [component] if component == "cd-controller" else [f"{component}-{n}" for n in NODES]
+        if node:
+            names = [f"{component}-{node}"]
+        return "".join((cluster.logs / f"{name}.log").read_text() for name in names)
+
+    return Chart(
+        kubeconfig=chart_kubeconfig,
+        nodes=NODES,
+        default_nodes=NODES,
+        plugin_ds=SA,  # the DaemonSet is named as its ServiceAccount
+        credentials=credentials,
+        bed=HarnessBed(Kube(chart_kubeconfig), cluster),
+        logs=logs,
+        relabel=lambda: None,  # the uninstall hook's test is the package's last
+        tmp=tmp,
+    )
+
+
+@pytest.fixture(scope="package")
+def rendered(admin: client.ApiClient) -> list[dict[str, Any]]:
     version = client.VersionApi(admin).get_code().git_version.lstrip("v")
     return helm_template(version, served(admin), "--include-crds", *VALUES)
 
@@ -101,7 +143,9 @@ def installed(
             f"kubelet-plugin pod of the chart's DaemonSet Running on {node}", lambda n=node: ds_pod(n), 90
         )
         assert pod["spec"]["serviceAccountName"] == SA
-        kc = token_kubeconfig(cluster, request_token(admin, pod), cluster.root / f"sa-{node}.kubeconfig")
+        kc = token_kubeconfig(
+            cluster.kubeconfig, request_token(admin, pod), cluster.root / f"sa-{node}.kubeconfig"
+        )
         kubeconfigs[node] = kc
         args = [a for a in cluster.plugin_args(node) if not a.startswith(("--kubeconfig=", "--config="))]
         args += [f"--kubeconfig={kc}", f"--config={inventory}"]
@@ -123,7 +167,9 @@ def cd_installed(
     """The compute-domain plugins (the plugin pods' tokens), the controller (a token bound to the
     chart's controller pod) and the daemon credentials. -> role or node: kubeconfig"""
     core = client.CoreV1Api(admin)
-    token_kubeconfig(cluster, request_token(admin, None, DAEMON_SA), cluster.root / "sa-daemon.kubeconfig")
+    token_kubeconfig(
+        cluster.kubeconfig, request_token(admin, None, DAEMON_SA), cluster.root / "sa-daemon.kubeconfig"
+    )
     for node in NODES:
         args = [
             a for a in cluster.cd_plugin_args(node) if not a.startswith(("--kubeconfig=", "--namespace="))
@@ -148,7 +194,9 @@ def cd_installed(
     pod = poll("the chart's controller pod Running", controller_pod, 90)
     assert pod["spec"]["serviceAccountName"] == CONTROLLER_SA
     kc = token_kubeconfig(
-        cluster, request_token(admin, pod, CONTROLLER_SA), cluster.root / "sa-controller.kubeconfig"
+        cluster.kubeconfig,
+        request_token(admin, pod, CONTROLLER_SA),
+        cluster.root / "sa-controller.kubeconfig",
     )
     args = [
         sys.executable,

@@ -3,32 +3,34 @@ plugins', controller's and IMEX daemons' tokens (no 403 anywhere), and the calls
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from e2e.computedomainbed import cd_manifest, channel_pod, create_cd, get_cd, get_template, node_statuses
-from e2e.kube import Kube, poll
-from e2e.localcluster import LocalCluster
-from e2e.localcluster.cluster import CD_CLIQUE_ID
-from e2e.rbac.bed import NODES, NS, OWN_CONTROL_PLANE, sa_api
+from e2e.computedomainbed import (
+    cd_manifest,
+    channel_pod,
+    channels_seen,
+    create_cd,
+    get_cd,
+    get_template,
+    node_statuses,
+)
+from e2e.kube import poll
+from e2e.rbac.bed import CHART_BED, NS
+from e2e.rbac.chart import Chart
 from e2e.rbac.checks import CD_REFUSED_CALLS
 
-pytestmark = OWN_CONTROL_PLANE
+pytestmark = CHART_BED
 
 
-def test_compute_domain_flow_with_the_charts_rbac(
-    cd_installed: dict[str, Path], cluster: LocalCluster
-) -> None:
+def test_compute_domain_flow_with_the_charts_rbac(chart: Chart) -> None:
     """CD -> workload template (controller) -> 2 pods on 2 nodes: node labels (plugins), daemon
     DaemonSet (controller), daemons join their clique (daemon SA) -> channels injected -> Ready ->
     deleted: every object and label gone (controller). No 403 in any of their logs."""
-    kube = Kube(cluster.kubeconfig)
+    kube = chart.kube
     ns = kube.namespace("rbac-cd")
     try:
         uid = create_cd(kube, ns, cd_manifest("cd", "imex-channel-0", num_nodes=2))["metadata"]["uid"]
@@ -37,31 +39,27 @@ def test_compute_domain_flow_with_the_charts_rbac(
         for name in ("worker-0", "worker-1"):
             kube.core.create_namespaced_pod(ns, channel_pod(name, "imex-channel-0"))
         pods = [kube.wait_running(ns, name, timeout=120) for name in ("worker-0", "worker-1")]
-        assert {p["spec"]["nodeName"] for p in pods} == set(NODES)
+        assert {p["spec"]["nodeName"] for p in pods} == set(chart.nodes)
         for pod in pods:
-            record = json.loads(
-                next(
-                    (cluster.node_dir(pod["spec"]["nodeName"]) / "pods").glob(
-                        f"{ns}_{pod['metadata']['name']}_*.json"
-                    )
-                ).read_text()
-            )["containers"]["ctr"]
+            name = pod["metadata"]["name"]
             # a read-only directory of placeholder files mounted there (computedomain/plugin/edits.py)
-            channels = []
-            for m in record.get("mounts", []):
-                if m["destination"] == "/dev/nvidia-caps-imex-channels":
-                    channels += [f"{m['destination']}/{f}" for f in sorted(os.listdir(m["source"]))]
-            assert channels == ["/dev/nvidia-caps-imex-channels/channel0"]
-            assert f"COMPUTE_DOMAIN_UUID={uid}" in record["env"]
+            assert channels_seen(chart.bed, ns, name) == ["channel0"]
+            assert chart.bed.container(ns, name).env()["COMPUTE_DOMAIN_UUID"] == uid
         assert poll(
             "CD Ready on both nodes",
-            lambda: node_statuses(kube, ns, "cd") == ("Ready", {n: "Ready" for n in NODES}),
+            lambda: node_statuses(kube, ns, "cd") == ("Ready", {n: "Ready" for n in chart.nodes}),
             60,
         )
-        clique = kube.custom.get_namespaced_custom_object(
-            "resource.nvidia.com", "v1beta1", NS, "computedomaincliques", f"{uid}.{CD_CLIQUE_ID}"
-        )
-        assert sorted(d["nodeName"] for d in clique["daemons"]) == list(NODES)  # written by the daemon SA
+        [clique] = [
+            c
+            for c in kube.custom.list_namespaced_custom_object(
+                "resource.nvidia.com", "v1beta1", NS, "computedomaincliques"
+            )["items"]
+            if c["metadata"]["name"].startswith(f"{uid}.")
+        ]
+        # written by the daemon SA
+        assert sorted(d["nodeName"] for d in clique["daemons"]) == sorted(chart.nodes)
+        daemons = chart.logs("imex-daemons", None)  # before their pods go
         for name in ("worker-0", "worker-1"):
             kube.delete_pod(ns, name)
         kube.custom.delete_namespaced_custom_object(
@@ -84,22 +82,16 @@ def test_compute_domain_flow_with_the_charts_rbac(
             n.metadata.name
             for n in kube.core.list_node(label_selector=f"resource.nvidia.com/computeDomain={uid}").items
         ]
-        for log in [
-            cluster.logs / "cd-controller.log",
-            *(cluster.logs / f"cd-plugin-{n}.log" for n in NODES),
-        ]:
-            text = log.read_text()
-            assert " 403" not in text and "Forbidden" not in text, f"{log}: {text[-3000:]}"
-        for exec_log in cluster.root.glob("nodes/*/exec/*.log"):
-            assert "Forbidden" not in exec_log.read_text(), exec_log
+        for component in ("cd-controller", "cd-plugin"):
+            text = chart.logs(component, None)
+            assert text and " 403" not in text and "Forbidden" not in text, f"{component}: {text[-3000:]}"
+        assert daemons and "Forbidden" not in daemons, daemons[-3000:]
     finally:
         kube.delete_namespace(ns)
 
 
 @pytest.mark.parametrize(("who", "call"), CD_REFUSED_CALLS)
-def test_compute_domain_components_are_refused_the_rest(
-    cd_installed: dict[str, Path], who: str, call: Any
-) -> None:
+def test_compute_domain_components_are_refused_the_rest(chart: Chart, who: str, call: Any) -> None:
     with pytest.raises(ApiException) as err:
-        call(sa_api(cd_installed[who]))
+        call(chart.api(chart.nodes[0] if who == "plugin" else who))
     assert err.value.status == 403, err.value

@@ -4,30 +4,26 @@ do."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from e2e.kube import Kube
-from e2e.localcluster import LocalCluster
-from e2e.rbac.bed import NS, OWN_CONTROL_PLANE, RELEASE, refused_by_policy, sa_api, token_kubeconfig
+from e2e.rbac.bed import CHART_BED, NS, refused_by_policy
+from e2e.rbac.chart import Chart
 from e2e.rbac.checks import (
     assert_controller_kept_to_imex_daemonsets,
     assert_controller_releases_an_earlier_daemonset,
     assert_daemon_patches_no_other_pod,
 )
 
-pytestmark = OWN_CONTROL_PLANE
+pytestmark = CHART_BED
 
 
-def test_admission_policy_keeps_a_plugin_to_its_own_nodes_fault_status(
-    installed: dict[str, Path], admin: client.ApiClient
-) -> None:
-    """`gpufaults/status patch` is cluster-wide in RBAC: node-1's plugin may not write the status of
-    another node's GpuFault (a node without a plugin here, so no one else acts on it)."""
-    custom = client.CustomObjectsApi(admin)
+def test_admission_policy_keeps_a_plugin_to_its_own_nodes_fault_status(chart: Chart) -> None:
+    """`gpufaults/status patch` is cluster-wide in RBAC: the first node's plugin may not write the
+    status of another node's GpuFault (a node without a plugin, so no one else acts on it)."""
+    custom = client.CustomObjectsApi(chart.admin)
     fault = {
         "apiVersion": "dra-fake.dev/v1alpha1",
         "kind": "GpuFault",
@@ -36,7 +32,7 @@ def test_admission_policy_keeps_a_plugin_to_its_own_nodes_fault_status(
     }
     custom.create_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", fault)
     try:
-        plugin = client.CustomObjectsApi(sa_api(installed["node-1"]))
+        plugin = client.CustomObjectsApi(chart.api(chart.nodes[0]))
         refused_by_policy(
             lambda: plugin.patch_cluster_custom_object_status(
                 "dra-fake.dev", "v1alpha1", "gpufaults", "rbac-elsewhere", {"status": {"phase": "Failed"}}
@@ -47,12 +43,10 @@ def test_admission_policy_keeps_a_plugin_to_its_own_nodes_fault_status(
         custom.delete_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", "rbac-elsewhere")
 
 
-def test_only_admins_create_a_noexecute_gpufault(
-    installed: dict[str, Path], admin: client.ApiClient, cluster: LocalCluster, tmp_path: Path
-) -> None:
+def test_only_admins_create_a_noexecute_gpufault(chart: Chart) -> None:
     """A GpuFault with effect NoExecute evicts every pod on the device: a user allowed to create
     GpuFaults, outside validatingAdmissionPolicy.adminGroups, may create other faults but not that one."""
-    rbac, core = client.RbacAuthorizationV1Api(admin), client.CoreV1Api(admin)
+    rbac, core = client.RbacAuthorizationV1Api(chart.admin), client.CoreV1Api(chart.admin)
     name = "fault-author"
     core.create_namespaced_service_account(NS, {"metadata": {"name": name}})
     rule = {"apiGroups": ["dra-fake.dev"], "resources": ["gpufaults"], "verbs": ["create", "delete"]}
@@ -65,9 +59,7 @@ def test_only_admins_create_a_noexecute_gpufault(
         }
     )
     token = core.create_namespaced_service_account_token(name, NS, {"spec": {"expirationSeconds": 600}})
-    author = client.CustomObjectsApi(
-        sa_api(token_kubeconfig(cluster, str(token.status.token), tmp_path / "kc"))
-    )
+    author = client.CustomObjectsApi(chart.token_api(str(token.status.token), name))
 
     def fault(effect: str) -> dict[str, Any]:
         spec = {"nodeName": "node-9", "device": "gpu-0", "kind": "gpu-lost", "effect": effect}
@@ -87,7 +79,7 @@ def test_only_admins_create_a_noexecute_gpufault(
         )
         author.create_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", fault("NoSchedule"))
         author.delete_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", "by-author-noschedule")
-        admin_custom = client.CustomObjectsApi(admin)  # system:masters
+        admin_custom = client.CustomObjectsApi(chart.admin)  # the cluster's admin: an admin group
         admin_custom.create_cluster_custom_object("dra-fake.dev", "v1alpha1", "gpufaults", fault("NoExecute"))
         admin_custom.delete_cluster_custom_object(
             "dra-fake.dev", "v1alpha1", "gpufaults", "by-author-noexecute"
@@ -98,27 +90,19 @@ def test_only_admins_create_a_noexecute_gpufault(
         core.delete_namespaced_service_account(name, NS)
 
 
-def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_label(
-    cd_installed: dict[str, Path],
-) -> None:
+def test_admission_policy_keeps_the_controller_to_imex_daemonsets_and_its_node_label(chart: Chart) -> None:
     """The controller's `daemonsets create, patch, delete` would reach the kubelet plugin's
     DaemonSet (root, host paths), its `nodes patch` every label: the policies allow only the
     DaemonSets it renders and the ComputeDomain label."""
-    assert_controller_kept_to_imex_daemonsets(
-        sa_api(cd_installed["controller"]), f"{RELEASE}-dra-fake-kubelet-plugin", "node-1"
-    )
+    assert_controller_kept_to_imex_daemonsets(chart.api("controller"), chart.plugin_ds, chart.nodes[0])
 
 
-def test_the_controller_releases_an_imex_daemonset_an_earlier_release_rendered(
-    cd_installed: dict[str, Path], admin: client.ApiClient
-) -> None:
-    assert_controller_releases_an_earlier_daemonset(sa_api(cd_installed["controller"]), admin)
+def test_the_controller_releases_an_imex_daemonset_an_earlier_release_rendered(chart: Chart) -> None:
+    assert_controller_releases_an_earlier_daemonset(chart.api("controller"), chart.admin)
 
 
-def test_admission_policy_keeps_the_imex_daemon_to_its_own_pod(
-    cd_installed: dict[str, Path], admin: client.ApiClient
-) -> None:
-    assert_daemon_patches_no_other_pod(sa_api(cd_installed["daemon"]), admin)
+def test_admission_policy_keeps_the_imex_daemon_to_its_own_pod(chart: Chart) -> None:
+    assert_daemon_patches_no_other_pod(chart.api("daemon"), chart.admin)
 
 
 @pytest.mark.parametrize("kind", ["resourceclaims", "resourceclaimtemplates"])
@@ -126,21 +110,16 @@ def test_admission_policy_keeps_the_imex_daemon_to_its_own_pod(
     "device_class", ["compute-domain-default-channel.nvidia.com", "compute-domain-daemon.nvidia.com"]
 )
 def test_compute_domain_devices_are_claimed_only_through_the_controllers_templates(
-    cd_installed: dict[str, Path],
-    admin: client.ApiClient,
-    cluster: LocalCluster,
-    tmp_path: Path,
-    kind: str,
-    device_class: str,
+    chart: Chart, kind: str, device_class: str
 ) -> None:
     """A tenant's claim of a node's one daemon or channel device, in a namespace without the
     ComputeDomain, would block every ComputeDomain on that node: refused at admission, before any
     allocation, though RBAC lets the tenant create claims there; a GPU claim passes. (The
     controller's own templates pass: the ComputeDomain flow of test_compute_domains.py ran with this
     policy.)"""
-    kube = Kube(cd_installed["controller"].parent / "kubeconfig")
+    kube = chart.kube
     ns = kube.namespace("tenant")
-    rbac, core = client.RbacAuthorizationV1Api(admin), client.CoreV1Api(admin)
+    rbac, core = client.RbacAuthorizationV1Api(chart.admin), client.CoreV1Api(chart.admin)
     try:
         core.create_namespaced_service_account(ns, {"metadata": {"name": "tenant"}})
         rule = {"apiGroups": ["resource.k8s.io"], "resources": [kind], "verbs": ["create"]}
@@ -156,9 +135,7 @@ def test_compute_domain_devices_are_claimed_only_through_the_controllers_templat
         token = core.create_namespaced_service_account_token(
             "tenant", ns, {"spec": {"expirationSeconds": 600}}
         )
-        tenant = client.CustomObjectsApi(
-            sa_api(token_kubeconfig(cluster, str(token.status.token), tmp_path / "kc"))
-        )
+        tenant = client.CustomObjectsApi(chart.token_api(str(token.status.token), ns))
 
         def body(name: str, device_class: str) -> dict[str, Any]:
             spec = {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": device_class}}]}}

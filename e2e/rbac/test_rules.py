@@ -7,6 +7,7 @@ import contextlib
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,32 +15,32 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from e2e.kube import Kube, poll
-from e2e.localcluster import LocalCluster
+from e2e.kube import poll
 from e2e.localcluster.processes import spawn
-from e2e.rbac.bed import (
-    NS,
-    OWN_CONTROL_PLANE,
-    REPO,
-    SA,
-    VALUES,
-    forbidden,
-    helm_template,
-    sa_api,
-    served,
-    token_kubeconfig,
-)
+from e2e.rbac.bed import CHART_BED, NS, REPO, SA, VALUES, forbidden, helm_template, sa_api, served
+from e2e.rbac.chart import Chart
 
-pytestmark = OWN_CONTROL_PLANE
-
-
-# Tests that start a plugin outside any container, once per set of rules: harness only.
-HOST_PLUGIN = pytest.mark.needs(
-    "harness", reason="starts the plugin as a host process with the chart's rules minus one, per case"
-)
-
+pytestmark = CHART_BED
 
 PROBE_SA = "rbac-probe"
+
+
+@pytest.fixture(scope="module")
+def probe_node(chart: Chart) -> Iterator[str]:
+    """A Node object no kubelet runs, for the probes: a plugin started here (a process of this
+    machine, beside the bed's own plugins) with the chart's rules minus one, a ServiceAccount the
+    admission policy does not cover and a driver name of its own. Its own Node, so the labels it
+    writes do not touch a node the bed's plugins label; tainted, so no pod is scheduled there."""
+    core = client.CoreV1Api(chart.admin)
+    name = "rbac-probe"
+    taint = {"key": "dra-fake.dev/rbac-probe", "effect": "NoSchedule"}
+    core.create_node({"metadata": {"name": name}, "spec": {"taints": [taint]}})
+    try:
+        yield name
+    finally:
+        core.delete_node(name)
+        with contextlib.suppress(ApiException):  # created by the first probe
+            core.delete_namespaced_service_account(PROBE_SA, NS)
 
 
 def without(rules: list[dict[str, Any]], resource: str, verb: str) -> list[dict[str, Any]]:
@@ -51,7 +52,6 @@ def without(rules: list[dict[str, Any]], resource: str, verb: str) -> list[dict[
     return out
 
 
-@HOST_PLUGIN
 @pytest.mark.parametrize(
     ("resource", "verb"),
     [
@@ -80,9 +80,8 @@ def without(rules: list[dict[str, Any]], resource: str, verb: str) -> list[dict[
     ],
 )
 def test_each_startup_rule_is_needed(
-    installed: dict[str, Path],
-    admin: client.ApiClient,
-    cluster: LocalCluster,
+    chart: Chart,
+    probe_node: str,
     rendered: list[dict[str, Any]],
     tmp_path: Path,
     resource: str,
@@ -94,8 +93,8 @@ def test_each_startup_rule_is_needed(
     ServiceAccount, which the admission policy does not cover, and a separate driver name keep
     this apart from the running plugins."""
     [role] = [o for o in rendered if o["kind"] == "ClusterRole" and o["metadata"]["name"] == SA]
-    rbac = client.RbacAuthorizationV1Api(admin)
-    core = client.CoreV1Api(admin)
+    rbac = client.RbacAuthorizationV1Api(chart.admin)
+    core = client.CoreV1Api(chart.admin)
     name = f"probe-{resource or 'all'}-{verb or 'all'}"
     driver = f"{(resource or 'all')[:6]}-{verb or 'all'}.example.com"
     short = Path(tempfile.mkdtemp(prefix="rbac", dir="/tmp"))  # unix socket paths are short
@@ -110,13 +109,13 @@ def test_each_startup_rule_is_needed(
         }
     )
     token = core.create_namespaced_service_account_token(PROBE_SA, NS, {"spec": {"expirationSeconds": 600}})
-    kc = token_kubeconfig(cluster, str(token.status.token), tmp_path / "probe.kubeconfig")
+    kc = chart.token_kubeconfig(str(token.status.token), name)
     args = [
         sys.executable,
         "-m",
         "dra_fake",
         "gpu-kubelet-plugin",
-        "--node-name=node-1",
+        f"--node-name={probe_node}",
         f"--driver-name={driver}",
         f"--kubeconfig={kc}",
         f"--kubelet-registrar-directory-path={short / 'registry'}",
@@ -130,15 +129,15 @@ def test_each_startup_rule_is_needed(
         "--mig-strategy=mixed",
     ]
     # so the probe's labels differ from the node's (an earlier probe may have written them)
-    core.patch_node("node-1", {"metadata": {"labels": {"nvidia.com/mig.strategy": None}}})
+    core.patch_node(probe_node, {"metadata": {"labels": {"nvidia.com/mig.strategy": None}}})
     proc = spawn(name, args, tmp_path / "logs", cwd=REPO)
     log = Path(proc.log)
     try:
         if not resource:
-            poll(f"{driver} slices published", lambda: Kube(cluster.kubeconfig).slices(driver=driver), 60)
-            assert not forbidden(log), forbidden(log)
+            poll(f"{driver} slices published", lambda: chart.kube.slices(driver=driver), 60)
+            assert not forbidden(log.read_text()), forbidden(log.read_text())
         else:
-            poll(f"an API call refused with 403 in {log}", lambda: forbidden(log), 60)
+            poll(f"an API call refused with 403 in {log}", lambda: forbidden(log.read_text()), 60)
             # Without a watch it publishes, but misses changes made by others; faults, node labels
             # and the pod watch of the metrics are beside publishing.
             if (
@@ -146,24 +145,23 @@ def test_each_startup_rule_is_needed(
                 and resource not in ("gpufaults", "pods")
                 and (resource, verb) != ("nodes", "patch")
             ):
-                assert not Kube(cluster.kubeconfig).slices(driver=driver)
+                assert not chart.kube.slices(driver=driver)
     finally:
         proc.stop()
         shutil.rmtree(short, ignore_errors=True)
         rbac.delete_cluster_role_binding(name)
         rbac.delete_cluster_role(name)
-        for s in Kube(cluster.kubeconfig).slices(driver=driver):
-            client.CustomObjectsApi(admin).delete_cluster_custom_object(
+        for s in chart.kube.slices(driver=driver):
+            client.CustomObjectsApi(chart.admin).delete_cluster_custom_object(
                 "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"]
             )
 
 
-@HOST_PLUGIN
 @pytest.mark.parametrize(
     ("verb"), ["", "get", "watch"], ids=["all-rules-follow-the-label", "nodes-get", "nodes-watch"]
 )
 def test_device_plugin_config_label_rules(
-    admin: client.ApiClient, cluster: LocalCluster, rendered: list[dict[str, Any]], tmp_path: Path, verb: str
+    chart: Chart, probe_node: str, rendered: list[dict[str, Any]], tmp_path: Path, verb: str
 ) -> None:
     """The device plugin's per-node config (NVIDIA's config-manager: docs/classic-requests.md) with
     the chart's rules for a device-plugin pool with configs: the plugin role plus the label watch's
@@ -171,8 +169,8 @@ def test_device_plugin_config_label_rules(
     without `nodes get` or `nodes watch` it runs into a 403; listing Nodes stays refused."""
     [base] = [o for o in rendered if o["kind"] == "ClusterRole" and o["metadata"]["name"] == SA]
     pool = helm_template(
-        client.VersionApi(admin).get_code().git_version.lstrip("v"),
-        served(admin),
+        client.VersionApi(chart.admin).get_code().git_version.lstrip("v"),
+        served(chart.admin),
         *VALUES,
         "--set", "mode=device-plugin", "--set", "devicePlugin.config.map.default=version: v1",
     )  # fmt: skip
@@ -180,8 +178,8 @@ def test_device_plugin_config_label_rules(
         o for o in pool if o["kind"] == "ClusterRole" and o["metadata"]["name"] == f"{SA}-node-config-label"
     ]
     rules = base["rules"] + label_role["rules"]
-    rbac = client.RbacAuthorizationV1Api(admin)
-    core = client.CoreV1Api(admin)
+    rbac = client.RbacAuthorizationV1Api(chart.admin)
+    core = client.CoreV1Api(chart.admin)
     name = f"probe-dp-label-{verb or 'all'}"
     short = Path(tempfile.mkdtemp(prefix="rbdp", dir="/tmp"))  # unix socket paths are short
     configs = tmp_path / "configs"
@@ -203,9 +201,9 @@ def test_device_plugin_config_label_rules(
         }
     )
     token = core.create_namespaced_service_account_token(PROBE_SA, NS, {"spec": {"expirationSeconds": 600}})
-    kc = token_kubeconfig(cluster, str(token.status.token), tmp_path / "probe.kubeconfig")
+    kc = chart.token_kubeconfig(str(token.status.token), name)
     args = [
-        sys.executable, "-m", "dra_fake", "device-plugin", "--node-name=node-1", f"--kubeconfig={kc}",
+        sys.executable, "-m", "dra_fake", "device-plugin", f"--node-name={probe_node}", f"--kubeconfig={kc}",
         f"--kubelet-socket={short / 'kubelet.sock'}",
         f"--kubelet-registrar-directory-path={short / 'registry'}", f"--cdi-root={short / 'cdi'}",
         f"--data-dir={short / 'data'}", f"--config-file-srcdir={configs}",
@@ -215,18 +213,18 @@ def test_device_plugin_config_label_rules(
     log = Path(proc.log)
     try:
         if verb:
-            poll(f"an API call refused with 403 in {log}", lambda: forbidden(log), 60)
+            poll(f"an API call refused with 403 in {log}", lambda: forbidden(log.read_text()), 60)
         else:
             poll("the label watch started", lambda: "Waiting for change" in log.read_text(), 60)
-            core.patch_node("node-1", {"metadata": {"labels": {"nvidia.com/device-plugin.config": "ts-2"}}})
+            core.patch_node(probe_node, {"metadata": {"labels": {"nvidia.com/device-plugin.config": "ts-2"}}})
             poll("the relabel followed", lambda: "Updating to config: ts-2" in log.read_text(), 60)
-            assert not forbidden(log), forbidden(log)
+            assert not forbidden(log.read_text()), forbidden(log.read_text())
             with pytest.raises(ApiException) as err:
                 client.CoreV1Api(sa_api(kc)).list_node()
             assert err.value.status == 403
     finally:
         proc.stop()
-        core.patch_node("node-1", {"metadata": {"labels": {"nvidia.com/device-plugin.config": None}}})
+        core.patch_node(probe_node, {"metadata": {"labels": {"nvidia.com/device-plugin.config": None}}})
         shutil.rmtree(short, ignore_errors=True)
         rbac.delete_cluster_role_binding(name)
         rbac.delete_cluster_role(name)
