@@ -15,6 +15,7 @@ a skip is a failure.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
+from e2e.faultcli import GROUP, PLURAL, VERSION
 from e2e.harnessbed import HarnessBed
 from e2e.kindbed import ApiOnlyBed, KindBed, kind_cluster_of
 from e2e.kindcluster.cluster import CLASSIC, POOL_LABEL
@@ -260,6 +263,16 @@ def ns(kube: Kube) -> Iterator[str]:
     # Wait until the namespace is gone, so its pods were unprepared and released their devices
     # before the next test allocates.
     kube.delete_namespace(name, wait=True)
+
+
+@pytest.fixture
+def faults(kube: Kube) -> Iterator[list[str]]:
+    """Names of GpuFaults a test created; deleted afterwards (they are cluster-scoped)."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        with contextlib.suppress(ApiException):  # already cleared by the test
+            kube.custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
 
 
 @pytest.fixture(autouse=True)

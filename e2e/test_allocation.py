@@ -14,71 +14,11 @@ from dra_fake.core.slices import PARTITIONABLE_DEVICES_SINCE, slice_manifest, sl
 from dra_fake.gpu.inventory import load_inventory
 from dra_fake.gpu.slices import desired_slices
 from e2e.conftest import E2E_NODE_CONFIGS, published, require
-from e2e.kube import Kube, poll, workload_container
+from e2e.kube import Kube
 from e2e.testbed import TestBed, assert_sees_its_gpus
+from e2e.workloads import attr, devices_of, pod, template, unschedulable
 
 DRIVER = "gpu.nvidia.com"
-
-
-def template(
-    name: str,
-    device_class: str,
-    selector: str | None = None,
-    count: int = 1,
-    match_attribute: str | None = None,
-) -> str:
-    exactly: dict[str, Any] = {
-        "deviceClassName": device_class,
-        "allocationMode": "ExactCount",
-        "count": count,
-    }
-    if selector:
-        exactly["selectors"] = [{"cel": {"expression": selector}}]
-    devices: dict[str, Any] = {"requests": [{"name": "req", "exactly": exactly}]}
-    if match_attribute:
-        devices["constraints"] = [{"requests": ["req"], "matchAttribute": match_attribute}]
-    return yaml.safe_dump(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name},
-            "spec": {"spec": {"devices": devices}},
-        }
-    )
-
-
-def pod(name: str, template_name: str, node: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": template_name}],
-        "containers": [workload_container(claims=["dev"])],
-    }
-    if node:
-        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
-def devices_of(kube: Kube, ns: str, pod_name: str) -> list[str]:
-    p = kube.pod(ns, pod_name)
-    claim = kube.claim(ns, p["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
-    return [device for _, _, device in kube.allocated_devices(claim)]
-
-
-def running_on_one_gpu(kube: Kube, ns: str, node: str, name: str) -> str:
-    """Pod `name` on `node` with a claim of one GPU (template `one`), once Running; its device."""
-    kube.apply_yaml(template("one", "gpu.nvidia.com"), ns)
-    kube.create(pod(name, "one", node), ns)
-    kube.wait_running(ns, name)
-    [device] = devices_of(kube, ns, name)
-    return device
-
-
-def unschedulable(kube: Kube, ns: str, name: str) -> str:
-    return poll(f"pod {name} Unschedulable", lambda: kube.unschedulable(ns, name), 60)
-
-
-def attr(device: dict[str, Any], name: str) -> Any:
-    value = device["attributes"][name]
-    return next(iter(value.values()))
 
 
 @pytest.fixture

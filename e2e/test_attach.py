@@ -22,7 +22,7 @@ from e2e.kube import Kube, poll
 from e2e.localcluster import LocalCluster
 from e2e.localcluster.controlplane import BINDING_TIMEOUT_SECONDS
 from e2e.pluginflags import start_gpu_plugin
-from e2e.test_allocation import pod, template
+from e2e.workloads import pod, template
 
 pytestmark = pytest.mark.needs("binding-conditions")
 

@@ -23,12 +23,12 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_fake.gpu.inventory import build_inventory, parse_config
 from dra_fake.gpu.profiles import load_profiles
+from e2e.faultcli import GROUP, PLURAL, VERSION, inject
 from e2e.kindcluster.cluster import CLASSIC, CLASSIC_INVENTORY, POOL_LABEL
 from e2e.kube import Kube, poll, workload_container
 from e2e.localcluster import LocalCluster
 from e2e.localcluster.processes import spawn
 from e2e.standin_kubelet import StandInKubelet
-from e2e.test_faults import GROUP, PLURAL, VERSION, inject
 from e2e.testbed import TestBed
 
 REPO = Path(__file__).resolve().parents[1]

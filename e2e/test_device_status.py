@@ -9,7 +9,7 @@ from typing import Any
 
 from e2e.conftest import published
 from e2e.kube import Kube, poll
-from e2e.test_allocation import pod, template
+from e2e.workloads import pod, template
 
 DRIVER = "gpu.nvidia.com"
 

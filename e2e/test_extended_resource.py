@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from e2e.kube import Kube, workload_container
-from e2e.test_allocation import devices_of, pod, template, unschedulable
 from e2e.testbed import TestBed, assert_sees_its_gpus
+from e2e.workloads import devices_of, pod, template, unschedulable
 
 EXTENDED_RESOURCE = "nvidia.com/gpu"
 

@@ -6,59 +6,20 @@ recovery `clear`) makes the device schedulable and healthy again."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import published
+from e2e.faultcli import GROUP, PLURAL, VERSION, fault_cli, inject
 from e2e.kube import Kube, poll
-from e2e.test_allocation import devices_of, pod, running_on_one_gpu, template, unschedulable
 from e2e.testbed import Exec, TestBed
+from e2e.workloads import devices_of, pod, running_on_one_gpu, template, unschedulable
 
-REPO = Path(__file__).resolve().parents[1]
-GROUP, VERSION, PLURAL = "dra-fake.dev", "v1alpha1", "gpufaults"
 XID_TAINT = "gpu.nvidia.com/xid"
-
-
-def fault_cli(kubeconfig: Path, *args: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "dra_fake", "fault", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-    )
-    assert out.returncode == 0, f"dra-fake fault {' '.join(args)}: {out.stdout}{out.stderr}"
-    return out.stdout
-
-
-def inject(kubeconfig: Path, node: str, device: str, kind: str, name: str, *flags: str) -> str:
-    """`dra-fake fault inject` of a fault that goes when it is cleared (recovery clear)."""
-    return fault_cli(
-        kubeconfig,
-        "inject",
-        "--node",
-        node,
-        "--device",
-        device,
-        "--kind",
-        kind,
-        "--recovery",
-        "clear",
-        "--name",
-        name,
-        *flags,
-    )
 
 
 def taints(kube: Kube, node: str, device: str) -> list[dict[str, Any]]:
@@ -90,16 +51,6 @@ def health_of(kube: Kube, ns: str, name: str) -> list[tuple[str, str]]:
         for entry in statuses[0].get("allocatedResourcesStatus") or []
         for r in entry.get("resources") or []
     ]
-
-
-@pytest.fixture
-def faults(kube: Kube) -> Iterator[list[str]]:
-    """Names of GpuFaults a test created; deleted afterwards (they are cluster-scoped)."""
-    names: list[str] = []
-    yield names
-    for name in names:
-        with contextlib.suppress(ApiException):  # already cleared by the test
-            kube.custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
 
 
 @pytest.mark.needs("device-taints")

@@ -25,8 +25,8 @@ from dra_fake.gpu.lendingfile import FILE_NAME
 from dra_fake.gpu.workloads import ANNOTATION_UTILIZATION
 from e2e.conftest import every_node_publishes, published
 from e2e.kube import Kube, pod_with_claim_template, poll
-from e2e.test_prepare import prepare_failure
 from e2e.testbed import GPU_DRIVER, NODE_PLUGINS_DIR, TestBed
+from e2e.workloads import prepare_failure
 
 pytestmark = pytest.mark.needs("node", "gpu-lending")
 

@@ -25,7 +25,7 @@ import yaml
 from e2e.harnessbed import HarnessBed
 from e2e.kube import Kube, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
-from e2e.test_prepare import claim_with_config, pod_for_claim
+from e2e.workloads import claim_with_config, pod_for_claim
 
 REPO = Path(__file__).resolve().parents[1]
 NODE = "node-1"

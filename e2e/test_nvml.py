@@ -15,7 +15,7 @@ import pynvml
 import pytest
 
 from e2e.conftest import published
-from e2e.kindcluster.cluster import NVML_CONSUMERS_IMAGE
+from e2e.faultcli import inject
 from e2e.kube import Kube, poll
 from e2e.nvmlview import (
     CONSUMERS,
@@ -28,27 +28,14 @@ from e2e.nvmlview import (
     printed,
     run_consumer,
 )
-from e2e.test_allocation import attr, devices_of, pod, template
-from e2e.test_faults import faults, inject  # noqa: F401 (the fixture)
 from e2e.testbed import Container, TestBed, expected_gpus, pod_claims
+from e2e.workloads import attr, consumer_pod, devices_of, template
 
 UTIL, MEMORY_MIB = 75, 10240
 LOAD = {
     "dra-fake.dev/simulated-gpu-utilization": str(UTIL),
     "dra-fake.dev/simulated-gpu-memory": f"{MEMORY_MIB}Mi",
 }
-
-
-def consumer_pod(name: str, template_name: str, node: str, annotations: dict[str, str]) -> dict[str, Any]:
-    """A pod of the consumers image that stays up (the programs run in it by exec)."""
-    manifest = pod(name, template_name, node)
-    manifest["metadata"]["annotations"] = annotations
-    manifest["spec"]["containers"][0] |= {
-        "image": NVML_CONSUMERS_IMAGE,
-        "imagePullPolicy": "IfNotPresent",  # loaded into the kind nodes, never pulled
-        "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 2147483647 & wait"],
-    }
-    return manifest
 
 
 def start(
@@ -157,7 +144,7 @@ def test_an_xid_is_an_nvml_event_and_a_lost_gpu_is_lost_to_every_consumer(
     bed: TestBed,
     ns: str,
     full_gpu_node: str,
-    faults: list[str],  # noqa: F811
+    faults: list[str],
 ) -> None:
     kube.apply_yaml(template("two", "gpu.nvidia.com", count=2), ns)
     view, uuids, _ = start(kube, bed, ns, consumer_pod("faulty", "two", full_gpu_node, {}))

@@ -14,10 +14,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.conftest import published
+from e2e.faultcli import inject
 from e2e.kube import Kube, poll
-from e2e.test_allocation import devices_of, pod, template
-from e2e.test_faults import faults, inject  # noqa: F401 (the fixture)
 from e2e.testbed import TestBed
+from e2e.workloads import devices_of, pod, template
 
 RECORD = "dra-fake.dev/gfd-labels"
 
@@ -132,7 +132,7 @@ def test_an_xid_fault_shows_in_the_xid_metric(
     bed: TestBed,
     ns: str,
     full_gpu_node: str,
-    faults: list[str],  # noqa: F811
+    faults: list[str],
 ) -> None:
     device = sorted(published(kube, full_gpu_node), key=lambda n: int(n.split("-")[1]))[-2]
     uuid = attribute(published(kube, full_gpu_node)[device], "uuid")

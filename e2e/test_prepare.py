@@ -5,57 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
 
-from e2e.kube import Kube, poll, workload_container
+from e2e.kube import Kube, poll
 from e2e.testbed import GPU_DRIVER, NODE_PLUGINS_DIR, TestBed, assert_sees_its_gpus
-
-
-def claim_with_config(name: str, parameters: dict[str, Any]) -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
-                    "config": [
-                        {
-                            "requests": ["gpu"],
-                            "opaque": {"driver": "gpu.nvidia.com", "parameters": parameters},
-                        }
-                    ],
-                }
-            },
-        }
-    )
-
-
-def pod_for_claim(name: str, claim: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-            "containers": [workload_container(claims=["gpu"])],
-        },
-    }
-
-
-def prepare_failure(kube: Kube, ns: str, pod: str, expected: str) -> str:
-    """The kubelet's FailedPrepareDynamicResources event whose message contains `expected` (the
-    kubelet retries, so earlier events may carry other transient errors)."""
-
-    def event() -> str | None:
-        for e in kube.events(ns, pod):
-            if e.get("reason") == "FailedPrepareDynamicResources" and expected in str(e.get("message")):
-                return str(e.get("message"))
-        return None
-
-    return poll(f"FailedPrepareDynamicResources event of {pod} with {expected!r}", event, 60)
-
+from e2e.workloads import claim_with_config, pod_for_claim, prepare_failure
 
 BAD_CONFIGS = [
     # (case, parameters, text the kubelet's event must contain)

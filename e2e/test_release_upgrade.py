@@ -25,11 +25,11 @@ from e2e.computedomainbed import (
     get_template,
     node_statuses,
 )
+from e2e.helmrelease import NAMESPACE, PLUGIN_PODS, RELEASE, helm, plugin_pods
 from e2e.kindbed import KindBed
 from e2e.kindcluster.cluster import KIND
 from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll
 from e2e.releases import PreviousRelease, previous
-from e2e.test_upgrade import NAMESPACE, PLUGIN_PODS, RELEASE, helm, plugin_pods
 from e2e.testbed import NODE_CDI_ROOT, TestBed, assert_sees_its_gpus
 
 pytestmark = pytest.mark.needs("kind", "previous-release")

@@ -20,8 +20,8 @@ from dra_fake.gpu.workloads import ANNOTATION_MEMORY, ANNOTATION_UTILIZATION
 from e2e.conftest import every_node_publishes, published
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.nvmlview import CONSUMERS, printed
-from e2e.test_nvml import consumer_pod
 from e2e.testbed import GPU_DRIVER, NODE_CDI_ROOT, TestBed, assert_sees_its_gpus
+from e2e.workloads import consumer_pod
 
 pytestmark = pytest.mark.needs("node", "consumable-shares")
 

@@ -16,9 +16,9 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_fake.gpu.taintrules import Drain, Rules
 from e2e.conftest import published
+from e2e.faultcli import fault_cli
 from e2e.kube import Kube, poll
-from e2e.test_allocation import pod, running_on_one_gpu, template, unschedulable
-from e2e.test_faults import fault_cli
+from e2e.workloads import pod, running_on_one_gpu, template, unschedulable
 
 pytestmark = pytest.mark.needs("device-taint-rules")
 

@@ -9,36 +9,18 @@ plugin prepares new claims, and it unprepares the claims the old one prepared.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
+from e2e.helmrelease import NAMESPACE, RELEASE, helm, plugin_pods
 from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll
 from e2e.testbed import NODE_CDI_ROOT, TestBed, assert_sees_its_gpus
 
 pytestmark = pytest.mark.needs("kind")
 
 REPO = Path(__file__).resolve().parents[1]
-HELM = Path(os.environ.get("HELM", REPO / ".tools" / "bin" / "helm"))
-RELEASE = NAMESPACE = "dra-fake"
-PLUGIN_PODS = "app.kubernetes.io/component=kubelet-plugin"
-
-
-def helm(kubeconfig: Path, *args: str) -> str:
-    out = subprocess.run(
-        [str(HELM), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=400
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
-
-
-def plugin_pods(kube: Kube) -> dict[str, str]:
-    """uid -> node of the kubelet-plugin pods."""
-    pods = kube.core.list_namespaced_pod(NAMESPACE, label_selector=PLUGIN_PODS).items
-    return {str(p.metadata.uid): str(p.spec.node_name) for p in pods if p.metadata and p.spec}
 
 
 def test_helm_upgrade_keeps_running_pods_and_their_claims(

@@ -16,18 +16,11 @@ import pytest
 from computedomain import imex
 from computedomain.controller import status
 from computedomain.plugin import configs as cdconfig
-from computedomain.plugin.domains import LABEL_OWNED, NAMESPACE_MISMATCH, DomainRef, NodeOwnedError
+from computedomain.plugin.domains import LABEL_OWNED, NAMESPACE_MISMATCH
 from computedomain.plugin.edits import channel_major, write_channel_placeholders
-from computedomain.plugin.state import ComputeDomainState, DaemonNotReady
+from computedomain.plugin.state import DaemonNotReady
 from dra_fake.core.claims import ClaimError, PermanentClaimError
-from tests.computedomainbed import UID
-
-DRIVER_NAMESPACE = "dra-fake"
-CLIQUE = "0b0f0c2d-6c67-4bba-9b6b-2a2f1e7ef7a1.32766"
-
-
-def params(kind: str = "ComputeDomainChannelConfig", **extra: Any) -> dict[str, Any]:
-    return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": kind, "domainID": UID, **extra}
+from tests.computedomainbed import CLIQUE, DRIVER_NAMESPACE, UID, FakeDomains, claim, make_state, params
 
 
 def test_strict_decoding_names_the_unknown_field() -> None:
@@ -101,76 +94,6 @@ def test_status_nodes_need_a_ready_entry_and_a_ready_pod() -> None:
     ]
     got = {n["name"]: (n["status"], n["index"], n["cliqueID"]) for n in status.nodes([clique], pods)}
     assert got == {"n1": ("Ready", 0, CLIQUE), "n2": ("NotReady", 1, CLIQUE), "n3": ("Ready", -1, "")}
-
-
-class FakeDomains:
-    def __init__(self, namespace: str = "team", ready: bool = False) -> None:
-        self.namespace = namespace
-        self.ready = ready
-        self.labels: dict[str, str] = {}
-
-    def get_by_uid(self, uid: str) -> DomainRef | None:
-        return DomainRef(uid, "cd", self.namespace) if uid == UID else None
-
-    def add_node_label(self, node: str, uid: str) -> None:
-        if self.labels.get(node, uid) != uid:
-            raise NodeOwnedError(LABEL_OWNED)
-        self.labels[node] = uid
-
-    def remove_node_label(self, node: str, uid: str) -> bool:
-        if self.labels.get(node) == uid:
-            del self.labels[node]
-            return True
-        return False
-
-    def node_ready(self, uid: str, clique_id: str, node: str) -> bool:
-        return self.ready
-
-
-def claim(device: str = "channel-0", namespace: str = "team", **cfg: Any) -> dict[str, Any]:
-    kind = "ComputeDomainChannelConfig" if device == "channel-0" else "ComputeDomainDaemonConfig"
-    request = "channel" if device == "channel-0" else "daemon"
-    return {
-        "metadata": {"uid": f"claim-{device}", "name": "c", "namespace": namespace},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {
-                            "request": request,
-                            "driver": "compute-domain.nvidia.com",
-                            "pool": "node-1",
-                            "device": device,
-                        }
-                    ],
-                    "config": [
-                        {
-                            "source": "FromClaim",
-                            "opaque": {
-                                "driver": "compute-domain.nvidia.com",
-                                "parameters": params(kind, **cfg),
-                            },
-                        }
-                    ],
-                }
-            }
-        },
-    }
-
-
-def make_state(tmp_path: Path, domains: FakeDomains, clique: str = CLIQUE) -> ComputeDomainState:
-    boot = tmp_path / "boot_id"
-    boot.write_text("boot-1")
-    return ComputeDomainState(
-        "compute-domain.nvidia.com",
-        "node-1",
-        tmp_path / "cdi",
-        tmp_path / "plugin",
-        domains,
-        clique,
-        DRIVER_NAMESPACE,
-        boot_id_path=boot,
-    )
 
 
 def test_channel_waits_for_the_daemon_then_injects_channel_0(tmp_path: Path) -> None:

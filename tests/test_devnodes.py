@@ -14,7 +14,7 @@ from dra_fake.core.chardev import char_majors
 from dra_fake.core.nvidiahost import nvidia_pci_functions
 from dra_fake.gpu import edits
 from dra_fake.gpu.devnodes import DeviceNodePolicy, DeviceNodes, decide
-from tests.test_cdi import DRIVER, GPU, MIG, UID_LETTER, spec_device
+from tests.cdibed import DRIVER, GPU, MIG, UID_LETTER, spec_device
 
 # A host without NVIDIA's driver (trimmed /proc/devices of a Debian VM).
 PLAIN_HOST = """Character devices:

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from crash_helper import make_claim, make_state, result
-from test_computedomain import FakeDomains, claim
-from test_computedomain import make_state as make_cd_state
 
 from dra_fake.core.claims import ClaimError
 from dra_fake.core.state import PreparedClaims
+from tests.computedomainbed import FakeDomains, claim
+from tests.computedomainbed import make_state as make_cd_state
 
 
 @dataclass
