@@ -5,8 +5,10 @@ manager advertises, allocates and admits; containerd starts the containers; NVID
 env; nvidia-smi inside the pod; a GpuFault takes a device out of allocatable; the node label
 nvidia.com/device-plugin.config switches the plugin's config.
 
-On the local harness (whose dra-kubelet has no device manager) the per-node config runs against the
-real API server with a stand-in for the kubelet's registration (e2e/standin_kubelet.py)."""
+The per-node config also runs on either bed as a process of the test machine against the real API
+server, for a Node object of its own (no kubelet), with a stand-in for the kubelet's registration
+(e2e/standin_kubelet.py): every registration it makes is seen (the harness's dra-kubelet has no
+device manager)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,6 @@ from dra_fake.gpu.profiles import load_profiles
 from e2e.faultcli import GROUP, PLURAL, VERSION, inject
 from e2e.kindcluster.cluster import CLASSIC, CLASSIC_INVENTORY, POOL_LABEL
 from e2e.kube import Kube, poll, workload_container
-from e2e.localcluster import LocalCluster
 from e2e.localcluster.processes import spawn
 from e2e.standin_kubelet import StandInKubelet
 from e2e.testbed import TestBed
@@ -193,14 +194,27 @@ def test_node_label_switches_the_config(kube: Kube, bed: TestBed, classic: str, 
     assert allocatable(kube, classic).get("nvidia.com/gpu") == "2"
 
 
-@pytest.mark.needs("harness")
+@pytest.fixture
+def probe_node(kube: Kube) -> Iterator[str]:
+    """A Node object no kubelet runs (tainted, so no pod is scheduled there)."""
+    name = "device-plugin-probe"
+    taint = {"key": "dra-fake.dev/device-plugin-probe", "effect": "NoSchedule"}
+    kube.core.create_node({"metadata": {"name": name}, "spec": {"taints": [taint]}})
+    try:
+        yield name
+    finally:
+        kube.core.delete_node(name)
+
+
+@pytest.mark.needs("node", reason="creates a Node object for the plugin it starts: a cluster of ours")
 def test_node_label_picks_the_config_and_relabelling_switches(
-    harness: LocalCluster, kube: Kube, tmp_path: Path
+    kubeconfig: Path, kube: Kube, probe_node: str, tmp_path: Path
 ) -> None:
-    """`dra-fake device-plugin` on node-1 with three named configs: the label's config is what it
-    registers; relabelling restarts it with the new one; an unknown name is logged with NVIDIA's
-    config-manager's error and the config kept; without the label the `named` fallback applies."""
-    node = "node-1"
+    """`dra-fake device-plugin` for a node with 8 x H100 and three named configs: the label's config
+    is what it registers; relabelling restarts it with the new one; an unknown name is logged with
+    NVIDIA's config-manager's error and the config kept; without the label the `named` fallback
+    applies."""
+    node = probe_node
     configs = tmp_path / "configs"
     configs.mkdir()
     (configs / "default").write_text("version: v1\n")
@@ -212,7 +226,7 @@ def test_node_label_picks_the_config_and_relabelling_switches(
     set_label(kube, node, "ts-4")
     args = [
         sys.executable, "-m", "dra_fake", "device-plugin", f"--node-name={node}",
-        f"--kubeconfig={harness.kubeconfig}", f"--kubelet-socket={short / 'kubelet.sock'}",
+        f"--kubeconfig={kubeconfig}", f"--kubelet-socket={short / 'kubelet.sock'}",
         f"--kubelet-registrar-directory-path={short / 'registry'}", f"--cdi-root={short / 'cdi'}",
         f"--data-dir={short / 'data'}", f"--config-file-srcdir={configs}",
         "--fallback-strategies=named,single",
@@ -243,5 +257,4 @@ def test_node_label_picks_the_config_and_relabelling_switches(
     finally:
         proc.stop()
         kubelet.stop()
-        set_label(kube, node, None)
         shutil.rmtree(short, ignore_errors=True)
