@@ -10,8 +10,10 @@ import platform
 from pathlib import Path
 from typing import Any
 
+import pytest
 from smi_container import DRIVER, UID1, UID2, claim, container_root, make_state, mig_names, read_spec, run_smi
 
+from dra_fake.core.claims import ClaimError
 from dra_fake.gpu.nvidia_smi import binary_bytes, library_bytes
 from dra_fake.gpu.state import DeviceState
 
@@ -113,6 +115,40 @@ def test_a_prepare_rewrites_files_someone_changed_since(a100: tuple[DeviceState,
     state.unprepare(UID1)
     state.prepare(claim(UID2, ["gpu-1"]))
     assert binary.read_bytes() == binary_bytes()
+    assert "kind=gpu" in info.read_text()
+
+
+def test_a_prepare_writes_its_files_outside_the_node_lock_and_a_retry_mends_them(
+    a100: tuple[DeviceState, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files are made sure of by each call after its batch (not in the batch's serial part)
+    and before the answer; a failure there fails the call, and the kubelet's retry of the
+    prepared claim writes them."""
+    state, _ = a100
+    nvidia_smi = state.nvidia_smi
+    assert nvidia_smi is not None
+    ensure = nvidia_smi.ensure_files
+    held: list[bool] = []
+
+    def watched(spec: Any) -> None:
+        held.append(state._serializer._mutex.locked())
+        ensure(spec)
+
+    monkeypatch.setattr(nvidia_smi, "ensure_files", watched)
+    state.prepare(claim(UID1, ["gpu-1"]))
+    assert held == [False]
+    info = Path(read_spec(state, UID1)["devices"][0]["containerEdits"]["mounts"][0]["hostPath"])
+    assert "kind=gpu" in info.read_text()
+
+    def failing(spec: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    info.unlink()
+    monkeypatch.setattr(nvidia_smi, "ensure_files", failing)
+    with pytest.raises(ClaimError, match=r"prepare devices failed: nvidia-smi files: .*No space left"):
+        state.prepare(claim(UID1, ["gpu-1"]))
+    monkeypatch.setattr(nvidia_smi, "ensure_files", watched)
+    state.prepare(claim(UID1, ["gpu-1"]))  # prepared already: its files made sure of again
     assert "kind=gpu" in info.read_text()
 
 

@@ -6,11 +6,15 @@ the new one, never a partial write; after return the new content survives a powe
 
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 from pathlib import Path
 
 TEMP_SUFFIX = ".tmp"
+# Temp names: a random start per process, then a count (one random draw per name was a getrandom
+# call in every prepare's serial part); O_EXCL still refuses a name another process has.
+_TEMP_NAMES = itertools.count(int.from_bytes(secrets.token_bytes(6), "big"))
 
 
 def temp_name_prefix(final: Path) -> str:
@@ -31,8 +35,13 @@ def atomic_write(path: Path, data: bytes, mode: int, durable: bool = True, sync_
     file, but a crash may lose it) durably; the file gets exactly `mode`. `sync_dir=False`: the
     caller fsyncs the directory itself (once for a batch of files)."""
     directory = path.parent
-    tmp = directory / f"{temp_name_prefix(path)}{secrets.token_hex(6)}{TEMP_SUFFIX}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    while True:
+        tmp = directory / f"{temp_name_prefix(path)}{next(_TEMP_NAMES) & 0xFFFFFFFFFFFF:012x}{TEMP_SUFFIX}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            break
+        except FileExistsError:
+            continue
     try:
         os.fchmod(fd, mode)  # independent of the umask
         view = memoryview(data)

@@ -199,14 +199,14 @@ class CheckpointStore(Generic[P]):
         )
         try:
             if appendable is not None:
-                end = self._append(data, appendable, durable, touched)
+                end, identity = self._append(data, appendable, durable, touched)
             else:
-                end = self._rewrite(data)
+                end, identity = self._rewrite(data), self._identity()
         except FileNotFoundError:  # the journal was removed under us
             if appendable is None:
                 raise
-            end = self._rewrite(data)
-        self._current = _Files(self._identity(), data, True, end)
+            end, identity = self._rewrite(data), self._identity()
+        self._current = _Files(identity, data, True, end)
 
     def _rewrite(self, data: CheckpointData[P]) -> int:
         """The whole checkpoint, then a journal that follows it. In this order: a crash between
@@ -225,20 +225,20 @@ class CheckpointStore(Generic[P]):
 
     def _append(
         self, data: CheckpointData[P], files: _Files, durable: bool, touched: Collection[str] | None
-    ) -> int:
+    ) -> tuple[int, Identity]:
         """The journal records of what changed in `data` since the files were written; returns
-        the journal's end."""
+        the journal's end and the files' identity (the checkpoint's as it was)."""
         changed, gone = self.codec.changes(data, touched)
         records = [journal.put(*self.codec.entry_json(uid, data.claims[uid])) for uid in changed]
         records += [journal.drop(canonical_json(uid)) for uid in gone]
         if not records:
-            return files.journal_end
+            return files.journal_end, files.identity
         journal_file = files.identity[1]  # its size as this store left it
         if journal_file is None:
             raise FileNotFoundError(self.journal_path)
         record_bytes = b"".join(records)
-        journal.write(self.journal_path, files.journal_end, journal_file[1], record_bytes, durable)
-        return files.journal_end + len(record_bytes)
+        written = journal.write(self.journal_path, files.journal_end, journal_file[1], record_bytes, durable)
+        return files.journal_end + len(record_bytes), (files.identity[0], written)
 
     def states(self) -> dict[str, tuple[ClaimState, int]]:
         """Claim UID -> (state, devices), without locking (for metrics, at each scrape): what

@@ -104,10 +104,11 @@ def parse(raw: bytes) -> Replay:
     return replay
 
 
-def write(path: Path, offset: int, size: int, records: bytes, durable: bool = True) -> None:
+def write(path: Path, offset: int, size: int, records: bytes, durable: bool = True) -> tuple[int, int, int]:
     """Write `records` at `offset` (the end of the last record) of the journal of `size` bytes and
     (`durable`) fdatasync it, which makes every earlier write durable too; GROW_BYTES of zeros
-    follow records that do not fit. FileNotFoundError if it is gone."""
+    follow records that do not fit. Returns the file's identity now (atomic.file_identity: what
+    a stat would say, without one). FileNotFoundError if it is gone."""
     if offset + len(records) > size:
         records += bytes(GROW_BYTES)
     fd = os.open(path, os.O_WRONLY)
@@ -126,3 +127,6 @@ def write(path: Path, offset: int, size: int, records: bytes, durable: bool = Tr
             os.fdatasync(fd)
     finally:
         os.close(fd)
+    # A file system that keeps coarser times stores another mtime: the next load re-reads the
+    # files (the identity only saves reads), never trusts a stale one.
+    return (st.st_ino, st.st_size, mtime)

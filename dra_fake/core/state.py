@@ -129,8 +129,8 @@ class PreparedClaims(ABC, Generic[P]):
         its CDI spec tells, or None if the spec is not one of ours."""
 
     def before_spec(self, spec: Mapping[str, Any]) -> None:
-        """Files a spec mounts, written before the spec (a runtime never sees a spec whose
-        mounts are missing)."""
+        """Files a spec mounts, there before a container can use the spec: written before a spec
+        restored at start-up or rewritten, and by a driver's prepare before it answers."""
 
     def sweep(self, data: CheckpointData[P]) -> int:
         """At start-up, under the lock: remove the driver's own files that no entry of `data`

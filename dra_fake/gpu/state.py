@@ -8,7 +8,7 @@ argues why a SIGKILL between any two steps is safe):
     lock -> load -> PrepareCompleted? return stored devices
          -> PrepareStarted? roll it back -> plan (pure: configs, conflicts, UUIDs, CDI spec)
          -> write PrepareStarted (with the undo data, write-ahead) -> create MIG / apply sharing
-         -> write CDI spec -> write PrepareCompleted
+         -> write CDI spec -> write PrepareCompleted -> unlock -> the files the spec mounts
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ class _Prepare:
     devices: list[PreparedDevice] | None = None
     error: Exception | None = None
     twin: _Prepare | None = None  # the same claim earlier in the batch
+    spec: Mapping[str, Any] | None = None  # whose nvidia-smi files the caller makes sure of
 
 
 # --- The device state ----------------------------------------------------------------------------
@@ -123,6 +124,15 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             raise item.error
         if item.devices is None:
             raise ClaimError(f"prepare devices failed: claim {parsed.uid} was not prepared")
+        # The files the spec mounts, outside the node lock (each call's own thread, not the batch's
+        # serial part) and before the kubelet hears of the claim, so before any of its containers
+        # can start. A failure fails this call; the kubelet's retry finds the claim prepared and
+        # makes sure of them again (docs/prepare.md#group-commit).
+        if item.spec is not None:
+            try:
+                self.before_spec(item.spec)
+            except OSError as exc:
+                raise ClaimError(f"prepare devices failed: nvidia-smi files: {exc}") from exc
         return item.devices
 
     def _prepare_batch(self, items: list[_Prepare]) -> None:
@@ -148,6 +158,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                     self.ensure_spec(uid, entry)
                     _log.info("prepare: already prepared claim=%s", uid)
                     item.devices = [to_prepared(d) for d in entry.preparedDevices]
+                    item.spec = entry.cdiSpec
                     continue
                 if entry is not None:
                     _log.info("prepare: rolling back a partial prepare claim=%s", uid)
@@ -166,7 +177,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             self._commit(data, list(planned.values()))
         for item in items:
             if item.twin is not None:
-                item.devices, item.error = item.twin.devices, item.twin.error
+                item.devices, item.error, item.spec = item.twin.devices, item.twin.error, item.twin.spec
         if any(item.error is not None for item in items):
             self.store.forget()  # an error path may have left the loaded checkpoint half-changed
 
@@ -181,7 +192,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                     raise cdi.CdiSpecError("no CDI spec planned")
                 self._apply(item.claim.uid, item.entry.driverData, item.reused_migs)
                 crash_point("prepare:after-apply")
-                self.write_spec(item.claim.uid, item.entry.cdiSpec, durable=False)
+                self.cdi.write(item.claim.uid, item.entry.cdiSpec, durable=False)  # its files: prepare_claim
             except Exception as exc:
                 self._fail(data, item, exc)
         crash_point("prepare:after-cdi")
@@ -196,6 +207,9 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                     self._fail(data, item, exc)
             return
         crash_point("prepare:after-completed")  # the caller (serving.ClaimPreparer) logs each claim
+        for item in items:
+            if item.error is None and item.entry is not None:
+                item.spec = item.entry.cdiSpec
 
     def _fail(self, data: CheckpointData[GpuClaimData], item: _Prepare, exc: Exception) -> None:
         """A claim of the batch failed after its PrepareStarted entry was written."""
