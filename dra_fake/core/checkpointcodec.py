@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from dra_fake.core.checkpoint import (
     FORMAT_VERSION,
+    PREPARE_STARTED,
     REASON_SCHEMA,
     V1,
     CheckpointData,
@@ -36,13 +37,14 @@ def _fixed(entry: ClaimEntry[Any]) -> tuple[object, ...]:
 
 
 class _Written(NamedTuple):
-    """An entry as last serialised: the object, its changeable fields, the objects of its other
-    fields (held, so that `is` compares them) and the plain form serialised."""
+    """An entry as last serialised: the object and its changeable fields; after a PrepareStarted
+    record also the objects of its other fields (held, so that `is` compares them) and the plain
+    form serialised (`entry_json`)."""
 
     entry: ClaimEntry[Any]
     key: _Key
     fixed: tuple[object, ...]
-    dump: dict[str, Any]
+    dump: dict[str, Any] | None
 
 
 class Codec(Generic[P]):
@@ -74,14 +76,23 @@ class Codec(Generic[P]):
 
     def entry_json(self, uid: str, entry: ClaimEntry[P]) -> tuple[bytes, bytes]:
         """The canonical JSON of `uid` and of `entry`; the entry recorded as written (`changes`)."""
-        key, fixed, hit = _key(entry), _fixed(entry), self._entries.get(uid)
-        if hit is not None and hit.entry is entry and all(map(operator.is_, hit.fixed, fixed)):
+        key, hit = _key(entry), self._entries.get(uid)
+        if (
+            hit is not None
+            and hit.dump is not None
+            and hit.entry is entry
+            and all(map(operator.is_, hit.fixed, _fixed(entry)))
+        ):
             # a prepare's PrepareCompleted after its PrepareStarted: only the changeable fields
             # may differ, so the entry is not dumped again
             dump = {**hit.dump, "state": key[0], "unpreparing": key[1], "recovered": key[2]}
         else:
             dump = entry.model_dump(mode="json", exclude_none=True)
-        self._entries[uid] = _Written(entry, key, fixed, dump)
+        # Kept after a write-ahead record only, for the one that follows it in the same batch: the
+        # plain form of every entry held would be objects the garbage collector scans for as long
+        # as the claim is prepared.
+        started = key[0] == PREPARE_STARTED
+        self._entries[uid] = _Written(entry, key, _fixed(entry) if started else (), dump if started else None)
         return canonical_json(uid), canonical_json(dump)
 
     def changes(
