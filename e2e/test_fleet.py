@@ -21,8 +21,9 @@ from e2e.kube import Kube, gpu_claim_template, pod_with_claim_template, poll
 from e2e.localcluster.processes import free_port
 
 NODES = 3
-# Fleet nodes send no heartbeats: a real node lifecycle controller (kind) would taint them.
-pytestmark = pytest.mark.needs("harness")
+# A process of the test machine creating Nodes: a cluster of ours (the harness or kind, whose node
+# lifecycle controller sees the heartbeats the fleet renews for the nodes it creates).
+pytestmark = pytest.mark.needs("node", reason="creates Nodes and marks their pods Running: a cluster of ours")
 
 
 class Fleet(NamedTuple):
