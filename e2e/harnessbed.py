@@ -203,3 +203,10 @@ class HarnessBed(TestBed):
 
     def stop_kwok(self) -> None:
         self.cluster.stop_kwok()
+
+    def restart_kubelet(self, node: str) -> None:
+        self.cluster.stop_harness(node)
+        self.cluster.start_harness(node)
+
+    def restart_apiserver(self) -> None:
+        self.cluster.restart_apiserver()

@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import urllib3
 import yaml
+from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
 from dra_fake.core.checkpoint import read_claims
@@ -233,6 +235,37 @@ class KindBed(TestBed):
 
     def start_controller(self) -> None:
         self._scale_controller(1)
+
+    def restart_kubelet(self, node: str) -> None:
+        proc = self._docker(node, "systemctl", "restart", "kubelet")
+        assert proc.returncode == 0, proc.stderr
+        poll(
+            f"the kubelet of {node} active again",
+            lambda: self._docker(node, "systemctl", "is-active", "kubelet").stdout.strip() == "active",
+            60,
+        )
+
+    def restart_apiserver(self) -> None:
+        node = f"{self.cluster}-control-plane"
+
+        def running() -> list[str]:
+            ps = self._docker(node, "crictl", "ps", "-q", "--name", "kube-apiserver", "--state", "running")
+            return ps.stdout.split()
+
+        [old] = running()
+        proc = self._docker(node, "crictl", "stop", old)
+        assert proc.returncode == 0, proc.stderr
+
+        def serving() -> bool:
+            if running() in ([], [old]):
+                return False
+            try:
+                self.kube.core.list_namespace(limit=1, _request_timeout=5)
+            except (ApiException, urllib3.exceptions.HTTPError):  # not serving yet: refused, reset, 5xx
+                return False
+            return True
+
+        poll("kube-apiserver restarted by the kubelet and serving", serving, 180)
 
     def start_kwok(self, profile: WorkloadProfile) -> None:
         from e2e.kindcluster import kwok

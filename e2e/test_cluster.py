@@ -178,15 +178,14 @@ spec:
     assert kube.pod(ns, "greedy")["status"]["phase"] == "Pending"
 
 
-@pytest.mark.needs("harness")
-def test_harness_restart_wipes_slices_and_the_driver_recreates_them(
-    kube: Kube, harness: LocalCluster
+@pytest.mark.needs("node")
+def test_a_kubelet_restart_wipes_slices_and_the_driver_recreates_them(
+    kube: Kube, bed: TestBed, nodes: list[str]
 ) -> None:
-    node = harness.state.nodes[0]
+    node = nodes[0]
     before = {s["metadata"]["uid"] for s in kube.slices(node=node)}
     assert before
-    harness.stop_harness(node)
-    harness.start_harness(node)  # the kubelet's DRA manager deletes the node's slices at start
+    bed.restart_kubelet(node)  # the kubelet's DRA manager deletes the node's slices at start
     poll(
         "slices re-created with new UIDs",
         lambda: (lambda now: now and not (now & before))(
@@ -196,7 +195,11 @@ def test_harness_restart_wipes_slices_and_the_driver_recreates_them(
     )
 
 
-@pytest.mark.needs("harness")
+@pytest.mark.needs(
+    "harness",
+    reason="calls the plugin's DRA socket from the test machine (kind's is inside the node container; "
+    "the kubelet's own calls after a crash are e2e/test_cluster.py's crashed-plugin test)",
+)
 def test_plugin_restart_republishes_and_answers_prepared_claims_idempotently(
     kube: Kube, ns: str, harness: LocalCluster
 ) -> None:
@@ -227,10 +230,12 @@ def _device_attr(kube: Kube, pool: str, device: str, attr: str) -> str:
     raise AssertionError(f"device {device} not in pool {pool}")
 
 
-@pytest.mark.needs("harness")
-def test_the_driver_survives_an_api_server_restart(kube: Kube, ns: str, harness: LocalCluster) -> None:
-    node = harness.state.nodes[0]
-    harness.restart_apiserver()  # the plugin's watch breaks; it must reconnect with backoff
+@pytest.mark.needs("node")
+def test_the_driver_survives_an_api_server_restart(
+    kube: Kube, ns: str, bed: TestBed, nodes: list[str]
+) -> None:
+    node = nodes[0]
+    bed.restart_apiserver()  # the plugin's watch breaks; it must reconnect with backoff
     # The kubelet would wipe slices while the server was away; the plugin must put them back.
     for s in poll("API server back", lambda: kube.slices(node=node), 60):
         kube.delete_slice(s["metadata"]["name"])
@@ -243,7 +248,11 @@ def test_the_driver_survives_an_api_server_restart(kube: Kube, ns: str, harness:
     kube.wait_running(ns, "after-restart")
 
 
-@pytest.mark.needs("harness")
+@pytest.mark.needs(
+    "harness",
+    reason="stops the harness's kube-apiserver and calls the plugin's DRA socket from the test machine "
+    "while it is away (kind's socket is inside the node container)",
+)
 def test_a_plugin_started_during_an_api_outage_serves_unprepare_from_its_checkpoint(
     kube: Kube, ns: str, harness: LocalCluster
 ) -> None:

@@ -42,7 +42,11 @@ VALUES = {
 }
 FEATURE_GATES = "TimeSlicingSettings=true"
 
-pytestmark = pytest.mark.needs("harness")
+pytestmark = pytest.mark.needs(
+    "harness",
+    reason="make cluster-up's own path from chart values to the local cluster's plugin command lines "
+    "(on kind Helm renders the values: e2e/test_sharing.py's and e2e/test_lending.py's upgrades)",
+)
 
 
 def cluster_up(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -15,9 +15,16 @@ from e2e.soakoutages import ApiOutages, Leadership, overlapping
 KILLS = int(os.environ.get("SOAK_KILLS", "25"))
 OUTAGES = int(os.environ.get("SOAK_OUTAGES", "3"))
 SEED = int(os.environ.get("SOAK_SEED", "1"))
+# e2e/soak.py: SIGKILLs the harness's plugin processes and calls their DRA sockets from the test
+# machine between kills; the outages stop and start the harness's kube-apiserver.
+SOAK_BED = pytest.mark.needs(
+    "harness",
+    reason="kills the harness's plugin processes and calls their DRA sockets from the test machine "
+    "(kind's are inside the node containers); the outages stop the harness's kube-apiserver",
+)
 
 
-@pytest.mark.needs("harness")
+@SOAK_BED
 def test_sigkilled_at_random_moments_the_plugins_lose_nothing_and_leave_nothing(
     kube: Kube, harness: LocalCluster
 ) -> None:
@@ -31,7 +38,7 @@ def test_sigkilled_at_random_moments_the_plugins_lose_nothing_and_leave_nothing(
     assert report.calls_cut > 0
 
 
-@pytest.mark.needs("harness")
+@SOAK_BED
 def test_through_api_server_outages_no_claim_is_lost_and_the_controller_has_one_leader(
     kube: Kube, harness: LocalCluster
 ) -> None:

@@ -11,7 +11,8 @@ Tests ask the test bed for what differs between them:
   kind that is a real container (exec through the API server); on the harness, which runs no
   containers, it is what the kubelet's CDI library injected (the harness's pod record), with our
   nvidia-smi (the mounted binary) run against the mounted files;
-- node files (CDI specs, checkpoints) and node processes (kill a plugin or an IMEX daemon);
+- node files (CDI specs, checkpoints) and node processes (kill a plugin or an IMEX daemon, restart
+  the kubelet);
 - `driver_namespace`: where the driver's ComputeDomain daemons run.
 
 Tests declare what they need with `@pytest.mark.needs(...)`; conftest deselects (does not skip)
@@ -139,6 +140,16 @@ class TestBed(ABC):
 
     def stop_kwok(self) -> None:
         raise NotImplementedError(f"no KWOK on the {self.name} test bed")
+
+    def restart_kubelet(self, node: str) -> None:
+        """Restart the node's kubelet (the harness's node process; on kind the node's kubelet
+        service): at start its DRA manager deletes every ResourceSlice of the node."""
+        raise NotImplementedError(f"no kubelet of ours on the {self.name} test bed")
+
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and let it start again (the harness's process; on kind the control
+        plane's static pod, whose container the kubelet restarts); returns once it serves."""
+        raise NotImplementedError(f"no API server of ours on the {self.name} test bed")
 
 
 # ---- what a container must see ------------------------------------------------------------------
