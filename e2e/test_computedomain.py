@@ -313,6 +313,16 @@ def test_controller_restart_mid_flow_converges(
     cd = create_cd(kube, ns, cd_manifest("restart", "restart-channel"))
     uid = cd["metadata"]["uid"]
     poll("workload template", lambda: get_template(kube, ns, "restart-channel"))
+    # The controller makes the daemon's template and DaemonSet beside the workload template, not
+    # before it: stopped between the two, no daemon would ever start (found by a make test run).
+    poll(
+        "daemon DaemonSet",
+        lambda: (
+            kube_apps(kube)
+            .list_namespaced_daemon_set(controller.driver_namespace, label_selector=f"{CD_LABEL}={uid}")
+            .items
+        ),
+    )
     controller.stop_controller()  # harness: SIGKILL; kind: scaled to 0, its pod killed
     kube.core.create_namespaced_pod(ns, channel_pod("p", "restart-channel", node=node))
     # Without a controller the node's daemon joins, but nobody publishes the CD status.
