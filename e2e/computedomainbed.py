@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from computedomain.api import CD_LABEL, CLIQUE_PLURAL, GROUP, PLURAL, VERSION
+from computedomain.api import CD_LABEL, CLIQUE_PLURAL, GROUP, PLURAL, VERSION, daemon_object_name
 from e2e.kube import WORKLOAD_IMAGE, Kube, poll
 from e2e.testbed import TestBed
 
@@ -140,6 +140,21 @@ def leftovers(kube: Kube, driver_ns: str, uid: str) -> list[str]:
 
 def kube_apps(kube: Kube) -> client.AppsV1Api:
     return client.AppsV1Api(kube.api)
+
+
+def wait_for_objects(kube: Kube, bed: TestBed, ns: str, channel_template: str, uid: str) -> None:
+    """The domain's objects: its workload template, the daemon's template and its DaemonSet. The
+    controller makes the daemon's two beside the workload template, not before it."""
+    poll("workload template", lambda: get_template(kube, ns, channel_template))
+    poll("daemon template", lambda: get_template(kube, bed.driver_namespace, daemon_object_name(uid)))
+    poll(
+        "daemon DaemonSet",
+        lambda: (
+            kube_apps(kube)
+            .list_namespaced_daemon_set(bed.driver_namespace, label_selector=f"{CD_LABEL}={uid}")
+            .items
+        ),
+    )
 
 
 def delete_cd_and_wait_clean(bed: TestBed, ns: str, name: str, uid: str) -> None:

@@ -27,6 +27,7 @@ from e2e.computedomainbed import (
     node_labels,
     node_statuses,
     prepare_failures,
+    wait_for_objects,
 )
 from e2e.kube import Kube, poll
 from e2e.testbed import TestBed
@@ -285,16 +286,7 @@ def test_a_domain_created_while_the_controller_is_down_gets_its_objects_and_only
     cd = create_cd(kube, ns, cd_manifest("away", "away-channel"))
     uid = cd["metadata"]["uid"]
     controller.start_controller()
-    poll("workload template", lambda: get_template(kube, ns, "away-channel"))
-    poll("daemon template", lambda: get_template(kube, controller.driver_namespace, daemon_object_name(uid)))
-    poll(
-        "daemon DaemonSet",
-        lambda: (
-            kube_apps(kube)
-            .list_namespaced_daemon_set(controller.driver_namespace, label_selector=f"{CD_LABEL}={uid}")
-            .items
-        ),
-    )
+    wait_for_objects(kube, controller, ns, "away-channel", uid)
 
     def finalized() -> dict[str, Any] | None:
         meta: dict[str, Any] = get_cd(kube, ns, "away")["metadata"]
@@ -312,17 +304,8 @@ def test_controller_restart_mid_flow_converges(
     node = nodes[0]
     cd = create_cd(kube, ns, cd_manifest("restart", "restart-channel"))
     uid = cd["metadata"]["uid"]
-    poll("workload template", lambda: get_template(kube, ns, "restart-channel"))
-    # The controller makes the daemon's template and DaemonSet beside the workload template, not
-    # before it: stopped between the two, no daemon would ever start (found by a make test run).
-    poll(
-        "daemon DaemonSet",
-        lambda: (
-            kube_apps(kube)
-            .list_namespaced_daemon_set(controller.driver_namespace, label_selector=f"{CD_LABEL}={uid}")
-            .items
-        ),
-    )
+    # All of them: stopped after the workload template alone, no daemon would ever start.
+    wait_for_objects(kube, controller, ns, "restart-channel", uid)
     controller.stop_controller()  # harness: SIGKILL; kind: scaled to 0, its pod killed
     kube.core.create_namespaced_pod(ns, channel_pod("p", "restart-channel", node=node))
     # Without a controller the node's daemon joins, but nobody publishes the CD status.

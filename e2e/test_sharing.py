@@ -21,7 +21,7 @@ from e2e.conftest import every_node_publishes, published
 from e2e.kube import Kube, pod_with_claim_template, poll
 from e2e.nvmlview import CONSUMERS, printed
 from e2e.testbed import GPU_DRIVER, NODE_CDI_ROOT, TestBed, assert_sees_its_gpus
-from e2e.workloads import consumer_pod
+from e2e.workloads import consumer_pod, prepare_failure
 
 pytestmark = pytest.mark.needs("node", "consumable-shares")
 
@@ -213,16 +213,6 @@ def test_a_share_larger_than_the_gpu_pends_with_the_schedulers_reason(
     assert (
         not kube.claim(ns, claim_of(kube, ns, "huge")["metadata"]["name"]).get("status", {}).get("allocation")
     )
-
-
-def prepare_failure(kube: Kube, ns: str, pod: str, expected: str) -> str:
-    def event() -> str | None:
-        for e in kube.events(ns, pod):
-            if e.get("reason") == "FailedPrepareDynamicResources" and expected in str(e.get("message")):
-                return str(e.get("message"))
-        return None
-
-    return poll(f"FailedPrepareDynamicResources event of {pod} with {expected!r}", event, 60)
 
 
 def test_conflicting_time_slicing_on_one_gpu_is_refused_with_nvidias_text(
