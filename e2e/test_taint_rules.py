@@ -73,7 +73,18 @@ def test_a_noexecute_drain_evicts_the_pod_and_undrain_frees_the_device(
     uuid = published(kube, full_gpu_node)[device]["attributes"]["uuid"]["string"]
     kube.apply_yaml(uuid_template("same", uuid), ns)
     kube.create(pod("waiting", "same", full_gpu_node), ns)
-    assert unschedulable(kube, ns, "waiting")
+
+    def refused() -> str | None:
+        """The scheduler reads DeviceTaintRules from its own watch: a pod it schedules in the moment
+        before it has the new rule gets the device, and the eviction controller deletes that pod
+        (seen once in a make test run, bound 0.6 s after the rule was made). Such a pod is made
+        again: what must hold is that the device ends up refused."""
+        if not kube.pod_exists(ns, "waiting"):
+            kube.create(pod("waiting", "same", full_gpu_node), ns)
+            return None
+        return kube.unschedulable(ns, "waiting")
+
+    assert poll("pod waiting Unschedulable", refused, 60)
     # ... until the drain is undone.
     out = fault_cli(kubeconfig, "undrain", "--node", full_gpu_node, "--device", device)
     assert out.strip() == f"devicetaintrule.resource.k8s.io/{name} deleted"
