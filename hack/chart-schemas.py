@@ -22,18 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import config
+
+from dra_fake.core.kube import get_json, load_kube_client
 
 
 def fetch_openapi(kubeconfig: Path) -> dict[str, Any]:
     """The server's /openapi/v2, with the kubeconfig's credentials (a token or a client certificate)."""
-    api = config.new_client_from_config(config_file=str(kubeconfig))
-    request = api.param_serialize(
-        "GET", "/openapi/v2", header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
-    )
-    resp = api.call_api(*request, _request_timeout=60)
-    assert resp.status == 200, resp.status
-    return dict(json.loads(resp.read()))
+    return get_json(load_kube_client(str(kubeconfig)), "/openapi/v2")
 
 
 def file_name(group: str, version: str, kind: str) -> str:

@@ -107,6 +107,7 @@ class ResolvedConfig:
 
     config: DeviceConfig
     sharing: AppliedSharing
+    fingerprint: str  # of `config`: one per config, however many results share it
 
 
 def fingerprint(config: DeviceConfig) -> str:
@@ -178,7 +179,9 @@ def resolve_configs(
         except ConfigError as exc:
             raise ConfigError(f"error validating GPU config: {exc}") from None
         item = ResolvedConfig(
-            normalized, _applied(normalized, [results[i] for i in indexes], gates, claim_uid)
+            normalized,
+            _applied(normalized, [results[i] for i in indexes], gates, claim_uid),
+            fingerprint(normalized),
         )
         for i in indexes:
             resolved[i] = item

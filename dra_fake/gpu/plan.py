@@ -254,12 +254,7 @@ def plan_claim(
             state.consumable_shares is not None or state.devices[r.device].shares is not None
         ):
             raise PermanentClaimError(f"prepare devices failed: error applying config: {MPS_REFUSED}")
-    # results of one config share its object (resolve_configs): one fingerprint per config
-    by_config: dict[int, str] = {}
-    fingerprints = [
-        by_config.get(id(c.config)) or by_config.setdefault(id(c.config), configresolve.fingerprint(c.config))
-        for c in resolved
-    ]
+    fingerprints = [c.fingerprint for c in resolved]
     try:
         check_conflicts(claim, held, fingerprints, state.devices, state.node)
     except ClaimError as exc:

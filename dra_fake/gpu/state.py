@@ -51,12 +51,11 @@ class _Prepare:
     """One claim of a prepare batch and its outcome."""
 
     claim: ParsedClaim
-    entry: GpuClaimEntry | None = None  # planned
+    entry: GpuClaimEntry | None = None  # planned, or the stored one of a claim prepared already
     reused_migs: frozenset[str] = frozenset()  # UUIDs of dynamic MIG devices other shares created
     devices: list[PreparedDevice] | None = None
     error: Exception | None = None
     twin: _Prepare | None = None  # the same claim earlier in the batch
-    spec: Mapping[str, Any] | None = None  # whose nvidia-smi files the caller makes sure of
 
 
 # --- The device state ----------------------------------------------------------------------------
@@ -128,9 +127,10 @@ class DeviceState(PreparedClaims[GpuClaimData]):
         # serial part) and before the kubelet hears of the claim, so before any of its containers
         # can start. A failure fails this call; the kubelet's retry finds the claim prepared and
         # makes sure of them again (docs/prepare.md#group-commit).
-        if item.spec is not None:
+        entry = (item.twin or item).entry
+        if entry is not None and entry.cdiSpec is not None:
             try:
-                self.before_spec(item.spec)
+                self.before_spec(entry.cdiSpec)
             except OSError as exc:
                 raise ClaimError(f"prepare devices failed: nvidia-smi files: {exc}") from exc
         return item.devices
@@ -158,7 +158,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                     self.ensure_spec(uid, entry)
                     _log.info("prepare: already prepared claim=%s", uid)
                     item.devices = [to_prepared(d) for d in entry.preparedDevices]
-                    item.spec = entry.cdiSpec
+                    item.entry = entry
                     continue
                 if entry is not None:
                     _log.info("prepare: rolling back a partial prepare claim=%s", uid)
@@ -177,7 +177,7 @@ class DeviceState(PreparedClaims[GpuClaimData]):
             self._commit(data, list(planned.values()))
         for item in items:
             if item.twin is not None:
-                item.devices, item.error, item.spec = item.twin.devices, item.twin.error, item.twin.spec
+                item.devices, item.error = item.twin.devices, item.twin.error
         if any(item.error is not None for item in items):
             self.store.forget()  # an error path may have left the loaded checkpoint half-changed
 
@@ -207,9 +207,6 @@ class DeviceState(PreparedClaims[GpuClaimData]):
                     self._fail(data, item, exc)
             return
         crash_point("prepare:after-completed")  # the caller (serving.ClaimPreparer) logs each claim
-        for item in items:
-            if item.error is None and item.entry is not None:
-                item.spec = item.entry.cdiSpec
 
     def _fail(self, data: CheckpointData[GpuClaimData], item: _Prepare, exc: Exception) -> None:
         """A claim of the batch failed after its PrepareStarted entry was written."""
