@@ -77,7 +77,7 @@ def test_a_noexecute_drain_evicts_the_pod_and_undrain_frees_the_device(
     def refused() -> str | None:
         """The scheduler reads DeviceTaintRules from its own watch: a pod it schedules in the moment
         before it has the new rule gets the device, and the eviction controller deletes that pod
-        (seen once in a make test run, bound 0.6 s after the rule was made). Such a pod is made
+        (seen once in a make test run: bound within a second of the rule). Such a pod is made
         again: what must hold is that the device ends up refused."""
         if not kube.pod_exists(ns, "waiting"):
             kube.create(pod("waiting", "same", full_gpu_node), ns)
