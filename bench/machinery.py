@@ -1,6 +1,7 @@
 """Machinery on trial: our plugin with each piece of its machinery and without it, in one run
 (same commit, same cluster, variants alternating within each repetition); a piece keeps its place
-only where the difference is larger than the run-to-run noise on a figure users feel.
+only where, on a figure users feel, it is better in more of the paired repetitions than luck gives
+(`paired`, `verdicts`).
 
 The pieces (dra_fake.core.trials.PIECES, `DRA_FAKE_WITHOUT`), and the CPU pinning
 (`--cpu-affinity` one vs inherit). Every variant runs as its own plugin on its own kubelet-less
@@ -10,7 +11,9 @@ node, all started together, state on disk. Figures: prepare and unprepare (bench
 from __future__ import annotations
 
 import json
+import math
 import shutil
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -80,6 +83,10 @@ PUBLISH_PIECES: tuple[str, ...] = ()  # publishing writes no checkpoint and no Y
 FLEET_PIECES: tuple[str, ...] = ()  # the fleet's own machinery among them
 
 KEEPS, WITHIN, COSTS = "keeps its place", "within noise", "costs"
+# The sign test's threshold: of 12 pairs (four cases, three repetitions) 10 must go one way
+# (P = 0.019). On its two figures a piece with no effect passes by luck about once in 25 runs;
+# docs/benchmarks/history.md gives each piece's counts over several runs.
+ALPHA = 0.02
 
 
 def run(
@@ -166,7 +173,8 @@ def run(
             **_repeat(repeat, {name: variants[name] for name in (BASELINE, *FLEET_PIECES)}, one_fleet),
         }
     results["table"] = compare(results, all_pieces)
-    results["verdicts"] = verdicts(results["table"])
+    results["paired"] = paired(results, all_pieces)
+    results["verdicts"] = verdicts(results["paired"])
     return results
 
 
@@ -212,14 +220,6 @@ def noise(figure: Mapping[str, float]) -> float:
     return (figure["max"] - figure["min"]) / figure["median"] if figure["median"] else 0.0
 
 
-def verdict(with_: float, without: float, baseline_noise: float, lower_is_better: bool) -> str:
-    """KEEPS when the piece's figure is better than without it by more than the noise (relative to
-    the one without); COSTS when worse by more than the noise; else WITHIN."""
-    if not without or abs(with_ - without) / without <= baseline_noise:
-        return WITHIN
-    return KEEPS if (with_ < without) == lower_is_better else COSTS
-
-
 def _rows(
     where: str,
     variants: Mapping[str, Any],
@@ -233,7 +233,7 @@ def _rows(
             continue
         variant = variants[p.name]
         with_, without = (variant, base) if p.variant_has_it else (base, variant)
-        for key, (lower_is_better, felt) in figures.items():
+        for key, (_, felt) in figures.items():
             w, wo, n = with_[key]["median"], without[key]["median"], noise(base[key])
             rows.append(
                 {
@@ -245,15 +245,14 @@ def _rows(
                     "without": wo,
                     "ratio_with_over_without": round(w / wo, 3) if wo else None,
                     "noise": round(n, 3),
-                    "verdict": verdict(w, wo, n, lower_is_better),
                 }
             )
     return rows
 
 
 def compare(results: Mapping[str, Any], all_pieces: Sequence[Piece]) -> list[dict[str, Any]]:
-    """Per piece, case and figure: the medians with and without it, their ratio, the baseline's
-    noise and the verdict."""
+    """Per piece, case and figure: the medians with and without it, their ratio and the baseline's
+    noise (what the report shows; the verdict is taken on the paired repetitions, `paired`)."""
     rows = []
     for case in results["prepare"]:
         where = f"{case['devices_per_claim']}x{case['callers']}"
@@ -266,30 +265,79 @@ def compare(results: Mapping[str, Any], all_pieces: Sequence[Piece]) -> list[dic
     return rows
 
 
+def sign_test(better: int, pairs: int) -> float:
+    """One-sided sign test: the chance of at least `better` of `pairs` fair coin flips."""
+    return sum(math.comb(pairs, k) for k in range(better, pairs + 1)) / 2**pairs
+
+
+def _sections(results: Mapping[str, Any]) -> Iterable[tuple[str, list[Mapping[str, Any]], Mapping[str, Any]]]:
+    """(where, the cases' variants, figures) of each section: prepare's cases pooled, publish, fleet."""
+    yield "prepare", [case["variants"] for case in results["prepare"]], PREPARE_FIGURES
+    if "publish" in results:
+        yield "publish", [results["publish"]["variants"]], PUBLISH_FIGURES
+    if "fleet" in results:
+        yield f"fleet {results['fleet']['nodes']}", [results["fleet"]["variants"]], FLEET_FIGURES
+
+
+def paired(results: Mapping[str, Any], all_pieces: Sequence[Piece]) -> list[dict[str, Any]]:
+    """Per piece and figure: each repetition of each case pairs the piece's variant with the
+    baseline's run of the same repetition (the two ran in one rotation, minutes apart), so a slow
+    minute of the machine falls on both. Counts the pairs where the figure is better with the
+    piece and where worse (equal pairs count as neither), the median of the pairs' ratios, and the
+    sign test's chance of that many by luck, each way."""
+    rows = []
+    for where, cases, figures in _sections(results):
+        for p in all_pieces:
+            if not all(p.name in variants for variants in cases):
+                continue
+            for key, (lower_is_better, felt) in figures.items():
+                ratios = []
+                for variants in cases:
+                    base, variant = variants[BASELINE]["repetitions"], variants[p.name]["repetitions"]
+                    for b, v in zip(base, variant, strict=True):
+                        with_, without = (v, b) if p.variant_has_it else (b, v)
+                        if without[key]:
+                            ratios.append(with_[key] / without[key])
+                better = sum((r < 1) == lower_is_better for r in ratios if r != 1)
+                worse = sum(r != 1 for r in ratios) - better
+                rows.append(
+                    {
+                        "piece": p.name,
+                        "where": where,
+                        "figure": key,
+                        "user_felt": felt,
+                        "pairs": len(ratios),
+                        "better": better,
+                        "worse": worse,
+                        "median_ratio": round(statistics.median(ratios), 3) if ratios else None,
+                        "p_better": round(sign_test(better, better + worse), 4),
+                        "p_worse": round(sign_test(worse, better + worse), 4),
+                    }
+                )
+    return rows
+
+
 def verdicts(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Per piece: KEEPS when, on one figure users feel, the piece is better in every case measured
-    and by more than the noise in at least one; COSTS when worse in every case and by more than
-    the noise in one; else WITHIN. One case beating its noise alone is not enough: with seven
-    variants, four cases and three repetitions, some case does by chance (make bench at 56f6e0b:
-    every piece had one, while the other cases went either way)."""
-    families: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    """Per piece (`paired`'s rows): KEEPS when, on a figure users feel, it is better in so many of
+    the paired repetitions that luck would give that many at most ALPHA of the time, and worse so
+    on none; COSTS in the mirror case; else WITHIN. With four cases of three repetitions: better
+    in at least 10 of 12 pairs. (Why not each case's medians against their noise: three
+    repetitions on two cores put every piece beyond the noise in some case and within it in
+    another, and one case flipped a piece's verdict between runs: docs/benchmarks/history.md.)"""
+    keeps: dict[str, bool] = {}
+    costs: dict[str, bool] = {}
     for row in rows:
-        families.setdefault((row["piece"], row["figure"]), []).append(row)
-    out: dict[str, str] = {}
-    for (piece, _), family in families.items():
-        out.setdefault(piece, WITHIN)
-        if not family[0]["user_felt"] or out[piece] == KEEPS:
-            continue
-        found = {row["verdict"] for row in family}
-        better = {_better(row) for row in family}
-        if better == {True} and KEEPS in found:
-            out[piece] = KEEPS
-        elif better == {False} and COSTS in found:
-            out[piece] = COSTS
-    return out
-
-
-def _better(row: Mapping[str, Any]) -> bool:
-    """Whether the figure is better with the piece than without it (by any amount)."""
-    lower_is_better = {**PREPARE_FIGURES, **PUBLISH_FIGURES, **FLEET_FIGURES}[row["figure"]][0]
-    return bool((row["with"] < row["without"]) == lower_is_better)
+        piece = row["piece"]
+        keeps.setdefault(piece, False)
+        costs.setdefault(piece, False)
+        if row["user_felt"]:
+            keeps[piece] |= row["p_better"] <= ALPHA
+            costs[piece] |= row["p_worse"] <= ALPHA
+    return {
+        piece: KEEPS
+        if keeps[piece] and not costs[piece]
+        else COSTS
+        if costs[piece] and not keeps[piece]
+        else WITHIN
+        for piece in keeps
+    }

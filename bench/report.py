@@ -103,6 +103,8 @@ def _prepare(prep: dict[str, Any]) -> list[str]:
 
 
 def _machinery(m: dict[str, Any]) -> list[str]:
+    from bench.machinery import ALPHA
+
     out = [
         "",
         "## Machinery on trial",
@@ -111,11 +113,11 @@ def _machinery(m: dict[str, Any]) -> list[str]:
         "dra_fake.core.trials; the CPU pinning: `--cpu-affinity`), every variant on its own node, all "
         f"started together, state on {m['storage']}; each case {m['repeat']} times per variant, the "
         f"variants alternating (the baseline pins: `--cpu-affinity={m['baseline_cpu_affinity']}`). "
-        "with / without: medians of the repetitions; noise: the baseline's (max - min) / median over "
-        "its repetitions; verdict: *keeps its place* where the piece is better by more than the noise "
-        "(relative to without), *costs* where worse by more, else *within noise*. A piece keeps its "
-        "place when, on one figure users feel (marked *), it is better in every case and by more than "
-        "the noise in at least one; it costs in the mirror case; else it is within noise.",
+        "A piece's verdict is taken on the paired repetitions: in each repetition of each case its "
+        "variant and the baseline ran one after the other, and the pair counts as better or worse "
+        "with the piece. *keeps its place*: on a figure users feel (marked *), better in so many "
+        f"pairs that a fair coin would give that many at most {ALPHA:.0%} of the time (sign test, "
+        "one-sided), and worse so on none; *costs*: the mirror; else *within noise*.",
         "",
         *table("piece | without it | verdict"),
         *(
@@ -123,13 +125,26 @@ def _machinery(m: dict[str, Any]) -> list[str]:
             for name, p in m["pieces"].items()
         ),
         "",
-        *table("piece | case | figure | with | without | with / without | noise | verdict"),
+        *table(
+            "piece | where | figure | pairs better / worse with it | median with / without | chance by luck"
+        ),
+        *(
+            f"| {r['piece']} | {r['where']} | {r['figure']}{' *' if r['user_felt'] else ''} | "
+            f"{r['better']} / {r['worse']} of {r['pairs']} | "
+            f"{'n/a' if r['median_ratio'] is None else format(r['median_ratio'], '.2f') + 'x'} | "
+            f"{min(r['p_better'], r['p_worse']):.3f} |"
+            for r in m["paired"]
+        ),
+        "",
+        "Per case, medians of the repetitions (noise: the baseline's (max - min) / median):",
+        "",
+        *table("piece | case | figure | with | without | with / without | noise"),
     ]
     for r in m["table"]:
         ratio = "n/a" if r["ratio_with_over_without"] is None else f"{r['ratio_with_over_without']:.2f}x"
         out.append(
             f"| {r['piece']} | {r['case']} | {r['figure']}{' *' if r['user_felt'] else ''} | "
-            f"{r['with']:.2f} | {r['without']:.2f} | {ratio} | {100 * r['noise']:.0f}% | {r['verdict']} |"
+            f"{r['with']:.2f} | {r['without']:.2f} | {ratio} | {100 * r['noise']:.0f}% |"
         )
     return out
 

@@ -100,24 +100,29 @@ def latest_table(results: dict[str, Any]) -> list[str]:
 
 
 def _machinery(m: dict[str, Any] | None) -> list[str]:
-    """The machinery trial's verdicts, with prepare p50 with / without each piece per case."""
+    """The machinery trial's verdicts: prepare p50 with / without each piece per case, and in how
+    many of the paired repetitions its p50 and p99 were better with it."""
     if not m:
         return []
     p50 = [r for r in m["table"] if r["figure"] == "prepare_p50_ms"]
     cases = list(dict.fromkeys(r["case"] for r in p50))
+    pairs = {(r["piece"], r["figure"]): r for r in m["paired"] if r["where"] == "prepare"}
     out = [
         "",
         f"Machinery on trial (with and without each piece, {m['repeat']} repetitions; "
         "[how](benchmarks/history.md#machinery-on-trial)): prepare p50 with / without it, "
-        "devices x callers:",
+        "devices x callers, and the pairs of repetitions (the piece's variant and the baseline, one "
+        "after the other) where its prepare p50 and p99 were better with it:",
         "",
-        "| piece | " + " | ".join(cases) + " | verdict |",
-        "| --- |" + " --- |" * (len(cases) + 1),
+        "| piece | " + " | ".join(cases) + " | p50 better in | p99 better in | verdict |",
+        "| --- |" + " --- |" * (len(cases) + 3),
     ]
     for piece, verdict in m["verdicts"].items():
         ratios = {r["case"]: r["ratio_with_over_without"] for r in p50 if r["piece"] == piece}
         cells = " | ".join(f"{ratios[c]:.2f}x" if ratios.get(c) else "-" for c in cases)
-        out.append(f"| {piece} | {cells} | {verdict} |")
+        better = [pairs.get((piece, f"prepare_{q}_ms")) for q in ("p50", "p99")]
+        counts = " | ".join(f"{r['better']} of {r['pairs']}" if r else "-" for r in better)
+        out.append(f"| {piece} | {cells} | {counts} | {verdict} |")
     return out
 
 

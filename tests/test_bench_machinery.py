@@ -1,25 +1,18 @@
-"""bench/machinery.py's comparison: with / without each piece, the baseline's noise, the verdict
-(computed, never written by hand), and the report's table of it."""
+"""bench/machinery.py's comparison: with / without each piece per case, the paired repetitions
+and the verdict computed from them (never written by hand), and the report's tables of them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from bench import machinery
-from bench.machinery import BASELINE, COSTS, KEEPS, WITHIN, Piece, compare, verdict, verdicts
+from bench.common import spread
+from bench.machinery import BASELINE, COSTS, KEEPS, WITHIN, Piece, compare, paired, sign_test, verdicts
 from bench.report import render
 from dra_fake.core import trials
-
-
-def fig(median: float, low: float | None = None, high: float | None = None) -> dict[str, float]:
-    return {"median": median, "min": median if low is None else low, "max": median if high is None else high}
-
-
-def variant(p50: float, noise: float = 0.0, **others: float) -> dict[str, Any]:
-    figures = {key: fig(others.get(key, 1.0)) for key in machinery.PREPARE_FIGURES}
-    figures["prepare_p50_ms"] = fig(p50, p50 * (1 - noise / 2), p50 * (1 + noise / 2))
-    return figures
-
 
 PIECES = (
     Piece("journal", {"DRA_FAKE_WITHOUT": "journal"}, False, "rewrites"),
@@ -29,7 +22,34 @@ PIECES = (
 )
 
 
-def results() -> dict[str, Any]:
+def variant(p50s: Sequence[float], **others: Sequence[float]) -> dict[str, Any]:
+    """A variant's repetitions: prepare p50 as given, every other figure 1.0 unless given."""
+    reps = [
+        {key: others.get(key, [1.0] * len(p50s))[i] for key in machinery.PREPARE_FIGURES}
+        | {"prepare_p50_ms": p50}
+        for i, p50 in enumerate(p50s)
+    ]
+    return {"repetitions": reps, **spread(reps)}
+
+
+def case(devices: int, callers: int, **variants: Sequence[float]) -> dict[str, Any]:
+    return {
+        "devices_per_claim": devices,
+        "callers": callers,
+        "variants": {name: variant(p50s) for name, p50s in variants.items()},
+    }
+
+
+# The machine's speed swings by a factor of three between repetitions, the same for every
+# variant of one repetition (they ran one after the other).
+SWING = (10.0, 30.0, 12.0)
+
+
+def scaled(factor: float) -> list[float]:
+    return [factor * s for s in SWING]
+
+
+def results(cases: int = 4) -> dict[str, Any]:
     return {
         "repeat": 3,
         "baseline_cpu_affinity": "inherit",
@@ -38,54 +58,89 @@ def results() -> dict[str, Any]:
             p.name: {"env": p.env, "variant_has_it": p.variant_has_it, "what": p.what} for p in PIECES
         },
         "prepare": [
-            {
-                "devices_per_claim": 8,
-                "callers": 16,
-                "variants": {
-                    BASELINE: variant(10.0, noise=0.1),  # 10% run to run
-                    "journal": variant(20.0),  # twice as slow without it
-                    "yamlwriter": variant(10.5),  # 5% slower without it: within the noise
-                    "entrycache": variant(8.0),  # faster without it
-                    "cpuaffinity": variant(5.0),  # the pinned variant: twice as fast
+            case(
+                d,
+                c,
+                **{
+                    BASELINE: scaled(1.0),
+                    "journal": scaled(1.2),  # 20% slower without it in every repetition
+                    "yamlwriter": [10.5, 29.0, 12.5],  # either way: within the noise
+                    "entrycache": scaled(0.9),  # faster without it
+                    "cpuaffinity": scaled(0.5),  # the pinned variant: twice as fast
                 },
-            }
+            )
+            for d, c in [(1, 1), (1, 16), (8, 1), (8, 16)][:cases]
         ],
-        "publish": {"variants": {BASELINE: {"all_slices_visible_s": fig(0.5)}}},
     }
 
 
-def test_the_verdict_needs_a_difference_larger_than_the_noise_and_knows_which_way_is_better() -> None:
-    assert verdict(10.0, 20.0, 0.1, lower_is_better=True) == KEEPS
-    assert verdict(10.0, 10.5, 0.1, lower_is_better=True) == WITHIN
-    assert verdict(10.0, 8.0, 0.1, lower_is_better=True) == COSTS
-    assert verdict(200.0, 100.0, 0.1, lower_is_better=False) == KEEPS  # a rate: higher is better
-    assert verdict(1.0, 0.0, 0.1, lower_is_better=True) == WITHIN  # nothing to compare with
+def test_the_sign_test_is_the_chance_of_that_many_fair_coin_flips() -> None:
+    assert sign_test(12, 12) == 1 / 4096
+    assert sign_test(10, 12) == pytest.approx(79 / 4096)  # 0.019: at the threshold
+    assert sign_test(9, 12) > machinery.ALPHA
+    assert sign_test(0, 5) == 1.0 and sign_test(0, 0) == 1.0
 
 
-def test_each_piece_is_judged_on_the_figures_users_feel_against_the_baselines_noise() -> None:
-    rows = compare(results(), PIECES)
-    p50 = {r["piece"]: r for r in rows if r["figure"] == "prepare_p50_ms"}
-    assert p50["journal"]["with"] == 10.0 and p50["journal"]["without"] == 20.0
-    assert p50["journal"]["ratio_with_over_without"] == 0.5 and p50["journal"]["noise"] == 0.1
+def test_each_repetition_pairs_a_variant_with_the_baseline_it_ran_beside() -> None:
+    rows = {(r["piece"], r["figure"]): r for r in paired(results(), PIECES)}
+    journal = rows[("journal", "prepare_p50_ms")]
+    assert (journal["where"], journal["pairs"], journal["better"], journal["worse"]) == ("prepare", 12, 12, 0)
+    assert journal["median_ratio"] == pytest.approx(1 / 1.2, abs=1e-3)
     # the pinned variant is the one with the piece: the baseline (inherit) is without it
-    assert (p50["cpuaffinity"]["with"], p50["cpuaffinity"]["without"]) == (5.0, 10.0)
-    assert {r["case"] for r in rows} == {"8x16"}  # no publish figure of any piece here
-    assert verdicts(rows) == {
+    assert rows[("cpuaffinity", "prepare_p50_ms")]["median_ratio"] == 0.5
+    assert rows[("entrycache", "prepare_p50_ms")]["worse"] == 12
+    # figures equal with and without count as neither: every other figure is 1.0 here
+    assert (
+        rows[("journal", "cpu_ms_per_claim")]["better"],
+        rows[("journal", "cpu_ms_per_claim")]["worse"],
+    ) == (0, 0)
+
+
+def test_a_steady_difference_smaller_than_the_machines_swing_still_decides() -> None:
+    """The case's medians differ by 20% while its repetitions spread by 167%: a rule on the
+    medians against their noise calls it within noise; the pairs see it every time."""
+    rows = compare(results(), PIECES)
+    p50 = next(r for r in rows if r["piece"] == "journal" and r["figure"] == "prepare_p50_ms")
+    assert p50["noise"] == pytest.approx(1.667, abs=1e-3) and p50["ratio_with_over_without"] == pytest.approx(
+        0.833, abs=1e-3
+    )
+    assert verdicts(paired(results(), PIECES)) == {
         "journal": KEEPS,
-        "yamlwriter": WITHIN,
+        "yamlwriter": WITHIN,  # better in 8 of 12
         "entrycache": COSTS,
         "cpuaffinity": KEEPS,
     }
 
 
-def test_the_report_shows_the_verdicts_and_each_comparison() -> None:
+def test_too_few_pairs_decide_nothing() -> None:
+    """One case of three repetitions: even three of three is what a coin gives one time in eight."""
+    assert set(verdicts(paired(results(cases=1), PIECES)).values()) == {WITHIN}
+
+
+def test_only_figures_users_feel_decide() -> None:
+    data = results()
+    for c in data["prepare"]:  # journal: p50 the same, CPU per claim halved with it
+        c["variants"]["journal"] = variant(scaled(1.0), cpu_ms_per_claim=[2.0, 2.0, 2.0])
+    assert verdicts(paired(data, PIECES))["journal"] == WITHIN
+
+
+def test_a_piece_better_on_one_felt_figure_and_worse_on_another_is_within_noise() -> None:
+    data = results()
+    for c in data["prepare"]:  # without the journal: p50 slower, p99 faster
+        c["variants"]["journal"] = variant(scaled(1.2), prepare_p99_ms=[0.5, 0.5, 0.5])
+    assert verdicts(paired(data, PIECES))["journal"] == WITHIN
+
+
+def test_the_report_shows_the_verdicts_the_pairs_and_each_comparison() -> None:
     result = results()
     result["table"] = compare(result, PIECES)
-    result["verdicts"] = verdicts(result["table"])
+    result["paired"] = paired(result, PIECES)
+    result["verdicts"] = verdicts(result["paired"])
     text = render({"machine": {}, "sections": {"machinery": {"result": result, "seconds": 1.0}}})
     assert "## Machinery on trial" in text
     assert "| journal | rewrites | keeps its place |" in text
-    assert "| yamlwriter | 8x16 | prepare_p50_ms * | 10.00 | 10.50 | 0.95x | 10% | within noise |" in text
+    assert "| journal | prepare | prepare_p50_ms * | 12 / 0 of 12 | 0.83x | 0.000 |" in text
+    assert "| yamlwriter | 8x16 | prepare_p50_ms * | 12.00 | 12.50 | 0.96x | 167% |" in text
 
 
 def test_every_switch_of_the_plugin_and_the_pinning_is_on_trial() -> None:
@@ -98,26 +153,3 @@ def test_each_variant_goes_first_in_turn() -> None:
     orders = [machinery._rotated(names, r) for r in range(3)]
     assert [o[0] for o in orders] == names
     assert all(sorted(o) == sorted(names) for o in orders)
-
-
-def test_a_piece_keeps_its_place_only_where_every_case_goes_its_way() -> None:
-    data = results()
-    first = data["prepare"][0]
-    second = {
-        "devices_per_claim": 1,
-        "callers": 1,
-        "variants": {
-            BASELINE: variant(10.0, noise=0.1),
-            "journal": variant(15.0),  # better with it here too: kept
-            "yamlwriter": variant(10.2),
-            "entrycache": variant(9.0),
-            "cpuaffinity": variant(12.0),  # pinned: slower here, twice as fast in the first case
-        },
-    }
-    data["prepare"] = [first, second]
-    assert verdicts(compare(data, PIECES)) == {
-        "journal": KEEPS,
-        "yamlwriter": WITHIN,
-        "entrycache": COSTS,  # worse with it in both cases, by more than the noise in one
-        "cpuaffinity": WITHIN,  # one case beyond the noise, the other the other way
-    }

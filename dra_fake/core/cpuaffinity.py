@@ -6,9 +6,9 @@ is cost: each hand-off of the lock to a thread on the other CPU is a cross-CPU w
 of prepares makes thousands. On one CPU the same hand-off is a plain context switch: with 16
 concurrent 8-device prepares the plugin spent 0.79-0.83x the CPU per claim and answered its median
 0.87-0.94x as late in four runs (docs/benchmarks/history.md#sixteenth-round-one-cpu). The
-machinery trial of `make bench` at 56f6e0b, every variant started together, did not confirm it:
-the prepare median pinned / not pinned was 0.91x, 1.19x, 1.03x and 1.29x (1x1, 1x16, 8x1, 8x16
-devices x callers), within the run's noise (docs/benchmarks/history.md#machinery-on-trial).
+machinery trials of `make bench`, every variant started together, did not confirm it: the
+prepare median pinned was better in 5, 10 and 6 of 12 paired repetitions in three runs (56f6e0b,
+6a7d5d4, ee22336), 21 of 36 together, a coin (docs/benchmarks/history.md#machinery-on-trial).
 So it is an opt-in, off by default (the chart's kubeletPlugin.cpuAffinity).
 
 The CPU is the one the process is running on when it pins itself, so plugins started on one host

@@ -20,10 +20,11 @@ checkpoint, then crashed before replacing the journal) and is ignored: that chec
 holds its records. The last line may be torn by a crash during its write (its call never
 returned, so nothing relied on it): it is ignored. A bad line before a good one is corruption.
 
-It keeps its place: in the machinery trial of `make bench` at 56f6e0b (with it and with every
-save rewriting the whole checkpoint, three repetitions) the prepare median was 0.58x, 0.82x,
-0.72x and 0.90x and the unprepare median 0.44x, 0.80x, 0.69x and 0.67x (1x1, 1x16, 8x1, 8x16
-devices x callers) of the rewrites' (docs/benchmarks/history.md#machinery-on-trial).
+It keeps its place: in the machinery trials of `make bench` (with it and with every save
+rewriting the whole checkpoint, one after the other, three repetitions of four cases) the
+prepare median was better with it in 10, 11 and 10 of 12 pairs in three runs (56f6e0b, 6a7d5d4,
+ee22336); at 56f6e0b the medians were 0.58x, 0.82x, 0.72x and 0.90x of the rewrites' (1x1, 1x16,
+8x1, 8x16 devices x callers) (docs/benchmarks/history.md#machinery-on-trial).
 """
 
 from __future__ import annotations
