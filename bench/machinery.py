@@ -281,7 +281,7 @@ def _sections(results: Mapping[str, Any]) -> Iterable[tuple[str, list[Mapping[st
 
 def paired(results: Mapping[str, Any], all_pieces: Sequence[Piece]) -> list[dict[str, Any]]:
     """Per piece and figure: each repetition of each case pairs the piece's variant with the
-    baseline's run of the same repetition (the two ran in one rotation, minutes apart), so a slow
+    baseline's run of the same repetition (the two ran in one rotation, seconds apart), so a slow
     minute of the machine falls on both. Counts the pairs where the figure is better with the
     piece and where worse (equal pairs count as neither), the median of the pairs' ratios, and the
     sign test's chance of that many by luck, each way."""
@@ -333,11 +333,8 @@ def verdicts(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
         if row["user_felt"]:
             keeps[piece] |= row["p_better"] <= ALPHA
             costs[piece] |= row["p_worse"] <= ALPHA
+    # better on one felt figure and worse on another, or neither: within noise
     return {
-        piece: KEEPS
-        if keeps[piece] and not costs[piece]
-        else COSTS
-        if costs[piece] and not keeps[piece]
-        else WITHIN
+        piece: (KEEPS if keeps[piece] else COSTS) if keeps[piece] != costs[piece] else WITHIN
         for piece in keeps
     }
