@@ -73,7 +73,7 @@ e2e: venv cluster-build ## end-to-end suite on the local control plane (or KUBEC
 
 test: venv cluster-build tools ## lint, unit tests, e2e suite on the real control plane (chart and RBAC tests included), bench smoke
 	$(MAKE) lint
-	$(VENV)/bin/pytest -q -rs -p no:cacheprovider tests e2e
+	$(VENV)/bin/pytest -q -rs -p no:cacheprovider --durations=25 tests e2e
 	$(MAKE) bench-smoke
 
 bench-smoke: venv cluster-build ## every benchmark once at a tiny size (timings not checked; fails if a section fails)
@@ -136,7 +136,7 @@ e2e-kind: kind-images ## the e2e suite in real containers on the kind cluster of
 	hack/install-tools.sh helm kubeconform
 	PYTHON=$(PY) hack/kind/previous-release.sh
 	$(PY) -m e2e.kindcluster up --if-missing --k8s $(K8S) --nodes $(KIND_NODES)
-	KUBECONFIG=$$($(PY) -m e2e.kindcluster kubeconfig --k8s $(K8S)) $(VENV)/bin/pytest -q -rs -p no:cacheprovider e2e
+	KUBECONFIG=$$($(PY) -m e2e.kindcluster kubeconfig --k8s $(K8S)) $(VENV)/bin/pytest -q -rs -p no:cacheprovider --durations=25 e2e
 
 kind-matrix: venv ## e2e-kind on a fresh cluster of every pinned release (or K8S="1.32 1.33"): .kind/matrix.tsv
 	hack/install-tools.sh helm kubeconform
