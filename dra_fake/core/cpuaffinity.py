@@ -7,8 +7,9 @@ of prepares makes thousands. On one CPU the same hand-off is a plain context swi
 concurrent 8-device prepares the plugin spent 0.79-0.83x the CPU per claim and answered its median
 0.87-0.94x as late in four runs (docs/benchmarks/history.md#sixteenth-round-one-cpu). The
 machinery trials of `make bench`, every variant started together, did not confirm it: the
-prepare median pinned was better in 5, 10 and 6 of 12 paired repetitions in three runs (56f6e0b,
-6a7d5d4, ee22336), 21 of 36 together, a coin (docs/benchmarks/history.md#machinery-on-trial).
+prepare median pinned was better in 5, 10, 6 and 9 of 12 paired repetitions in four runs
+(56f6e0b, 6a7d5d4, ee22336, 7c5f52a), 30 of 48 together, near a coin
+(docs/benchmarks/history.md#machinery-on-trial).
 So it is an opt-in, off by default (the chart's kubeletPlugin.cpuAffinity).
 
 The CPU is the one the process is running on when it pins itself, so plugins started on one host
