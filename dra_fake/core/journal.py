@@ -22,9 +22,9 @@ returned, so nothing relied on it): it is ignored. A bad line before a good one 
 
 It keeps its place: in the machinery trials of `make bench` (with it and with every save
 rewriting the whole checkpoint, one after the other, three repetitions of four cases) the
-prepare median was better with it in 10, 11, 10 and 11 of 12 pairs in four runs (56f6e0b, 6a7d5d4,
-ee22336, 7c5f52a); at 56f6e0b the medians were 0.58x, 0.82x, 0.72x and 0.90x of the rewrites' (1x1, 1x16,
-8x1, 8x16 devices x callers) (docs/benchmarks/history.md#machinery-on-trial).
+prepare median was better with it in 10, 11, 10 and 11 of 12 pairs in four runs (56f6e0b,
+6a7d5d4, ee22336, 7c5f52a); at 56f6e0b the medians were 0.58x, 0.82x, 0.72x and 0.90x of the
+rewrites' (1x1, 1x16, 8x1, 8x16 devices x callers) (docs/benchmarks/history.md#machinery-on-trial).
 """
 
 from __future__ import annotations

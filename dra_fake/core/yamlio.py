@@ -8,8 +8,8 @@ mappings and lists of plain words, numbers and booleans) directly, byte for byte
 (tests/test_yamlio.py compares them over generated documents), and declines anything else.
 It keeps its place: in the machinery trials of `make bench` (with and without it, one after the
 other, three repetitions of four cases) the prepare median was better with it in 10, 11, 11 and 12
-of 12 pairs in four runs (56f6e0b, 6a7d5d4, ee22336, 7c5f52a); at 56f6e0b 0.83x, 0.95x, 0.87x and 0.71x (1x1,
-1x16, 8x1, 8x16 devices x callers) and the CPU per claim 0.73-0.88x of PyYAML's
+of 12 pairs in four runs (56f6e0b, 6a7d5d4, ee22336, 7c5f52a); at 56f6e0b 0.83x, 0.95x, 0.87x and
+0.71x (1x1, 1x16, 8x1, 8x16 devices x callers) and the CPU per claim 0.73-0.88x of PyYAML's
 (docs/benchmarks/history.md#machinery-on-trial)."""
 
 from __future__ import annotations
