@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_fake.gpu.taintrules import Rules
 from e2e.kube import Kube
 
 pytestmark = pytest.mark.needs(
@@ -56,5 +57,5 @@ def test_the_drain_and_evict_example(kube: Kube, kubeconfig: Path, nodes: list[s
         if str(n.metadata.name).startswith("drain-and-evict-") and not n.metadata.deletion_timestamp
     ]
     assert not left
-    rules = kube.custom.list_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules")["items"]  # type: ignore[index]
+    rules = Rules(kube.api).find()  # in the version the server serves: v1beta2 on 1.36
     assert not [r for r in rules if r["metadata"]["name"].startswith("drain-and-evict-")]
