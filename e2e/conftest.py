@@ -118,11 +118,9 @@ class Environment:
                 "DRADeviceTaintRules and resource.k8s.io/v1beta2",
             ),
             "binding-conditions": (
-                self.server_minor >= 36 and self.bed == "harness",
-                "binding conditions need DRADeviceBindingConditions (on from 1.36) and a plugin started "
-                "with a fabric-attached inventory: the harness restarts the first node's plugin with one "
-                "and its scheduler's bindingTimeout is 20 s (on kind the inventory comes from the chart "
-                "and the timeout is the default 10 min: not ported)",
+                self.server_minor >= 36 and self.bed in ("harness", "kind"),
+                "binding conditions need DRADeviceBindingConditions (on from 1.36) and a scheduler whose "
+                "bindingTimeout is 20 s (the local cluster's and our kind clusters' from 1.36)",
             ),
             "kwok": (
                 self.bed in ("harness", "kind"),

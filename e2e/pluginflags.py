@@ -1,7 +1,7 @@
 """A local-cluster node's GPU plugin started with extra feature gates, flags or another inventory.
 
-For what chart values cannot say: another inventory file for one node (e2e/test_attach.py, the
-kill soak e2e/soak.py) and the sharing demo's flags. A test that needs other chart values on a
+For what chart values cannot say: another inventory file for one node (the kill soak
+e2e/soak.py) and the sharing demo's flags. A test that needs other chart values on a
 node uses TestBed.plugin_values instead (e2e/testbed.py), which kind runs too. The process keeps
 the cluster's name for it (`gpu-plugin-<node>`), so LocalCluster.stop_plugin and start_plugin
 still work on it.

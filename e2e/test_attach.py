@@ -1,10 +1,11 @@
 """Fabric-attached GPUs (docs/inventory.md#attach-fabric-attached-gpus) with the real scheduler: a
 pod binds only once the plugin reports the attach in its claim's status; a failed attach sends it
 back to scheduling, and the next allocation attaches; an attach that never reports ends at the
-scheduler's bindingTimeout (20 s on the local cluster) and the pod stays unbound.
+scheduler's bindingTimeout (20 s on the local cluster and on our kind clusters of 1.36+) and the
+pod stays unbound.
 
-The first node's plugin is restarted for the module with an inventory whose GPUs are fabric-attached
-in three ways (so the harness only; e2e/pluginflags.py), then as it was.
+For the module the first node's plugin runs with an inventory whose GPUs are fabric-attached in three
+ways (the chart's `inventory.config`: TestBed.plugin_values), then as it was.
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from dra_fake.gpu.attach import ATTACH_FAILED, ATTACHED
 from e2e.conftest import published
 from e2e.kube import Kube, poll
-from e2e.localcluster import LocalCluster
 from e2e.localcluster.controlplane import BINDING_TIMEOUT_SECONDS
-from e2e.pluginflags import start_gpu_plugin
+from e2e.testbed import TestBed
 from e2e.workloads import pod, template
 
 pytestmark = pytest.mark.needs("binding-conditions")
@@ -42,22 +41,14 @@ def attachable(kube: Kube, node: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def fabric_node(
-    local_cluster: LocalCluster | None, kube: Kube, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    assert local_cluster is not None, "a harness test was not deselected"
-    node = local_cluster.state.nodes[0]
-    config = tmp_path_factory.mktemp("attach") / "inventory.yaml"
-    config.write_text(yaml.safe_dump(INVENTORY))
-    local_cluster.stop_plugin(node)
-    start_gpu_plugin(local_cluster, node, config=config)
-    poll(f"fabric-attached GPUs published on {node}", lambda: attachable(kube, node), 60)
-    try:
+def fabric_node(bed: TestBed, kube: Kube, nodes: list[str]) -> Iterator[str]:
+    """The first node's GPUs fabric-attached for the module (on kind every GPU node's: the chart's
+    values are the release's), then as they were."""
+    node = nodes[0]
+    with bed.plugin_values(node, {"inventory": {"config": INVENTORY}}):
+        poll(f"fabric-attached GPUs published on {node}", lambda: attachable(kube, node), 90)
         yield node
-    finally:
-        local_cluster.stop_plugin(node)
-        local_cluster.start_plugin(node)
-        poll(f"local GPUs published on {node}", lambda: not attachable(kube, node), 60)
+    poll("local GPUs published on every node", lambda: not any(attachable(kube, n) for n in nodes), 90)
 
 
 def on_device(kube: Kube, ns: str, name: str, node: str, device: str) -> None:

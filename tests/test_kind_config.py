@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,6 +17,7 @@ from e2e.kindcluster.config import (
     example,
     example_path,
     kind_config,
+    scheduler_file,
 )
 from e2e.kindcluster.versions import PUBLIC_NODE_IMAGES, Release, pinned
 
@@ -141,3 +143,56 @@ def test_the_kwok_image_the_bed_loads_is_the_one_the_script_builds() -> None:
     )
     assert kwok.image() == f"dra-fake-kind/kwok:{out.stdout.strip()}"
     assert out.stdout.strip().startswith("v0.")
+
+
+def add(document: dict[str, Any], op: dict[str, Any]) -> None:
+    """RFC 6902 `add`, as kind applies kubeadmConfigPatchesJSON6902 (objects, or "-": append)."""
+    assert op["op"] == "add"
+    *parents, last = op["path"].strip("/").split("/")
+    target: Any = document
+    for key in parents:
+        target = target[key]
+    if last == "-":
+        target.append(op["value"])
+    else:
+        target[last] = op["value"]
+
+
+@pytest.mark.parametrize("minor", [36, 37])
+def test_from_1_36_the_scheduler_reads_a_binding_timeout_of_20_s_mounted_from_the_host(
+    minor: int, tmp_path: Path
+) -> None:
+    config = yaml.safe_load(
+        dump(kind_config(Release(1, minor, 0), [{}], LAPTOP, offline=True, scheduler_dir=tmp_path))
+    )
+    [mount] = config["nodes"][0]["extraMounts"]
+    assert mount == {"hostPath": str(tmp_path), "containerPath": "/etc/kubernetes/dra-fake", "readOnly": True}
+    [patch] = config["kubeadmConfigPatchesJSON6902"]
+    assert (patch["version"], patch["kind"]) == ("v1beta4", "ClusterConfiguration")
+    # kind's v1beta4 ClusterConfiguration: the feature gates are a list entry a merge patch would drop
+    kubeadm: dict[str, Any] = {"scheduler": {"extraArgs": [{"name": "feature-gates", "value": "A=true"}]}}
+    for op in yaml.safe_load(patch["patch"]):
+        add(kubeadm, op)
+    scheduler = kubeadm["scheduler"]
+    assert scheduler["extraArgs"] == [
+        {"name": "feature-gates", "value": "A=true"},
+        {"name": "config", "value": "/etc/kubernetes/dra-fake/kube-scheduler.yaml"},
+    ]
+    assert (
+        scheduler["extraVolumes"][0]["hostPath"]
+        == scheduler["extraVolumes"][0]["mountPath"]
+        == mount["containerPath"]
+    )
+    file = yaml.safe_load(scheduler_file())
+    assert file["clientConnection"]["kubeconfig"] == "/etc/kubernetes/scheduler.conf"  # kubeadm's
+    assert file["leaderElection"]["leaderElect"] is True
+    [plugin] = file["profiles"][0]["pluginConfig"]
+    assert (plugin["name"], plugin["args"]["bindingTimeout"]) == ("DynamicResources", "20s")
+
+
+def test_before_1_36_and_in_users_configs_the_scheduler_keeps_its_defaults(tmp_path: Path) -> None:
+    for minor in (32, 33, 34, 35):
+        config = kind_config(Release(1, minor, 0), [{}], LAPTOP, offline=True, scheduler_dir=tmp_path)
+        assert "kubeadmConfigPatchesJSON6902" not in config and "extraMounts" not in config["nodes"][0]
+    for minor in PUBLIC_NODE_IMAGES:
+        assert "kubeadmConfigPatchesJSON6902" not in yaml.safe_load(example(minor))

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from dra_fake.core.featuregates import gate_map
-from e2e.kindcluster.config import HostFacts, dump, kind_config
+from e2e.kindcluster.config import HostFacts, dump, kind_config, scheduler_file
 from e2e.kindcluster.versions import REPO, Release, partitionable_devices
 from e2e.localcluster.values import TEST_BED_VALUES
 
@@ -171,7 +171,16 @@ class KindCluster:
                 raise RuntimeError(f"image {image} is missing: make kind-images K8S={self.release.short}")
         self.dir.mkdir(parents=True, exist_ok=True)
         labels = [self._worker_labels(i, inventory) for i in range(1, workers + 1)]
-        config = kind_config(self.release, labels, HostFacts.detect(), offline=self.offline)
+        scheduler_dir = self.dir / "scheduler"
+        scheduler_dir.mkdir(exist_ok=True)
+        (scheduler_dir / "kube-scheduler.yaml").write_text(scheduler_file())
+        config = kind_config(
+            self.release,
+            labels,
+            HostFacts.detect(),
+            offline=self.offline,
+            scheduler_dir=scheduler_dir.resolve(),
+        )
         config_path = self.dir / "kind-config.yaml"
         config_path.write_text(dump(config))
         if self.exists():

@@ -21,9 +21,17 @@ from e2e.kindcluster.versions import (
     public_node_image,
     runtime_config,
 )
+from e2e.localcluster.controlplane import scheduler_config
 
 CAP_SYS_RESOURCE = 24
 CNI_TEMPLATE = "/etc/containerd/cni-template.json"  # installed by hack/kind/node-base.sh
+# kube-scheduler's configuration file in the control-plane node, a mount of the host directory the
+# cluster writes it to: DynamicResources' bindingTimeout shortened as on the local cluster, so the
+# attach timeout of fabric-attached GPUs is testable (e2e/test_attach.py). From 1.36, where binding
+# conditions are on by default and kind writes kubeadm's v1beta4 (extraArgs a list of name/value).
+SCHEDULER_DIR = "/etc/kubernetes/dra-fake"
+SCHEDULER_CONFIG = f"{SCHEDULER_DIR}/kube-scheduler.yaml"
+SCHEDULER_CONFIG_SINCE = 36
 
 
 @dataclass(frozen=True)
@@ -69,10 +77,19 @@ def kind_config(
     *,
     offline: bool,
     image: str | None = None,
+    scheduler_dir: Path | None = None,
 ) -> dict[str, Any]:
     """One control plane and a worker per entry of `workers` (its node labels); `image`: every
-    node's image, named in the config (else kind's default or --image)."""
-    nodes: list[dict[str, Any]] = [{"role": "control-plane"}]
+    node's image, named in the config (else kind's default or --image); `scheduler_dir`: the host
+    directory holding scheduler_file()'s kube-scheduler.yaml (1.36+, else unused)."""
+    control_plane: dict[str, Any] = {"role": "control-plane"}
+    patches = []
+    if scheduler_dir is not None and release.minor >= SCHEDULER_CONFIG_SINCE:
+        control_plane["extraMounts"] = [
+            {"hostPath": str(scheduler_dir), "containerPath": SCHEDULER_DIR, "readOnly": True}
+        ]
+        patches.append(scheduler_patch())
+    nodes: list[dict[str, Any]] = [control_plane]
     nodes += [{"role": "worker", "labels": dict(w)} for w in workers]
     if image:
         nodes = [{**node, "image": image} for node in nodes]
@@ -89,7 +106,46 @@ def kind_config(
         config["networking"] = {"disableDefaultCNI": True}
     if host.cgroup_v1 and release.minor >= 35:
         config["kubeadmConfigPatches"] = ["kind: KubeletConfiguration\nfailCgroupV1: false\n"]
+    if patches:
+        config["kubeadmConfigPatchesJSON6902"] = patches
     return config
+
+
+def scheduler_patch() -> dict[str, Any]:
+    """kubeadm's ClusterConfiguration: the scheduler reads SCHEDULER_CONFIG, mounted from the node.
+    A JSON patch appends to extraArgs, which a merge patch would replace (dropping feature-gates)."""
+    ops = [
+        {
+            "op": "add",
+            "path": "/scheduler/extraArgs/-",
+            "value": {"name": "config", "value": SCHEDULER_CONFIG},
+        },
+        {
+            "op": "add",
+            "path": "/scheduler/extraVolumes",
+            "value": [
+                {
+                    "name": "dra-fake-scheduler",
+                    "hostPath": SCHEDULER_DIR,
+                    "mountPath": SCHEDULER_DIR,
+                    "readOnly": True,
+                    "pathType": "Directory",
+                }
+            ],
+        },
+    ]
+    return {
+        "group": "kubeadm.k8s.io",
+        "version": "v1beta4",
+        "kind": "ClusterConfiguration",
+        "patch": dump(ops),
+    }
+
+
+def scheduler_file() -> str:
+    """kube-scheduler.yaml for SCHEDULER_DIR: kubeadm's kubeconfig and leader election, the local
+    cluster's bindingTimeout."""
+    return dump(scheduler_config("/etc/kubernetes/scheduler.conf", leader_elect=True))
 
 
 class _Dumper(yaml.SafeDumper):
@@ -102,7 +158,7 @@ _Dumper.add_representer(
 )
 
 
-def dump(config: dict[str, Any]) -> str:
+def dump(config: object) -> str:
     return yaml.dump(config, Dumper=_Dumper, sort_keys=False)
 
 

@@ -211,16 +211,18 @@ class LocalCluster(ControlPlane):
 
     def inventory_file(self, node: str) -> Path:
         """The node's inventory: its own file (node_configs), else its node pool's of the values, else
-        CONFIG, else the values' `inventory`; the last two are the chart's `inventory.config` and
-        `inventory`, so a pool wins over either, as in the chart."""
+        the node's own `inventory` value (set_node_values), else CONFIG, else the values'
+        `inventory`; the last two are the chart's `inventory.config` and `inventory`, so a pool wins
+        over either, as in the chart."""
         if node in self.state.node_configs:
             return Path(self.state.node_configs[node])
-        values = self.values
+        values = self.node_values(node)
+        own = "inventory" in self.state.node_values.get(node, {})
         labels = self._node(node)["metadata"].get("labels", {}) if values["nodePools"] else {}
         pool, document = chart_values.node_inventory(values, labels)
-        if not pool and self.state.inventory_config:
+        if not pool and not own and self.state.inventory_config:
             return Path(self.state.inventory_config)
-        path = self.root / "inventories" / f"{pool or 'default'}.yaml"
+        path = self.root / "inventories" / f"{pool or (node if own else 'default')}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         source = f"nodePools {pool}" if pool else "inventory"
         path.write_text(

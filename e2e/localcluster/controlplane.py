@@ -48,13 +48,14 @@ CONTROLLERS = ",".join(
 )
 
 
-def scheduler_config(kubeconfig: str) -> dict[str, Any]:
-    """kube-scheduler's configuration: its defaults, but DynamicResources' bindingTimeout."""
+def scheduler_config(kubeconfig: str, leader_elect: bool = False) -> dict[str, Any]:
+    """kube-scheduler's configuration: its defaults, but DynamicResources' bindingTimeout (the local
+    cluster's scheduler and, from 1.36, our kind clusters': e2e/kindcluster/config.py)."""
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": kubeconfig},
-        "leaderElection": {"leaderElect": False},
+        "leaderElection": {"leaderElect": leader_elect},
         "profiles": [
             {
                 "schedulerName": "default-scheduler",
