@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.releases import FILES_ENV, PreviousRelease, find, missing
+from e2e.releases import FILES_ENV, PreviousRelease, Tag, find, missing, previous_tag
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +42,7 @@ def test_the_newest_earlier_release_tag_and_its_files(tmp_path: Path) -> None:
     commit(tmp_path)
     reason = find(tmp_path)
     assert isinstance(reason, str) and "v0.10.0 has no dra-fake-0.10.0.tgz" in reason
-    assert missing(tmp_path) == "v0.10.0"  # the kind lane builds it
+    assert missing(tmp_path) == Tag("v0.10.0", "v0.10.0")  # the kind lane builds it
     dist = tmp_path / "dist" / "0.10.0"
     dist.mkdir(parents=True)
     chart, image = dist / "dra-fake-0.10.0.tgz", dist / "dra-fake-0.10.0.image.tar"
@@ -55,3 +55,31 @@ def test_the_newest_earlier_release_tag_and_its_files(tmp_path: Path) -> None:
 def test_outside_a_git_checkout_the_reason_says_so(tmp_path: Path) -> None:
     reason = find(tmp_path / "none")
     assert isinstance(reason, str) and reason.startswith("no git history")
+
+
+def test_a_clone_without_tags_finds_the_releases_the_changelog_records(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    commit(tmp_path)
+    first = subprocess.run(
+        ["git", "-C", str(tmp_path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    commit(tmp_path)
+    (tmp_path / "CHANGELOG.md").write_text(
+        "## 0.2.0\n\nThe second release: tag `v0.2.0` (commit 0123456789abcdef).\n\n"  # not in history
+        f"## 0.1.0\n\nThe first release: tag `v0.1.0` (commit {first}).\n"
+    )
+    assert previous_tag(tmp_path) == Tag("v0.1.0", first)
+    reason = find(tmp_path)
+    assert isinstance(reason, str) and f"git worktree add /tmp/v0.1.0 {first};" in reason
+    git(tmp_path, "tag", "v0.0.9", first)  # a clone with tags goes by them
+    assert previous_tag(tmp_path) == Tag("v0.0.9", "v0.0.9")
+
+
+def test_the_changelog_release_at_head_is_this_release_not_the_previous(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    commit(tmp_path)
+    head = subprocess.run(
+        ["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    (tmp_path / "CHANGELOG.md").write_text(f"tag `v0.1.0` (commit {head[:7]})\n")
+    assert previous_tag(tmp_path) is None
