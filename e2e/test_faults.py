@@ -7,6 +7,7 @@ recovery `clear`) makes the device schedulable and healthy again."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,9 +155,13 @@ def test_a_noexecute_fault_evicts_the_pods_using_the_device_after_their_tolerati
     kube.create(pod("tolerant", "patient", full_gpu_node), ns)
     kube.wait_running(ns, "evicted")
     kube.wait_running(ns, "tolerant")
+    injected: dict[str, float] = {}  # when each pod's fault was made (monotonic)
     for holder in ("evicted", "tolerant"):
         [device] = devices_of(kube, ns, holder)
         faults.append(f"{ns}-{holder}")
+        # The taint comes after the fault object: an eviction seen less than 30 s after this
+        # moment came before the toleration ran out, however long the other eviction took.
+        injected[holder] = time.monotonic()
         inject(
             kubeconfig, full_gpu_node, device, "xid", f"{ns}-{holder}", "--xid", "79", "--effect", "NoExecute"
         )
@@ -164,9 +169,19 @@ def test_a_noexecute_fault_evicts_the_pods_using_the_device_after_their_tolerati
     def being_deleted(name: str) -> bool:
         return not kube.pod_exists(ns, name) or bool(kube.pod(ns, name)["metadata"].get("deletionTimestamp"))
 
-    poll("the pod without a toleration evicted", lambda: being_deleted("evicted"), 60)
-    assert not being_deleted("tolerant"), "evicted before its tolerationSeconds (30) ran out"
-    poll("the tolerating pod evicted once its 30 s are over", lambda: being_deleted("tolerant"), 90)
+    evicted_after: dict[str, float] = {}  # seconds from each pod's fault to its eviction seen
+
+    def both_evicted() -> bool:
+        for name in set(injected) - set(evicted_after):
+            if being_deleted(name):
+                evicted_after[name] = time.monotonic() - injected[name]
+        return len(evicted_after) == 2
+
+    poll("both pods evicted", both_evicted, 120)
+    assert evicted_after["evicted"] < 60, evicted_after
+    assert evicted_after["tolerant"] >= 30, (
+        f"evicted before its tolerationSeconds (30) ran out: {evicted_after}"
+    )
 
 
 def test_nvidia_smi_in_the_pod_shows_the_faults(
