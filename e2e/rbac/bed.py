@@ -147,10 +147,24 @@ def sa_api(kubeconfig: Path) -> client.ApiClient:
     return config.new_client_from_config(config_file=str(kubeconfig))
 
 
-def slice_body(node: str, name: str) -> dict[str, Any]:
+_RESOURCE_VERSIONS: dict[str, str] = {}
+
+
+def resource_version(api: client.ApiClient) -> str:
+    """The newest resource.k8s.io version the server serves, which the probes write their objects
+    in: v1 from 1.34, v1beta2 on our 1.33 clusters, v1beta1 on 1.32 (docs/kind.md)."""
+    host = api.configuration.host
+    if host not in _RESOURCE_VERSIONS:
+        groups = client.ApisApi(api).get_api_versions().groups
+        served = {v.version for g in groups if g.name == "resource.k8s.io" for v in g.versions}
+        _RESOURCE_VERSIONS[host] = next(v for v in ("v1", "v1beta2", "v1beta1") if v in served)
+    return _RESOURCE_VERSIONS[host]
+
+
+def slice_body(node: str, name: str, version: str) -> dict[str, Any]:
     """A slice of another driver: the running plugins leave it alone (they own their driver's)."""
     return {
-        "apiVersion": "resource.k8s.io/v1",
+        "apiVersion": f"resource.k8s.io/{version}",
         "kind": "ResourceSlice",
         "metadata": {"name": name},
         "spec": {

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from e2e.rbac.bed import DAEMON_SA, NS, refused_by_policy, slice_body
+from e2e.rbac.bed import DAEMON_SA, NS, refused_by_policy, resource_version, slice_body
 
 # Calls a plugin's token is refused (403): RBAC, not the admission policies.
 REFUSED_CALLS = [
@@ -22,22 +22,26 @@ REFUSED_CALLS = [
     ),
     pytest.param(
         lambda api: client.CustomObjectsApi(api).delete_namespaced_custom_object(
-            "resource.k8s.io", "v1", "default", "resourceclaims", "x"
+            "resource.k8s.io", resource_version(api), "default", "resourceclaims", "x"
         ),
         id="delete-claim",
     ),
     pytest.param(
         lambda api: client.CustomObjectsApi(api).create_cluster_custom_object(
             "resource.k8s.io",
-            "v1",
+            resource_version(api),
             "deviceclasses",
-            {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "x"}},
+            {
+                "apiVersion": f"resource.k8s.io/{resource_version(api)}",
+                "kind": "DeviceClass",
+                "metadata": {"name": "x"},
+            },
         ),
         id="create-deviceclass",
     ),
     pytest.param(
         lambda api: client.CustomObjectsApi(api).patch_namespaced_custom_object(
-            "resource.k8s.io", "v1", "default", "resourceclaims", "x", {"spec": {}}
+            "resource.k8s.io", resource_version(api), "default", "resourceclaims", "x", {"spec": {}}
         ),
         id="write-claim",
     ),
@@ -64,26 +68,30 @@ def assert_slices_of_its_own_node_only(
     """A node's plugin (a token bound to its pod) may not create or delete another node's
     ResourceSlices, and may its own node's."""
     custom = client.CustomObjectsApi(plugin)
+    version = resource_version(plugin)
     with pytest.raises(ApiException) as err:
         custom.create_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", slice_body(other, "evil")
+            "resource.k8s.io", version, "resourceslices", slice_body(other, "evil", version)
         )
     assert err.value.status in (403, 422) and f"may not modify ResourceSlices of node {other}" in str(
         err.value.body
     )
     with pytest.raises(ApiException) as err:
-        custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", other_slice)
+        custom.delete_cluster_custom_object("resource.k8s.io", version, "resourceslices", other_slice)
     assert err.value.status in (403, 422), err.value
     # its own node: allowed (and cleaned up)
-    custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", slice_body(own, "own-x"))
-    custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", "own-x")
+    custom.create_cluster_custom_object(
+        "resource.k8s.io", version, "resourceslices", slice_body(own, "own-x", version)
+    )
+    custom.delete_cluster_custom_object("resource.k8s.io", version, "resourceslices", "own-x")
 
 
 def assert_unbound_token_writes_no_slices(unbound: client.ApiClient, node: str) -> None:
     """A token of the plugin's ServiceAccount not bound to a pod names no node: no slice at all."""
+    version = resource_version(unbound)
     with pytest.raises(ApiException) as err:
         client.CustomObjectsApi(unbound).create_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", slice_body(node, "x")
+            "resource.k8s.io", version, "resourceslices", slice_body(node, "x", version)
         )
     assert err.value.status in (403, 422) and "no node name" in str(err.value.body), err.value
 

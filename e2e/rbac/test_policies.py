@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from e2e.rbac.bed import CHART_BED, NS, refused_by_policy
+from e2e.rbac.bed import CHART_BED, NS, refused_by_policy, resource_version
 from e2e.rbac.chart import Chart
 from e2e.rbac.checks import (
     assert_controller_kept_to_imex_daemonsets,
@@ -137,10 +137,15 @@ def test_compute_domain_devices_are_claimed_only_through_the_controllers_templat
         )
         tenant = client.CustomObjectsApi(chart.token_api(str(token.status.token), ns))
 
+        version = resource_version(chart.admin)
+
         def body(name: str, device_class: str) -> dict[str, Any]:
-            spec = {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": device_class}}]}}
+            request: dict[str, Any] = {"name": "r", "exactly": {"deviceClassName": device_class}}
+            if version == "v1beta1":  # no `exactly` before v1beta2
+                request = {"name": "r", "deviceClassName": device_class}
+            spec = {"devices": {"requests": [request]}}
             return {
-                "apiVersion": "resource.k8s.io/v1",
+                "apiVersion": f"resource.k8s.io/{version}",
                 "kind": "ResourceClaim" if kind == "resourceclaims" else "ResourceClaimTemplate",
                 "metadata": {"name": name},
                 "spec": spec if kind == "resourceclaims" else {"spec": spec},
@@ -148,12 +153,12 @@ def test_compute_domain_devices_are_claimed_only_through_the_controllers_templat
 
         refused_by_policy(
             lambda: tenant.create_namespaced_custom_object(
-                "resource.k8s.io", "v1", ns, kind, body("grab", device_class)
+                "resource.k8s.io", version, ns, kind, body("grab", device_class)
             ),
             "are claimed only through the templates the ComputeDomain controller creates",
         )
         tenant.create_namespaced_custom_object(
-            "resource.k8s.io", "v1", ns, kind, body("gpu", "gpu.nvidia.com")
+            "resource.k8s.io", version, ns, kind, body("gpu", "gpu.nvidia.com")
         )
     finally:
         kube.delete_namespace(ns)

@@ -17,7 +17,18 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.kube import poll
 from e2e.localcluster.processes import spawn
-from e2e.rbac.bed import CHART_BED, NS, REPO, SA, VALUES, forbidden, helm_template, sa_api, served
+from e2e.rbac.bed import (
+    CHART_BED,
+    NS,
+    REPO,
+    SA,
+    VALUES,
+    forbidden,
+    helm_template,
+    resource_version,
+    sa_api,
+    served,
+)
 from e2e.rbac.chart import Chart
 
 pytestmark = CHART_BED
@@ -153,7 +164,7 @@ def test_each_startup_rule_is_needed(
         rbac.delete_cluster_role(name)
         for s in chart.kube.slices(driver=driver):
             client.CustomObjectsApi(chart.admin).delete_cluster_custom_object(
-                "resource.k8s.io", "v1", "resourceslices", s["metadata"]["name"]
+                "resource.k8s.io", resource_version(chart.admin), "resourceslices", s["metadata"]["name"]
             )
 
 
