@@ -93,6 +93,11 @@ class Environment:
                 f"the 1.{self.server_minor} scheduler keeps the counters of devices a constraint "
                 "rejected (fixed in 1.36)",
             ),
+            "noexecute-toleration": (
+                self.server_minor not in TOLERATION_LOSS_MINORS,
+                f"the 1.{self.server_minor} scheduler leaves a claim's tolerations out of its allocation, "
+                "so a NoExecute taint evicts a tolerating pod at once (fixed in 1.35)",
+            ),
             "device-taints": (
                 self.server_minor >= 34,
                 "device taints need resource.k8s.io/v1 with DRADeviceTaints (Kubernetes 1.34+ here)",
@@ -164,6 +169,8 @@ class Environment:
 ENVIRONMENT: Environment | None = None
 # kubernetes/kubernetes#140436, fixed in 1.36 and 1.37 (docs/reference/kubernetes-dra.md).
 COUNTER_LEAK_MINORS = (34, 35)
+# kubernetes/kubernetes#134434, fixed in 1.35 (docs/reference/kubernetes-dra.md#taints-and-tolerations).
+TOLERATION_LOSS_MINORS = (33, 34)
 # Consumable capacity and device taints are beta and on by default from this minor.
 SHARING_SINCE = 36
 

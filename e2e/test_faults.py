@@ -144,7 +144,7 @@ def tolerating_template(name: str, seconds: int) -> str:
     return yaml.safe_dump(doc)
 
 
-@pytest.mark.needs("device-taints")
+@pytest.mark.needs("device-taints", "noexecute-toleration")
 def test_a_noexecute_fault_evicts_the_pods_using_the_device_after_their_toleration(
     kube: Kube, kubeconfig: Path, ns: str, full_gpu_node: str, faults: list[str]
 ) -> None:
