@@ -159,7 +159,7 @@ def test_a_noexecute_fault_evicts_the_pods_using_the_device_after_their_tolerati
     for holder in ("evicted", "tolerant"):
         [device] = devices_of(kube, ns, holder)
         faults.append(f"{ns}-{holder}")
-        # The taint comes after the fault object: an eviction seen less than 30 s after this
+        # The taint comes after the fault object: an eviction seen much less than 30 s after this
         # moment came before the toleration ran out, however long the other eviction took.
         injected[holder] = time.monotonic()
         inject(
@@ -179,7 +179,9 @@ def test_a_noexecute_fault_evicts_the_pods_using_the_device_after_their_tolerati
 
     poll("both pods evicted", both_evicted, 120)
     assert evicted_after["evicted"] < 60, evicted_after
-    assert evicted_after["tolerant"] >= 30, (
+    # The taint's timeAdded, which the 30 s count from, is a whole second (metav1.Time): up to 1 s
+    # before the moment taken here.
+    assert evicted_after["tolerant"] >= 29, (
         f"evicted before its tolerationSeconds (30) ran out: {evicted_after}"
     )
 
