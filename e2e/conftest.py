@@ -98,6 +98,10 @@ class Environment:
                 f"the 1.{self.server_minor} scheduler leaves a claim's tolerations out of its allocation, "
                 "so a NoExecute taint evicts a tolerating pod at once (fixed in 1.35)",
             ),
+            "slice-taints": (
+                self.server_minor >= 33,
+                "a ResourceSlice's devices have taints from 1.33 (DRADeviceTaints); 1.32's have none",
+            ),
             "device-taints": (
                 self.server_minor >= 34,
                 "device taints need resource.k8s.io/v1 with DRADeviceTaints (Kubernetes 1.34+ here)",

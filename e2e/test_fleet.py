@@ -151,6 +151,7 @@ def test_fleet_adopts_and_forgets_nodes_its_watch_sees(kube: Kube, fleet: Fleet)
     poll(f"metrics of {name} gone", lambda: name not in hostnames(), 60)
 
 
+@pytest.mark.needs("slice-taints")
 def test_fleet_nodes_apply_gpu_faults(kube: Kube, fleet: Fleet) -> None:
     """A GpuFault naming a fleet node taints that node's device (NVMLDeviceHealthCheck on) and gets
     its status from the fleet; a fault that ends with recovery `clear` removes the taint."""

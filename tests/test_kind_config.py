@@ -45,9 +45,11 @@ def test_device_taints_gate_comes_with_its_api_version(minor: int) -> None:
     assert config["runtimeConfig"]["resource.k8s.io/v1alpha3"] == "true"  # type: ignore[index]
 
 
-def test_a_1_32_cluster_serves_v1beta1_with_dra_on_and_no_later_gates() -> None:
+def test_a_1_32_cluster_serves_v1beta1_with_dra_and_device_status_on_and_no_later_gates() -> None:
+    """DRAResourceClaimDeviceStatus is alpha in 1.32: without it the server drops the status the
+    plugin writes (e2e/test_device_status.py)."""
     config = config_of(32)
-    assert config["featureGates"] == {"DynamicResourceAllocation": True}
+    assert config["featureGates"] == {"DynamicResourceAllocation": True, "DRAResourceClaimDeviceStatus": True}
     assert config["runtimeConfig"] == {"resource.k8s.io/v1beta1": "true"}
 
 

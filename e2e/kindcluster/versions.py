@@ -87,7 +87,8 @@ def newest() -> Release:
 def feature_gates(release: Release) -> dict[str, bool]:
     """Kubernetes gates of the DRA features dra-fake simulates, where they are not on by default.
 
-    1.32/1.33: DRA is beta and off (DynamicResourceAllocation on every component); 1.33 also has
+    1.32/1.33: DRA is beta and off (DynamicResourceAllocation on every component); 1.32 has a claim's
+    device status as alpha (DRAResourceClaimDeviceStatus, beta and on from 1.33); 1.33 also has
     partitionable devices (dynamic MIG) and device taints as alpha. 1.34/1.35: DRA is GA; partitionable
     devices, device taints, consumable capacity and extended resources are alpha. 1.36+: all beta
     or GA and on; setting them true stays valid (also for the gates locked on in 1.37).
@@ -95,7 +96,7 @@ def feature_gates(release: Release) -> dict[str, bool]:
     GA in 1.37.
     """
     if release.minor <= 32:
-        return {"DynamicResourceAllocation": True}
+        return {"DynamicResourceAllocation": True, "DRAResourceClaimDeviceStatus": True}
     if release.minor == 33:
         return {"DynamicResourceAllocation": True, "DRAPartitionableDevices": True, "DRADeviceTaints": True}
     gates = {

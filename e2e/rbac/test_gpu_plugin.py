@@ -72,6 +72,7 @@ def test_pod_with_gpu_runs_and_nvidia_smi_shows_its_gpu(chart: Chart) -> None:
         kube.delete_namespace(ns)
 
 
+@pytest.mark.needs("slice-taints")
 def test_plugin_writes_the_status_of_its_nodes_faults(chart: Chart) -> None:
     """The GPU plugin of the first node, with the chart's rights, watches its node's GpuFaults,
     writes their status and taints the device (the local cluster's plugins and kind's run with
