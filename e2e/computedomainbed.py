@@ -15,6 +15,9 @@ from e2e.kube import WORKLOAD_IMAGE, Kube, poll
 from e2e.testbed import TestBed
 
 CHANNELS = "/dev/nvidia-caps-imex-channels"
+# How long a two-node domain's workload may take to run: its node's IMEX daemon starts first
+# (e2e/test_computedomain.py's two-node test).
+DOMAIN_WORKLOAD_SECONDS = 300
 
 
 def cd_manifest(

@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from computedomain.api import CD_LABEL, FINALIZER, GROUP, PLURAL, VERSION, daemon_object_name
 from computedomain.plugin.domains import LABEL_OWNED, NAMESPACE_MISMATCH
 from e2e.computedomainbed import (
+    DOMAIN_WORKLOAD_SECONDS,
     cd_manifest,
     channel_pod,
     channels_seen,
@@ -116,7 +117,10 @@ def test_two_node_workload_readiness_daemon_failure_and_deletion(
     poll("workload template", lambda: get_template(kube, ns, "imex-channel-0"))
     for name in ("worker-0", "worker-1"):
         kube.core.create_namespaced_pod(ns, channel_pod(name, "imex-channel-0"))
-    pods = [kube.wait_running(ns, name, timeout=180) for name in ("worker-0", "worker-1")]
+    # A workload runs only after its node's IMEX daemon is Ready (the plugin refuses prepare until
+    # then; the kubelet retries): three pod starts in a row. The deadline bounds that chain, not
+    # its speed: two kind lanes side by side on 2 cores passed 180 s (1.37 at c8d693f; alone, 85 s).
+    pods = [kube.wait_running(ns, name, timeout=DOMAIN_WORKLOAD_SECONDS) for name in ("worker-0", "worker-1")]
     assert {p["spec"]["nodeName"] for p in pods} == {first, second}
     for name in ("worker-0", "worker-1"):
         assert channels_seen(bed, ns, name) == ["channel0"]

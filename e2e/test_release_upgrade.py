@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from e2e.computedomainbed import (
+    DOMAIN_WORKLOAD_SECONDS,
     cd_manifest,
     channel_pod,
     channels_seen,
@@ -96,7 +97,7 @@ def test_upgrade_from_the_previous_release_keeps_pods_claims_and_a_ready_domain(
     for name, node in workers.items():
         kube.core.create_namespaced_pod(ns, channel_pod(name, "imex-channel-0", node=node))
     for name in workers:
-        kube.wait_running(ns, name, timeout=180)
+        kube.wait_running(ns, name, timeout=DOMAIN_WORKLOAD_SECONDS)
     ready = ("Ready", {first: "Ready", second: "Ready"})
     poll("ComputeDomain Ready on the previous release", lambda: node_statuses(kube, ns, "cd") == ready, 120)
     channels = {name: channels_seen(bed, ns, name) for name in workers}
