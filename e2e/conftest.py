@@ -85,6 +85,10 @@ class Environment:
             bed, capabilities, info.resource_versions, partitionable, info.version[1], extended, classic
         )
 
+    def _sharing_gates_on(self) -> bool:
+        """DRAConsumableCapacity and DRADeviceTaints on: by default from 1.36; on kind's 1.35 ours."""
+        return self.server_minor >= SHARING_SINCE or (self.server_minor == 35 and self.bed == "kind")
+
     def missing(self, item: pytest.Item) -> str | None:
         server_needs = {
             "partitionable": (self.partitionable, "the server has no partitionable devices (dynamic MIG)"),
@@ -107,17 +111,19 @@ class Environment:
                 "device taints need resource.k8s.io/v1 with DRADeviceTaints (Kubernetes 1.34+ here)",
             ),
             # e2e/test_sharing.py, e2e/test_lending.py: run where the features are beta and on by
-            # default; our kind clusters of 1.34 and 1.35 switch the alpha gates on, but the tests
-            # were never run there (docs/sharing.md#which-releases-run-the-tests).
+            # default, and on our kind clusters of 1.35, which switch the alpha gates on
+            # (e2e/kindcluster/versions.py). Not on 1.34: its scheduler checks a share's capacity
+            # on the wrong device, so the plugin refuses shares there
+            # (docs/sharing.md#which-releases-run-the-tests).
             "consumable-shares": (
-                self.server_minor >= SHARING_SINCE,
-                "shared GPUs need DRAConsumableCapacity, beta and on from 1.36 (alpha in 1.34 and 1.35, "
-                "where these tests are not run)",
+                self._sharing_gates_on(),
+                "shared GPUs need DRAConsumableCapacity: beta and on from 1.36, alpha in 1.35 (on in "
+                "our kind clusters), and 1.34's scheduler checks capacity on the wrong device",
             ),
             "gpu-lending": (
-                self.server_minor >= SHARING_SINCE,
-                "GPU lending needs device taints and their eviction (DRADeviceTaints), beta and on from "
-                "1.36 (alpha in 1.33 to 1.35, where these tests are not run)",
+                self._sharing_gates_on(),
+                "GPU lending needs shared GPUs and device taints with their eviction (DRADeviceTaints): "
+                "beta and on from 1.36, alpha in 1.35 (on in our kind clusters)",
             ),
             # 1.36 serves DeviceTaintRule in v1beta2, off by default: a 1.36 server that serves
             # v1beta2 is ours with DRADeviceTaintRules on too (e2e/kindcluster/versions.py).

@@ -31,11 +31,13 @@ def kind(minor: int) -> Environment:
     ("need", "reason"),
     [("consumable-shares", "DRAConsumableCapacity"), ("gpu-lending", "DRADeviceTaints")],
 )
-def test_shared_gpus_and_lending_run_from_1_36_on_kind_and_the_harness(need: str, reason: str) -> None:
+def test_shared_gpus_and_lending_run_from_1_36_and_on_kinds_1_35(need: str, reason: str) -> None:
     item: Any = Item("node", need)  # a pytest.Item as far as missing() looks
-    for minor in (34, 35):
-        missing = kind(minor).missing(item)
-        assert missing and reason in missing and "1.36" in missing, missing
+    missing = kind(34).missing(item)
+    assert missing and reason in missing and "1.36" in missing, missing
+    assert kind(35).missing(item) is None  # our kind clusters of 1.35 switch the alpha gates on
+    api_135 = Environment("api", frozenset({"node"}), ("v1",), True, 35, True)
+    assert api_135.missing(item) is not None  # someone else's 1.35: the gates are probably off
     assert kind(36).missing(item) is None
     assert kind(37).missing(item) is None
     harness = Environment("harness", HarnessBed.capabilities, ("v1",), True, 37, True)
