@@ -69,8 +69,8 @@ def test_upgrade_from_the_previous_release_keeps_pods_claims_and_a_ready_domain(
     values = tmp_path / "values.yaml"  # the cluster's own values (image dra-fake:kind)
     values.write_text(helm(kubeconfig, "get", "values", RELEASE, "-n", NAMESPACE, "-o", "yaml"))
     # Read before the downgrade: a kubelet may wipe a node's slices after the replaced plugin
-    # deregisters, until the new one publishes again (docs/reference/kubernetes-dra.md#kubelet-
-    # wiping-of-slices; on kind 1.32 at c8d693f no node had any right after `helm upgrade --wait`).
+    # deregisters, until the new one publishes again (on kind 1.32 at c8d693f no node had any right
+    # after `helm upgrade --wait`; docs/reference/kubernetes-dra.md#kubelet-wiping-of-slices).
     first, second = bed.workers[:2]
     load = [str(KIND), "load", "image-archive", str(release.image), "--name", bed.cluster]
     loaded = subprocess.run(load, capture_output=True, text=True, timeout=600)
