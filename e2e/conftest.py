@@ -26,10 +26,12 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from dra_fake.gpu.sharesgate import SCHEDULER_FIXED_IN
 from e2e.faultcli import GROUP, PLURAL, VERSION
 from e2e.harnessbed import HarnessBed
 from e2e.kindbed import ApiOnlyBed, KindBed, kind_cluster_of
 from e2e.kindcluster.cluster import CLASSIC, POOL_LABEL
+from e2e.kindcluster.versions import Release, feature_gates
 from e2e.kube import Kube, poll
 from e2e.localcluster import DEFAULT_ROOT, LocalCluster
 from e2e.releases import PreviousRelease, previous
@@ -86,8 +88,17 @@ class Environment:
         )
 
     def _sharing_gates_on(self) -> bool:
-        """DRAConsumableCapacity and DRADeviceTaints on: by default from 1.36; on kind's 1.35 ours."""
-        return self.server_minor >= SHARING_SINCE or (self.server_minor == 35 and self.bed == "kind")
+        """DRAConsumableCapacity and DRADeviceTaints on: by default from 1.36; before, on our kind
+        clusters where their config switches both on (e2e/kindcluster/versions.py) and the plugin
+        serves shares at all (not under 1.34's scheduler: dra_fake.gpu.sharesgate)."""
+        if self.server_minor >= SHARING_SINCE:
+            return True
+        gates = feature_gates(Release(1, self.server_minor, 0))
+        return (
+            self.bed == "kind"
+            and (1, self.server_minor) >= SCHEDULER_FIXED_IN
+            and all(gates.get(gate) for gate in SHARING_GATES)
+        )
 
     def missing(self, item: pytest.Item) -> str | None:
         server_needs = {
@@ -183,6 +194,7 @@ COUNTER_LEAK_MINORS = (34, 35)
 TOLERATION_LOSS_MINORS = (33, 34)
 # Consumable capacity and device taints are beta and on by default from this minor.
 SHARING_SINCE = 36
+SHARING_GATES = ("DRAConsumableCapacity", "DRADeviceTaints")
 
 
 def local_minor() -> int:
