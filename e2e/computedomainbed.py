@@ -103,6 +103,9 @@ def node_labels(kube: Kube) -> dict[str, str | None]:
 
 
 def prepare_failures(kube: Kube, ns: str, pod: str) -> str:
+    """The pod's FailedPrepareDynamicResources messages. A retryable error comes when the plugin's
+    retries in the kubelet's call end, ~44 s after the call began (docs/computedomain.md#prepare-retries)."""
+
     def failed() -> str | None:
         msgs = [
             e.get("message", "")
@@ -111,7 +114,7 @@ def prepare_failures(kube: Kube, ns: str, pod: str) -> str:
         ]
         return "\n".join(msgs) or None
 
-    return poll(f"FailedPrepareDynamicResources on {ns}/{pod}", failed, 60)
+    return poll(f"FailedPrepareDynamicResources on {ns}/{pod}", failed, 120)
 
 
 def leftovers(kube: Kube, driver_ns: str, uid: str) -> list[str]:

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from dra_fake.core.metrics import DriverMetrics
 from dra_fake.kubelet import sockets
-from dra_fake.kubelet.api import ClaimRef, PreparedDevice, PrepareResult
+from dra_fake.kubelet.api import NO_LIMITS, CallLimits, ClaimRef, PreparedDevice, PrepareResult
 from dra_fake.kubelet.pb.pluginregistration.v1 import api_pb2_grpc as regpb_grpc
 from dra_fake.kubelet.server import KubeletPlugin
 
@@ -37,6 +37,7 @@ class FakeHandler:
         self.lock = threading.Lock()
         self.prepare_calls: list[list[ClaimRef]] = []
         self.unprepare_calls: list[list[ClaimRef]] = []
+        self.limits: list[CallLimits] = []  # each prepare call's, as the gRPC layer passed them
         self.prepare_results: dict[str, PrepareResult] = {}
         self.unprepare_results: dict[str, str] = {}
         self.omit: set[str] = set()
@@ -46,9 +47,10 @@ class FakeHandler:
         self.release: threading.Event | None = None  # prepare blocks until set
         self.barrier: threading.Barrier | None = None
 
-    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+    def prepare(self, claims: list[ClaimRef], limits: CallLimits = NO_LIMITS) -> dict[str, PrepareResult]:
         with self.lock:
             self.prepare_calls.append(list(claims))
+            self.limits.append(limits)
         self.entered.set()
         if self.release is not None:
             self.release.wait(WAIT)
@@ -70,7 +72,7 @@ class FakeHandler:
             out["uid-unrequested"] = PrepareResult()
         return out
 
-    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+    def unprepare(self, claims: list[ClaimRef], limits: CallLimits = NO_LIMITS) -> dict[str, str]:
         with self.lock:
             self.unprepare_calls.append(list(claims))
         if self.fail is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 import urllib.request
 from typing import Any
 
@@ -159,6 +160,18 @@ def test_v1_prepare_unprepare_round_trip(env: Env) -> None:
     )
     assert {k: v.error for k, v in un.claims.items()} == {"uid-1": "", "uid-2": "device busy"}
     assert env.handler.unprepare_calls[-1][0] == ClaimRef("uid-1", "ns1", "c1")
+
+
+def test_the_handler_sees_the_kubelets_deadline_and_cancellation(env: Env) -> None:
+    """What bounds a driver's retries within a call (the compute-domain plugin's): the deadline the
+    kubelet sent (45 s; here 30 s) and whether the call is still wanted."""
+    dra = env.stub(v1_grpc.DRAPluginStub)
+    sent = time.monotonic()
+    dra.NodePrepareResources(v1.NodePrepareResourcesRequest(claims=[claim(v1, "uid-1")]), timeout=30)
+    limits = env.handler.limits[-1]
+    # gRPC rounds the deadline it receives; a second either way is the same call's.
+    assert limits.deadline is not None and sent + 25 < limits.deadline <= time.monotonic() + 31
+    assert limits.waiting() is False  # the call has been answered
 
 
 def test_v1beta1_prepare_unprepare_round_trip(env: Env) -> None:

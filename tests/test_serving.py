@@ -15,9 +15,9 @@ import pytest
 import urllib3
 
 from dra_fake.core import metrics
-from dra_fake.core.claims import ClaimError, ClaimNotFound, ClaimUnreadable
-from dra_fake.core.serving import ClaimPreparer
-from dra_fake.kubelet.api import ClaimRef, PreparedDevice
+from dra_fake.core.claims import ClaimError, ClaimNotFound, ClaimUnreadable, PermanentClaimError
+from dra_fake.core.serving import ANSWER_MARGIN, ClaimPreparer
+from dra_fake.kubelet.api import CallLimits, ClaimRef, PreparedDevice
 
 
 class FakeResources:
@@ -96,6 +96,115 @@ def test_unprepare_isolates_claims_too() -> None:
         "uid-b": "lock timeout",
         "uid-c": "",
     }
+
+
+class Clock:
+    """time.monotonic and time.sleep for a retry window, without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(round(seconds, 6))
+        self.now += seconds
+
+
+class FlakyState(FakeState):
+    """Fails each claim with its error for its first `times` tries (None: always), then prepares."""
+
+    def __init__(self, failures: dict[str, BaseException], times: int | None = None) -> None:
+        super().__init__(failures)
+        self.times = times
+        self.tries: dict[str, int] = {}
+
+    def prepare(self, claim: Mapping[str, Any]) -> list[PreparedDevice]:
+        uid = claim["metadata"]["uid"]
+        self.tries[uid] = self.tries.get(uid, 0) + 1
+        if self.times is not None and self.tries[uid] > self.times:
+            return [
+                PreparedDevice(
+                    ("channel",), "node", "channel-0", (f"k8s.compute-domain.nvidia.com/claim={uid}",)
+                )
+            ]
+        return super().prepare(claim)
+
+
+def retrying(state: FakeState, clock: Clock, resources: FakeResources | None = None) -> ClaimPreparer:
+    return ClaimPreparer(
+        lambda: resources or FakeResources({"a": {}, "b": {}}),  # type: ignore[arg-type,return-value]
+        state,  # type: ignore[arg-type]
+        retry_window=45.0,
+        clock=clock.monotonic,
+        sleep=clock.sleep,
+    )
+
+
+def test_a_retry_window_prepares_a_claim_in_the_same_call_once_it_can() -> None:
+    """The compute-domain plugin's channel waits for its IMEX daemon: NVIDIA's plugin retries within
+    the kubelet's call (5 ms, doubling), so the pod starts once the daemon is Ready, not at the
+    kubelet's next try."""
+    clock = Clock()
+    state = FlakyState({"uid-a": ClaimError("current node not ready in ComputeDomain")}, times=4)
+    results = retrying(state, clock).prepare([ref("a"), ref("b")])
+    assert results["uid-a"].error == "" and results["uid-a"].devices[0].device_name == "channel-0"
+    assert state.tries == {"uid-a": 5, "uid-b": 1}
+    assert clock.sleeps == [0.005, 0.01, 0.02, 0.04]
+
+
+def test_permanent_errors_and_unread_claims_are_not_retried() -> None:
+    clock = Clock()
+    resources = FakeResources({"a": {}, "gone": ClaimNotFound("ResourceClaim ns/gone not found")})
+    state = FlakyState({"uid-a": PermanentClaimError("the ResourceClaim's namespace is different")})
+    results = retrying(state, clock, resources).prepare([ref("a"), ref("gone")])
+    assert results["uid-a"].error == "the ResourceClaim's namespace is different"
+    assert results["uid-gone"].error == "ResourceClaim ns/gone not found"
+    assert state.tries == {"uid-a": 1} and clock.sleeps == []
+
+
+def test_retries_end_before_the_kubelets_deadline_with_the_last_error() -> None:
+    clock = Clock()
+    state = FlakyState({"uid-a": ClaimError("label already exists for a different ComputeDomain")})
+    deadline = clock.now + 45.0  # the kubelet's: it waits 45 s for a call
+    results = retrying(state, clock).prepare([ref("a")], CallLimits(deadline=deadline))
+    assert results["uid-a"].error == "label already exists for a different ComputeDomain"
+    assert deadline - ANSWER_MARGIN - 45.0 / 2 < clock.now <= deadline - ANSWER_MARGIN
+    assert state.tries["uid-a"] == 1 + len(clock.sleeps) == 14  # at once, then after 5 ms, 10 ms, ... 20.48 s
+
+
+def test_retries_end_when_the_kubelet_cancels_the_call() -> None:
+    clock = Clock()
+    state = FlakyState({"uid-a": ClaimError("current node not ready in ComputeDomain")})
+    answers = iter([True, True, False])
+    results = retrying(state, clock).prepare([ref("a")], CallLimits(waiting=lambda: next(answers)))
+    assert results["uid-a"].error == "current node not ready in ComputeDomain"
+    assert state.tries["uid-a"] == 3
+
+
+def test_without_a_retry_window_every_claim_is_tried_once() -> None:
+    """The GPU plugin, as NVIDIA's: its errors go to the kubelet at once."""
+    state = FlakyState({"uid-a": ClaimError("no room")}, times=1)
+    results = ClaimPreparer(lambda: FakeResources({"a": {}}), state).prepare([ref("a")])  # type: ignore[arg-type]
+    assert results["uid-a"].error == "no room" and state.tries == {"uid-a": 1}
+
+
+def test_unprepare_retries_within_the_window_too() -> None:
+    clock = Clock()
+
+    class Busy(FakeState):
+        tries = 0
+
+        def unprepare(self, claim_uid: str) -> None:
+            self.tries += 1
+            if self.tries < 3:
+                raise ClaimError("error acquiring prep/unprep lock")
+
+    state = Busy({})
+    assert retrying(state, clock).unprepare([ref("a")]) == {"uid-a": ""}
+    assert state.tries == 3 and clock.sleeps == [0.005, 0.01]
 
 
 def test_the_claim_get_names_what_the_api_server_answered(monkeypatch: Any) -> None:

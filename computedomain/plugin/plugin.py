@@ -59,6 +59,9 @@ class ComputeDomainDriver:
     """compute-domain.nvidia.com for run_plugin (dra_fake.core.serving.KubeletDriver)."""
 
     display_name = "compute-domain plugin"
+    # NVIDIA's ErrorRetryMaxTimeout: a channel whose IMEX daemon is not Ready yet is prepared in
+    # the same kubelet call once it is (docs/computedomain.md#prepare-retries).
+    retry_window = 45.0
 
     def __init__(self, args: argparse.Namespace, clique_id: str) -> None:
         self.args = args

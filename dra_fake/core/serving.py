@@ -12,6 +12,7 @@ SIGTERM/SIGINT.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import threading
@@ -19,13 +20,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from dra_fake.core import metrics, trials
-from dra_fake.core.claims import ClaimError
+from dra_fake.core.claims import ClaimError, PermanentClaimError
 from dra_fake.core.cpuaffinity import pin_to_one_cpu
 from dra_fake.core.kubeconfig import StartupError
-from dra_fake.kubelet.api import ClaimRef, PreparedDevice, PrepareResult
+from dra_fake.core.retry import Backoff
+from dra_fake.kubelet.api import NO_LIMITS, CallLimits, ClaimRef, PreparedDevice, PrepareResult
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from dra_fake.kubelet.device_health import DeviceHealthBoard
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
 class ClaimState(Protocol):
@@ -124,6 +127,7 @@ class KubeletDriver(Protocol):
     """The interface a driver implements for run_plugin."""
 
     display_name: str  # e.g. "GPU kubelet plugin", for logs
+    retry_window: float  # seconds a kubelet call retries a claim's retryable errors (ClaimPreparer)
 
     def create_state(self, ctx: PluginContext) -> ClaimState:
         """The driver's prepared-claims state (before start-up reconciliation)."""
@@ -140,28 +144,100 @@ class KubeletDriver(Protocol):
         """Why the driver must not serve this node (its Node object, read before publishing), or None."""
 
 
+# NVIDIA's compute-domain plugin retries a claim's retryable errors inside the kubelet's call, for
+# up to 45 s (ErrorRetryMaxTimeout), through a work queue with client-go's default rate limiter
+# (5 ms, doubling); its GPU plugin answers at once
+# (docs/reference/nvidia-compute-domains.md#74-unprepare-retries-and-checkpoint-rules).
+RETRY_FIRST_DELAY = 0.005
+# Retries end this long before the kubelet's deadline, so that the claim's last error reaches it
+# (past the deadline the kubelet reports only DeadlineExceeded).
+ANSWER_MARGIN = 1.0
+
+
+@dataclass
+class _Outcome(Generic[R]):
+    """One attempt at one claim: what the kubelet gets, and whether trying again may change it."""
+
+    result: R
+    error: str = ""
+    retryable: bool = False
+    logged: Mapping[str, Any] = field(default_factory=dict)  # more fields for the success's log line
+
+
 class ClaimPreparer:
     """The kubelet's DriverHandler: fetch each claim from the API server, check it, prepare it in
-    the state. Every claim gets its own result."""
+    the state. Every claim gets its own result. With a retry window (the compute-domain plugin),
+    a claim whose error is retryable (a ClaimError that is not a PermanentClaimError, or an
+    unexpected failure of the state) is tried again with exponential backoff until it succeeds,
+    the window or the kubelet's deadline ends, or the kubelet cancels the call."""
 
-    def __init__(self, resources: Callable[[], ResourceApi], state: ClaimState) -> None:
+    def __init__(
+        self,
+        resources: Callable[[], ResourceApi],
+        state: ClaimState,
+        retry_window: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.resources = resources  # PluginContext.resources: built on the first call
         self.state = state
+        self.retry_window = retry_window
+        self.clock, self.sleep = clock, sleep
 
-    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
-        return {ref.uid: self._prepare_one(ref) for ref in claims}
+    def prepare(self, claims: list[ClaimRef], limits: CallLimits = NO_LIMITS) -> dict[str, PrepareResult]:
+        # Each claim is read once (as the kubelet's helper hands NVIDIA's plugin the claims); only
+        # the state's prepare is retried.
+        attempts = {ref.uid: self._prepare_attempt(ref) for ref in claims}
+        return self._each(claims, attempts, limits, "prepare")
 
-    def _prepare_one(self, ref: ClaimRef) -> PrepareResult:
-        """One claim; whatever fails is this claim's error, never the whole call's."""
-        fields = {"claim": f"{ref.namespace}/{ref.name}", "claimUID": ref.uid}
+    def unprepare(self, claims: list[ClaimRef], limits: CallLimits = NO_LIMITS) -> dict[str, str]:
+        attempts = {ref.uid: functools.partial(self._unprepare_one, ref) for ref in claims}
+        return self._each(claims, attempts, limits, "unprepare")
+
+    def _each(
+        self,
+        claims: list[ClaimRef],
+        attempts: Mapping[str, Callable[[], _Outcome[R]]],
+        limits: CallLimits,
+        verb: str,
+    ) -> dict[str, R]:
+        """Every claim once, then the retryable ones again, each on its own backoff, until done."""
+        end = self.clock() + self.retry_window
+        if limits.deadline is not None:
+            end = min(end, limits.deadline - ANSWER_MARGIN)
+        outcomes = {uid: attempt() for uid, attempt in attempts.items()}
+        tries = dict.fromkeys(outcomes, 1)
+        retrying = [uid for uid, o in outcomes.items() if o.retryable] if self.retry_window > 0 else []
+        backoffs = {uid: Backoff(RETRY_FIRST_DELAY, self.retry_window) for uid in retrying}
+        due = {uid: self.clock() + backoffs[uid].next() for uid in retrying}
+        while due:
+            uid = min(due, key=due.__getitem__)
+            if due[uid] > end:
+                break
+            self.sleep(max(0.0, due[uid] - self.clock()))
+            if not limits.waiting():
+                break
+            log.debug(f"{verb} failed, retrying", extra={"claimUID": uid, "error": outcomes[uid].error})
+            outcomes[uid] = attempts[uid]()
+            tries[uid] += 1
+            if outcomes[uid].retryable:
+                due[uid] = self.clock() + backoffs[uid].next()
+            else:
+                del due[uid]
+        for ref in claims:
+            outcome = outcomes[ref.uid]
+            fields = {"claim": f"{ref.namespace}/{ref.name}", "claimUID": ref.uid, "attempts": tries[ref.uid]}
+            if outcome.error:
+                log.warning(f"{verb} failed", extra={**fields, "error": outcome.error})
+            else:
+                log.info(f"claim {verb}d", extra={**fields, **outcome.logged})
+        return {uid: o.result for uid, o in outcomes.items()}
+
+    def _prepare_attempt(self, ref: ClaimRef) -> Callable[[], _Outcome[PrepareResult]]:
+        """The claim read and checked (a failure here is final), then the state's prepare to try."""
         get = f"get ResourceClaim {ref.namespace}/{ref.name}"
         try:
             claim = self.resources().get_claim(ref.namespace, ref.name)
-        except ClaimError as err:  # not found, an error status
-            return self._failed(fields, str(err))
-        except Exception as err:  # a connection error, a timeout: the API server is unreachable
-            return self._failed(fields, f"{get}: {_describe(err)}")
-        try:
             uid = claim.get("metadata", {}).get("uid")
             if uid != ref.uid:
                 raise ClaimError(
@@ -170,34 +246,34 @@ class ClaimPreparer:
                 )
             if not claim.get("status", {}).get("allocation"):
                 raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: claim not yet allocated")
+        except ClaimError as err:  # not found, an error status, not the claim asked for
+            return functools.partial(_prepare_failed, str(err), retryable=False)
+        except Exception as err:  # a connection error, a timeout: the API server is unreachable
+            return functools.partial(_prepare_failed, f"{get}: {_describe(err)}", retryable=False)
+        return functools.partial(self._prepare_claim, ref, claim)
+
+    def _prepare_claim(self, ref: ClaimRef, claim: Mapping[str, Any]) -> _Outcome[PrepareResult]:
+        """One try of the state's prepare; whatever fails is this claim's error, never the call's."""
+        try:
             devices = self.state.prepare(claim)
         except ClaimError as err:
-            return self._failed(fields, str(err))
+            return _prepare_failed(str(err), retryable=not isinstance(err, PermanentClaimError))
         except Exception as err:  # a bug or an environment failure: still only this claim's
-            log.exception("prepare failed unexpectedly", extra=fields)
-            return self._failed(fields, f"prepare ResourceClaim {ref.namespace}/{ref.name}: {_describe(err)}")
-        log.info("claim prepared", extra={**fields, "devices": [d.device_name for d in devices]})
-        return PrepareResult(devices=devices)
+            log.exception("prepare failed unexpectedly", extra={"claimUID": ref.uid})
+            error = f"prepare ResourceClaim {ref.namespace}/{ref.name}: {_describe(err)}"
+            return _prepare_failed(error, retryable=True)
+        return _Outcome(PrepareResult(devices=devices), logged={"devices": [d.device_name for d in devices]})
 
-    @staticmethod
-    def _failed(fields: dict[str, str], error: str) -> PrepareResult:
-        log.warning("prepare failed", extra={**fields, "error": error})
-        return PrepareResult(error=error)
-
-    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
-        results: dict[str, str] = {}
-        for ref in claims:
-            fields = {"claim": f"{ref.namespace}/{ref.name}", "claimUID": ref.uid}
-            try:
-                self.state.unprepare(ref.uid)
-                results[ref.uid] = ""
-                log.info("claim unprepared", extra=fields)
-            except ClaimError as err:
-                results[ref.uid] = str(err)
-            except Exception as err:
-                log.exception("unprepare failed unexpectedly", extra=fields)
-                results[ref.uid] = f"unprepare ResourceClaim {ref.namespace}/{ref.name}: {_describe(err)}"
-        return results
+    def _unprepare_one(self, ref: ClaimRef) -> _Outcome[str]:
+        try:
+            self.state.unprepare(ref.uid)
+        except ClaimError as err:
+            return _Outcome(str(err), str(err), retryable=not isinstance(err, PermanentClaimError))
+        except Exception as err:
+            log.exception("unprepare failed unexpectedly", extra={"claimUID": ref.uid})
+            error = f"unprepare ResourceClaim {ref.namespace}/{ref.name}: {_describe(err)}"
+            return _Outcome(error, error, retryable=True)
+        return _Outcome("")
 
     def export_gauges(self) -> None:
         """The prepared claims and devices gauges, read from the state when scraped: computing
@@ -205,6 +281,10 @@ class ClaimPreparer:
         just written it."""
         metrics.PREPARED_CLAIMS.set_function(lambda: len(self.state.prepared_claims()))
         metrics.PREPARED_DEVICES.set_function(self.state.prepared_device_count)
+
+
+def _prepare_failed(error: str, retryable: bool) -> _Outcome[PrepareResult]:
+    return _Outcome(PrepareResult(error=error), error, retryable)
 
 
 def _describe(err: BaseException) -> str:
@@ -241,7 +321,7 @@ def run_plugin(args: argparse.Namespace, driver: KubeletDriver) -> int:
     state.startup()
     if args.metrics_port >= 0:
         metrics.start_metrics_server(args.metrics_port)
-    handler = ClaimPreparer(lambda: ctx.resources, state)
+    handler = ClaimPreparer(lambda: ctx.resources, state, retry_window=driver.retry_window)
     handler.export_gauges()
     kubelet = KubeletPlugin(
         args.driver_name,

@@ -62,6 +62,7 @@ class GpuDriver:
     """gpu.nvidia.com for run_plugin (dra_fake.core.serving.KubeletDriver)."""
 
     display_name = "GPU kubelet plugin"
+    retry_window = 0.0  # NVIDIA's GPU plugin answers each call at once
 
     def __init__(
         self,

@@ -6,6 +6,7 @@ DriverHandler; the GPU and compute-domain plugins implement DriverHandler.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -38,11 +39,28 @@ class PrepareResult:
     error: str = ""
 
 
+def _waiting() -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class CallLimits:
+    """How long the kubelet waits for one call: its deadline (time.monotonic() seconds; None: no
+    deadline) and whether it still waits (False once it cancelled the call). A driver that retries
+    within a call stops at either."""
+
+    deadline: float | None = None
+    waiting: Callable[[], bool] = _waiting
+
+
+NO_LIMITS = CallLimits()
+
+
 class DriverHandler(Protocol):
     """Implemented by a kubelet plugin. Every requested claim UID must get an entry."""
 
-    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]: ...
+    def prepare(self, claims: list[ClaimRef], limits: CallLimits = NO_LIMITS) -> dict[str, PrepareResult]: ...
 
-    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+    def unprepare(self, claims: list[ClaimRef], limits: CallLimits = NO_LIMITS) -> dict[str, str]:
         """Claim UID -> error message ("" on success)."""
         ...

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from dra_fake.kubelet.api import ClaimRef, DriverHandler, PreparedDevice, PrepareResult
+from dra_fake.kubelet.api import CallLimits, ClaimRef, DriverHandler, PreparedDevice, PrepareResult
 from dra_fake.kubelet.metrics import RESULT_CLAIM_ERROR, RESULT_ERROR, RESULT_SUCCESS, RequestMetrics
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,13 @@ def strip_subrequests(names: Iterable[str]) -> tuple[str, ...]:
     for name in names:
         out.setdefault(name.split("/", 1)[0], None)
     return tuple(out)
+
+
+def _limits(context: grpc.ServicerContext) -> CallLimits:
+    """The kubelet's deadline (it sends one with every call: 45 s) and its cancellation."""
+    remaining = context.time_remaining()
+    deadline = None if remaining is None else time.monotonic() + remaining
+    return CallLimits(deadline=deadline, waiting=context.is_active)
 
 
 def _claim_refs(claims: Iterable[Any]) -> list[ClaimRef]:
@@ -107,7 +114,7 @@ class DRAServicer:
         response = self._pb.NodePrepareResourcesResponse()
 
         def handle(claims: Sequence[ClaimRef]) -> int:
-            return self._fill_prepare(response, claims, self._handler.prepare(list(claims)))
+            return self._fill_prepare(response, claims, self._handler.prepare(list(claims), _limits(context)))
 
         return self._serve(
             context, "prepare", request, response, handle, self._metrics.node_prepare_errors_total
@@ -117,7 +124,8 @@ class DRAServicer:
         response = self._pb.NodeUnprepareResourcesResponse()
 
         def handle(claims: Sequence[ClaimRef]) -> int:
-            return self._fill_unprepare(response, claims, self._handler.unprepare(list(claims)))
+            results = self._handler.unprepare(list(claims), _limits(context))
+            return self._fill_unprepare(response, claims, results)
 
         return self._serve(
             context, "unprepare", request, response, handle, self._metrics.node_unprepare_errors_total
