@@ -114,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
         from computedomain.controller.main import run_controller
 
         return run_controller(args)
+    if args.action == "check":  # the readiness probe, without the daemon's Kubernetes client
+        from computedomain.daemon.check import check
+
+        return check()
     from computedomain.daemon.daemon import main
 
     return main(args)

@@ -5,11 +5,11 @@ directory daemon prepare created (mounted at
 /imexd), joins the ComputeDomainClique `<cdUID>.<cliqueID>` in its namespace with the smallest free
 index below MAX_NODES_PER_IMEX_DOMAIN (or, off-fabric, labels its pod with an empty clique ID),
 "starts IMEX" (records its state for `check`), then keeps its entry's status equal to its pod's
-Ready condition until SIGTERM, when it leaves the clique. `check` is the readiness probe: like
-`nvidia-imex-ctl -q` it prints READY when the daemon runs.
+Ready condition until SIGTERM, when it leaves the clique. `check`, the readiness probe, is
+computedomain.daemon.check.
 
-Without a container runtime (the local dra-kubelet harness) the pod's mounts do not exist; the
-harness passes them as DRA_KUBELET_MOUNTS (JSON [{containerPath, hostPath}]) and paths are mapped.
+Without a container runtime (the local dra-kubelet harness) paths are mapped to the host's
+(computedomain.daemon.check.container_path).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from computedomain.api import (
     VERSION,
     clique_object_name,
 )
+from computedomain.daemon.check import container_path
 from computedomain.plugin.edits import IMEX_CONTAINER_DIR
 from dra_fake.core import logs
 from dra_fake.core.atomic import atomic_write
@@ -47,23 +48,11 @@ from dra_fake.core.resourceapi import as_dict
 log = logging.getLogger(__name__)
 
 CDI_MISSING = "CDI container edits did not apply -- is CDI enabled in your container runtime?"
-MOUNTS_ENV = "DRA_KUBELET_MOUNTS"
 SYNC_SECONDS = 1.0
 
 
 class DaemonError(Exception):
     pass
-
-
-def container_path(path: str) -> Path:
-    """A path inside the container; mapped to the host path when a harness ran us without one."""
-    raw = os.environ.get(MOUNTS_ENV)
-    if raw:
-        for mount in json.loads(raw):
-            dest = str(mount["containerPath"]).rstrip("/")
-            if path == dest or path.startswith(dest + "/"):
-                return Path(str(mount["hostPath"]) + path[len(dest) :])
-    return Path(path)
 
 
 @dataclass(frozen=True)
@@ -264,21 +253,7 @@ def run(api: client.ApiClient, stop: threading.Event) -> int:
     return 0
 
 
-def check() -> int:
-    """Readiness probe: READY when the daemon process recorded a running IMEX and is alive."""
-    try:
-        state = json.loads((container_path(IMEX_CONTAINER_DIR) / imex.STATE_NAME).read_text())
-        os.kill(int(state["pid"]), 0)
-        ready = state.get("state") == "READY"
-    except (OSError, ValueError, KeyError, TypeError):
-        ready = False
-    print("READY" if ready else "NOT READY")
-    return 0 if ready else 1
-
-
 def main(args: Any) -> int:
-    if args.action == "check":
-        return check()
     logs.setup(args.log_level, args.log_format)
     from dra_fake.core.kube import load_kube_client
     from dra_fake.core.kubeconfig import StartupError
