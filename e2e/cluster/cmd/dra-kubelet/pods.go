@@ -110,19 +110,38 @@ func (w *podWorker) run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	go func() { <-ctx.Done(); w.queue.ShutDown() }()
-	for {
-		uid, quit := w.queue.Get()
-		if quit {
-			return nil
-		}
-		if err := w.sync(ctx, uid); err != nil {
-			klog.FromContext(ctx).Info("pod sync failed, will retry", "podUID", uid, "err", err)
-			w.queue.AddRateLimited(uid)
-		} else {
-			w.queue.Forget(uid)
-		}
-		w.queue.Done(uid)
+	var wg sync.WaitGroup
+	for range podSyncWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w.syncNext(ctx) {
+			}
+		}()
 	}
+	wg.Wait()
+	return nil
+}
+
+// podSyncWorkers: the kubelet syncs each pod in its own goroutine, so a pod whose prepare waits
+// (a ComputeDomain channel retries until its node's IMEX daemon pod is Ready) holds up no other
+// pod; the work queue never hands one pod to two workers.
+const podSyncWorkers = 8
+
+// syncNext syncs one queued pod; false once the queue is shut down.
+func (w *podWorker) syncNext(ctx context.Context) bool {
+	uid, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(uid)
+	if err := w.sync(ctx, uid); err != nil {
+		klog.FromContext(ctx).Info("pod sync failed, will retry", "podUID", uid, "err", err)
+		w.queue.AddRateLimited(uid)
+	} else {
+		w.queue.Forget(uid)
+	}
+	return true
 }
 
 func (w *podWorker) current(uid types.UID) (*v1.Pod, bool) {
