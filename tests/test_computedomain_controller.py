@@ -272,8 +272,8 @@ def test_the_plugin_finds_compute_domains_in_its_watch_index_and_lists_only_on_a
 
 
 def test_the_readiness_probe_starts_without_the_kubernetes_client() -> None:
-    """`dra-fake imex-daemon check` runs every 10 s with a 1 s timeout; with the client a check
-    took 0.4 s (now 0.1 s), and on busy nodes the probe timed out (docs/computedomain.md#simulated-imex-daemon)."""
+    """`dra-fake imex-daemon check` runs every 10 s with a 1 s timeout; with the client loaded it
+    timed out on busy nodes (docs/computedomain.md#simulated-imex-daemon)."""
     code = (
         "import sys; from dra_fake.cli import main\n"
         "rc = main(['imex-daemon', 'check'])\n"

@@ -2,9 +2,9 @@
 `nvidia-imex-ctl -q`, it prints READY when the daemon recorded a running IMEX and is alive.
 
 Apart from the daemon (computedomain.daemon.daemon) so that it starts without the Kubernetes
-client: the kubelet runs it every 10 s with a 1 s timeout (NVIDIA's probe settings), and with
-the client a check took 0.4 s (now 0.1 s), so on a busy node the probe timed out, the daemon's entry turned
-NotReady, and channel claims were refused (docs/computedomain.md#simulated-imex-daemon).
+client: the kubelet runs it every 10 s with a 1 s timeout (NVIDIA's probe settings), and with the
+client loaded a check was too slow for that on busy nodes: the probe timed out, the daemon's entry
+turned NotReady, and channel claims were refused (docs/computedomain.md#simulated-imex-daemon).
 
 Without a container runtime (the local dra-kubelet harness) the pod's mounts do not exist; the
 harness passes them as DRA_KUBELET_MOUNTS (JSON [{containerPath, hostPath}]) and paths are mapped.
