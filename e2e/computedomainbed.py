@@ -16,8 +16,9 @@ from e2e.testbed import TestBed
 
 CHANNELS = "/dev/nvidia-caps-imex-channels"
 # How long a two-node domain's workload may take to run: its node's IMEX daemon starts first
-# (e2e/test_computedomain.py's two-node test).
-DOMAIN_WORKLOAD_SECONDS = 300
+# (e2e/test_computedomain.py's two-node test; 18 s on kind 1.36 at 4692bab). 300 s hid two faults
+# of the plugin for a while (docs/kind.md#version-matrix): back to 180 s.
+DOMAIN_WORKLOAD_SECONDS = 180
 
 
 def cd_manifest(

@@ -118,9 +118,7 @@ def test_two_node_workload_readiness_daemon_failure_and_deletion(
     for name in ("worker-0", "worker-1"):
         kube.core.create_namespaced_pod(ns, channel_pod(name, "imex-channel-0"))
     # A workload runs only after its node's IMEX daemon is Ready: the plugin retries prepare within
-    # the kubelet's call until then (docs/computedomain.md#prepare-retries). The deadline bounds
-    # that chain, not its speed: before those retries, two kind lanes side by side on 2 cores passed
-    # 180 s (1.37 at c8d693f; alone, 85 s).
+    # the kubelet's call until then (docs/computedomain.md#prepare-retries).
     pods = [kube.wait_running(ns, name, timeout=DOMAIN_WORKLOAD_SECONDS) for name in ("worker-0", "worker-1")]
     assert {p["spec"]["nodeName"] for p in pods} == {first, second}
     for name in ("worker-0", "worker-1"):
