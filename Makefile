@@ -17,7 +17,7 @@ WORKLOAD ?=
 FLEET ?=
 FLEET_KNOBS = $(if $(KWOK),--kwok $(if $(WORKLOAD),--workload $(WORKLOAD))) $(if $(FLEET),--fleet $(FLEET))
 BIN := e2e/cluster/bin
-# make demo and the kind targets default to 2 nodes (node 2 holds the MIG GPUs); NODES=n overrides.
+# make demo and the local cluster default to 2 nodes (node 2 holds the MIG GPUs); NODES=n overrides.
 NODES_OR_2 = $(if $(filter command line environment,$(origin NODES)),$(NODES),2)
 # kind: two DRA workers (H100, MIG) and one served through the device plugin (docs/kind.md)
 KIND_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
